@@ -1,0 +1,1 @@
+//! llmpipe-bpe: filled in by its issue.

@@ -1,0 +1,1 @@
+//! llmpipe-dedup: filled in by its issue.

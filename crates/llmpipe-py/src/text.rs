@@ -1,0 +1,54 @@
+//! Text normalisation and 128-bit content hashes, whole batches at a time.
+
+use llmpipe_text::{content_hash, normalize, Normalization};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::PyBytes;
+
+fn how(lowercase: bool, collapse_whitespace: bool, strip_punctuation: bool, nfc: bool) -> Normalization {
+    Normalization { nfc, lowercase, collapse_whitespace, strip_punctuation }
+}
+
+/// Normalise a batch of texts (NFC, lower-case, collapse whitespace by default).
+#[pyfunction]
+#[pyo3(signature = (texts, lowercase=true, collapse_whitespace=true, strip_punctuation=false, nfc=true))]
+fn normalize_batch(
+    py: Python<'_>,
+    texts: Vec<PyBackedStr>,
+    lowercase: bool,
+    collapse_whitespace: bool,
+    strip_punctuation: bool,
+    nfc: bool,
+) -> Vec<String> {
+    let h = how(lowercase, collapse_whitespace, strip_punctuation, nfc);
+    py.detach(|| texts.iter().map(|t| normalize(t, h)).collect())
+}
+
+/// 128-bit content hashes of a batch, as `16 * len(texts)` little-endian bytes.
+#[pyfunction]
+#[pyo3(signature = (texts, seed=0, lowercase=true, collapse_whitespace=true, strip_punctuation=false, nfc=true))]
+fn content_hashes<'py>(
+    py: Python<'py>,
+    texts: Vec<PyBackedStr>,
+    seed: u64,
+    lowercase: bool,
+    collapse_whitespace: bool,
+    strip_punctuation: bool,
+    nfc: bool,
+) -> Bound<'py, PyBytes> {
+    let h = how(lowercase, collapse_whitespace, strip_punctuation, nfc);
+    let out: Vec<u8> = py.detach(|| {
+        let mut out = Vec::with_capacity(texts.len() * 16);
+        for t in &texts {
+            out.extend_from_slice(&content_hash(t, h, seed).to_le_bytes());
+        }
+        out
+    });
+    PyBytes::new(py, &out)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(normalize_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(content_hashes, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! llmpipe-shard: filled in by its issue.
