@@ -1,0 +1,129 @@
+"""A memory-mapped, checksummed view of one split of a shard directory."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from llmpipe.data.format import read_manifest, sha256_file
+from llmpipe.errors import ShardError
+
+Verify = Literal["full", "fast", "none"]
+_FAST_BYTES = 1 << 20
+
+
+def fast_fingerprint(path: Path) -> str:
+    """sha256 of size + first and last MiB: catches truncation and most corruption in O(1)."""
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    h.update(str(size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(_FAST_BYTES))
+        if size > _FAST_BYTES:
+            f.seek(max(_FAST_BYTES, size - _FAST_BYTES))
+            h.update(f.read())
+    return h.hexdigest()
+
+
+class ShardDataset:
+    """All samples of one split, memory-mapped; ``ds[i]`` is a read-only array of ``seq_len + 1`` ids."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        split: str = "train",
+        *,
+        verify: Verify = "full",
+        expect_seq_len: int | None = None,
+        expect_tokenizer_sha256: str | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.manifest: dict[str, Any] = read_manifest(self.directory)
+        m = self.manifest
+        if split not in m["splits"]:
+            raise ShardError(f"{self.directory}: no split {split!r} (have {sorted(m['splits'])})")
+        self.split = split
+        self.seq_len: int = m["seq_len"]
+        self.vocab_size: int = m["tokenizer"]["vocab_size"]
+        self.eos_id: int = m["tokenizer"]["eos_id"]
+        self.tokenizer_sha256: str | None = m["tokenizer"]["sha256"]
+        if expect_seq_len is not None and expect_seq_len != self.seq_len:
+            raise ShardError(
+                f"{self.directory}: shards hold seq_len={self.seq_len} but the run expects {expect_seq_len}"
+            )
+        if expect_tokenizer_sha256 is not None and expect_tokenizer_sha256 != self.tokenizer_sha256:
+            raise ShardError(
+                f"{self.directory}: shards were tokenised with tokenizer sha256 {self.tokenizer_sha256}, "
+                f"the run expects {expect_tokenizer_sha256}"
+            )
+        self._arrays: list[np.ndarray] = []
+        self._valid: list[np.ndarray] = []
+        for entry in m["splits"][split]["shards"]:
+            path = self.directory / entry["file"]
+            if not path.is_file():
+                raise ShardError(f"{path}: listed in the manifest but missing")
+            if verify == "full" and sha256_file(path) != entry["sha256"]:
+                raise ShardError(f"{path}: sha256 mismatch (corrupted or modified shard)")
+            if verify == "fast":
+                if path.stat().st_size != entry["bytes"]:
+                    raise ShardError(
+                        f"{path}: size {path.stat().st_size} != {entry['bytes']} in the manifest"
+                    )
+                want = entry.get("fast_sha256")
+                if want is not None and fast_fingerprint(path) != want:
+                    raise ShardError(f"{path}: fast checksum mismatch (corrupted shard)")
+            tokens, valid = self._map(path, entry)
+            self._arrays.append(tokens)
+            self._valid.append(valid)
+        sizes = [len(a) for a in self._arrays]
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+    def _map(self, path: Path, entry: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            source = pa.memory_map(str(path), "r")
+            table = ipc.open_file(source).read_all()
+        except (pa.ArrowInvalid, OSError) as e:
+            raise ShardError(f"{path}: not a readable Arrow IPC file ({e})") from e
+        if table.num_rows != entry["rows"]:
+            raise ShardError(f"{path}: {table.num_rows} rows, manifest says {entry['rows']}")
+        col = table.column("tokens").combine_chunks()
+        width = self.seq_len + 1
+        if col.type.list_size != width:
+            raise ShardError(f"{path}: rows of {col.type.list_size} tokens, manifest seq_len+1 = {width}")
+        flat = col.values.to_numpy(zero_copy_only=True)  # a view into the memory map
+        valid = table.column("valid").combine_chunks().to_numpy(zero_copy_only=True)
+        return flat.reshape(-1, width), valid
+
+    def __len__(self) -> int:
+        return int(self._offsets[-1])
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        shard = int(np.searchsorted(self._offsets, i, side="right") - 1)
+        return shard, i - int(self._offsets[shard])
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        shard, row = self._locate(int(i))
+        return self._arrays[shard][row]
+
+    def valid(self, i: int) -> int:
+        shard, row = self._locate(int(i))
+        return int(self._valid[shard][row])
+
+    def gather(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows for many indices at once: (tokens [n, seq_len+1] int64, valid [n])."""
+        shards = np.searchsorted(self._offsets, indices, side="right") - 1
+        out = np.empty((len(indices), self.seq_len + 1), dtype=np.int64)
+        valid = np.empty(len(indices), dtype=np.int64)
+        for s in np.unique(shards):
+            sel = np.flatnonzero(shards == s)
+            rows = indices[sel] - self._offsets[s]
+            out[sel] = self._arrays[s][rows]
+            valid[sel] = self._valid[s][rows]
+        return out, valid
