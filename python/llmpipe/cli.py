@@ -1,0 +1,42 @@
+"""The ``llmpipe`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from llmpipe import __version__
+from llmpipe.commands import curate
+from llmpipe.errors import LlmpipeError
+
+COMMANDS = [curate]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmpipe",
+        description="Raw web crawl to trained language model: curate, tokenize, pack, inspect, plan.",
+    )
+    parser.add_argument("--version", action="version", version=f"llmpipe {__version__}")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for cmd in COMMANDS:
+        cmd.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except LlmpipeError as e:
+        print(f"llmpipe: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("llmpipe: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""``llmpipe curate INPUT... --out DIR``: raw inputs to token shards, with a funnel report."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from llmpipe.curate.settings import CurateConfig
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "curate",
+        help="curate raw inputs into Arrow token shards",
+        description=(
+            "Read raw inputs (files or directories, recursed; JSONL[.gz|.zst|.bz2], Parquet, text, "
+            "WARC/WET/ARC), run the stages of the config (filters, dedup, PII ...), train or load a "
+            "byte-level BPE tokenizer, and pack tokens into Arrow IPC shards with manifest.json, "
+            "stats.json, report.html and quarantine.jsonl."
+        ),
+    )
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="input files, directories or glob patterns")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="output shard directory")
+    p.add_argument("--config", type=Path, metavar="FILE", help="curate YAML config (see configs/curate/)")
+    p.add_argument(
+        "--seq-len", type=int, metavar="N", help="tokens per training sample (overrides pack.seq_len)"
+    )
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--vocab-size", type=int, metavar="N", help="train a tokenizer of this size (tokenizer.vocab_size)"
+    )
+    g.add_argument(
+        "--tokenizer", type=Path, metavar="FILE", help="use this tokenizer.json instead of training one"
+    )
+    p.add_argument(
+        "--strict", action="store_true", help="fail on the first bad record instead of quarantining it"
+    )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run on a Ray cluster: 'auto' (inside `ray job submit` or a started cluster) or an address",
+    )
+    p.add_argument("--keep-work", action="store_true", help="keep the intermediate work directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> CurateConfig:
+    cfg = CurateConfig.load(args.config)
+    if args.seq_len is not None:
+        cfg.pack = replace(cfg.pack, seq_len=args.seq_len)
+    if args.vocab_size is not None:
+        cfg.tokenizer = replace(cfg.tokenizer, vocab_size=args.vocab_size)
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    from llmpipe.curate.pipeline import LocalExecutor, run_curate
+
+    cfg = config_from_args(args)
+    progress = not args.quiet and sys.stderr.isatty()
+    executor = LocalExecutor(progress=progress)
+    if args.ray:
+        from llmpipe.distributed.executor import RayExecutor
+
+        executor = RayExecutor(args.ray, progress=progress)
+    tokenizer = args.tokenizer or (Path(cfg.tokenizer.file) if cfg.tokenizer.file else None)
+    run_curate(
+        args.inputs,
+        args.out,
+        cfg,
+        tokenizer_file=tokenizer,
+        strict=args.strict,
+        executor=executor,
+        keep_work=args.keep_work,
+        log=lambda m: print(m, file=sys.stderr if os.environ.get("LLMPIPE_LOG_STDERR") else sys.stdout),
+    )
+    return 0

@@ -1,0 +1,116 @@
+"""Typed configuration: dataclasses filled from YAML/dicts with unknown keys and wrong types rejected."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar, Union, get_args, get_origin
+
+import yaml
+
+from llmpipe.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def _check(value: Any, tp: Any, where: str) -> Any:
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        errors = []
+        for arm in get_args(tp):
+            if arm is type(None) and value is None:
+                return None
+            if arm is type(None):
+                continue
+            try:
+                return _check(value, arm, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{where}: {value!r} does not match {tp}")
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
+        (arm, *_) = get_args(tp) or (Any,)
+        items = [_check(v, arm, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return from_dict(tp, value, where)  # type: ignore[arg-type]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if tp is Path:
+        if not isinstance(value, str | Path):
+            raise ConfigError(f"{where}: expected a path, got {value!r}")
+        return Path(value)
+    if typing.get_origin(tp) is typing.Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"{where}: {value!r} is not one of {list(get_args(tp))}")
+        return value
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
+    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types are a ConfigError."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(cls)
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(names)}")
+    kwargs = {k: _check(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from e
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping")
+    return data
+
+
+def to_dict(obj: Any) -> Any:
+    """A dataclass tree as plain JSON-able data (paths as strings)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list | tuple):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj

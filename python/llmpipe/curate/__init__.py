@@ -1,0 +1,1 @@
+"""The curate pipeline: stages, the executor, and the funnel."""

@@ -1,0 +1,85 @@
+"""The funnel: stats.json, quarantine.jsonl and the report, and moving the shards into place."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from llmpipe.curate.stage import StageCounts
+from llmpipe.data.format import MANIFEST, atomic_write_bytes, atomic_write_json
+
+SHARD_GLOBS = ("train-*.arrow", "val-*.arrow")
+
+
+def build_stats(
+    stages: list[StageCounts],
+    quarantine: list[dict[str, Any]],
+    formats: dict[str, int],
+    manifest: dict[str, Any],
+) -> dict[str, Any]:
+    for s in stages:
+        s.check()
+    first, last_words = stages[0], next(s for s in reversed(stages) if s.name == "tokenize")
+    words_in = first.tokens_in
+    words_kept = last_words.tokens_in - sum(last_words.dropped_tokens.values())
+    return {
+        "llmpipe_stats_version": 1,
+        "tokens_unit": "words before the tokenize stage (whitespace-separated), BPE tokens from it on",
+        "stages": [s.to_dict() for s in stages],
+        "inputs": {"files": sum(formats.values()), "formats": dict(sorted(formats.items()))},
+        "quarantine": {
+            "records": len(quarantine),
+            "by_reason": dict(sorted(Counter(q["reason"] for q in quarantine).items())),
+            "file": "quarantine.jsonl",
+        },
+        "retention": {
+            "docs_in": first.docs_in,
+            "docs_out": stages[-1].docs_out,
+            "doc_fraction": stages[-1].docs_out / first.docs_in if first.docs_in else 0.0,
+            "words_in": words_in,
+            "words_out": words_kept,
+            "word_fraction": words_kept / words_in if words_in else 0.0,
+            "tokens_out": manifest["counts"]["tokens"],
+        },
+    }
+
+
+def write_outputs(
+    out: Path,
+    staging: Path,
+    stats: dict[str, Any],
+    quarantine: list[dict[str, Any]],
+    log: Callable[[str], None],
+) -> None:
+    """Move new shards in (each by atomic rename), drop stale ones, then stats, report and manifest last."""
+    manifest = json.loads((staging / MANIFEST).read_text())
+    new = {e["file"] for split in manifest["splits"].values() for e in split["shards"]}
+    old_manifest = out / MANIFEST
+    if old_manifest.exists():  # the old manifest goes first: no manifest ever lists a missing shard
+        old_manifest.unlink()
+    for pattern in SHARD_GLOBS:
+        for f in out.glob(pattern):
+            if f.name not in new:
+                f.unlink()
+    for name in sorted(new):
+        os.replace(staging / name, out / name)
+    os.replace(staging / "tokenizer.json", out / "tokenizer.json")
+    lines = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in quarantine)
+    atomic_write_bytes(out / "quarantine.jsonl", lines.encode())
+    atomic_write_json(out / "stats.json", stats)
+    try:
+        from llmpipe.curate.report import write_report
+    except ImportError:
+        write_report = None
+    if write_report is not None:
+        write_report(out, stats)
+    os.replace(staging / MANIFEST, out / MANIFEST)
+    r = stats["retention"]
+    log(
+        f"curate: kept {r['docs_out']:,} of {r['docs_in']:,} documents, {r['words_out']:,} of {r['words_in']:,} "
+        f"words ({100 * r['word_fraction']:.2f}%), {r['tokens_out']:,} tokens in {len(new)} shard(s) -> {out}"
+    )

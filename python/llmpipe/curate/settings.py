@@ -1,0 +1,93 @@
+"""The curate configuration: one YAML section per stage, plus read, tokenizer and pack."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmpipe.config import from_dict, load_yaml, to_dict
+from llmpipe.curate.registry import STAGES
+from llmpipe.errors import ConfigError
+from llmpipe.io.read import ReadConfig
+
+
+@dataclass
+class TokenizerConfig:
+    """YAML section ``tokenizer``: train a byte-level BPE on a sample of the kept text, or load a file."""
+
+    file: str | None = None
+    vocab_size: int = 32000
+    pattern: str = "gpt2"
+    min_frequency: int = 2
+    #: UTF-8 bytes of kept text (taken in input order) to train on
+    sample_bytes: int = 50_000_000
+
+
+@dataclass
+class PackConfig:
+    """YAML section ``pack``: sequence length and shard layout."""
+
+    seq_len: int = 1024
+    samples_per_shard: int = 8192
+    val_fraction: float = 0.01
+
+
+@dataclass
+class CurateConfig:
+    read: ReadConfig = field(default_factory=ReadConfig)
+    stages: dict[str, Any] = field(default_factory=dict)  # stage name -> that stage's Config
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    pack: PackConfig = field(default_factory=PackConfig)
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], where: str = "config") -> CurateConfig:
+        by_name = {s.name: s for s in STAGES}
+        known = {"read", "tokenizer", "pack", *by_name}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"{where}: unknown section(s) {unknown}; known sections: {sorted(known)}")
+        for key, value in data.items():
+            if value is not None and not isinstance(value, dict):
+                raise ConfigError(f"{where}.{key}: expected a mapping of options")
+        stages = {
+            name: from_dict(stage.Config, data.get(name) or {}, f"{where}.{name}")
+            for name, stage in by_name.items()
+        }
+        return cls(
+            read=from_dict(ReadConfig, data.get("read") or {}, f"{where}.read"),
+            stages=stages,
+            tokenizer=from_dict(TokenizerConfig, data.get("tokenizer") or {}, f"{where}.tokenizer"),
+            pack=from_dict(PackConfig, data.get("pack") or {}, f"{where}.pack"),
+        )
+
+    @classmethod
+    def load(cls, path: str | Path | None) -> CurateConfig:
+        if path is None:
+            return cls.from_mapping({})
+        return cls.from_mapping(load_yaml(path), str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "read": to_dict(self.read),
+            **{name: to_dict(c) for name, c in self.stages.items()},
+            "tokenizer": to_dict(self.tokenizer),
+            "pack": to_dict(self.pack),
+        }
+
+    def sha256(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+    def build_stages(self) -> list[Any]:
+        """Instances of the enabled stages, in pipeline order."""
+        out = []
+        for stage_cls in STAGES:
+            try:
+                stage = stage_cls.from_config(self.stages[stage_cls.name])
+            except ValueError as e:
+                raise ConfigError(f"{stage_cls.name}: {e}") from e
+            if stage is not None:
+                out.append(stage)
+        return out

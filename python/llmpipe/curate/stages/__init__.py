@@ -1,0 +1,1 @@
+"""One small class per stage; the pipeline order lives in llmpipe.curate.registry."""

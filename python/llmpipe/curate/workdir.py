@@ -1,0 +1,111 @@
+"""The run's work directory: phase outputs, completion markers, and the fingerprint that guards them.
+
+Every phase output appears by atomic rename and each per-input step writes its marker last, so a run
+killed at any point and started again with the same arguments redoes only unfinished work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmpipe.data.format import atomic_write_json
+
+WORK = ".llmpipe-work"
+
+
+def fingerprint(files: list[Path], keys: list[str], config: dict[str, Any], extra: dict[str, Any]) -> str:
+    """Changes when an input, the config or the tokenizer changes: stale work is then discarded."""
+    h = hashlib.sha256()
+    for f, k in zip(files, keys, strict=True):
+        st = f.stat()
+        h.update(f"{k}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    h.update(json.dumps(config, sort_keys=True).encode())
+    h.update(json.dumps(extra, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+class WorkDir:
+    def __init__(self, out: Path, fp: str) -> None:
+        self.root = out / WORK
+        stamp = self.root / "fingerprint.json"
+        if self.root.exists():
+            try:
+                old = json.loads(stamp.read_text())["fingerprint"]
+            except (OSError, ValueError, KeyError):
+                old = None
+            if old != fp:
+                shutil.rmtree(self.root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not stamp.exists():
+            atomic_write_json(stamp, {"fingerprint": fp})
+
+    @classmethod
+    def open(cls, root: Path) -> WorkDir:
+        """An existing work directory (in a worker: the driver already checked the fingerprint)."""
+        self = cls.__new__(cls)
+        self.root = root
+        return self
+
+    def seg(self, k: int) -> Path:
+        d = self.root / f"seg{k}"
+        d.mkdir(exist_ok=True)
+        return d
+
+    def docs(self, k: int, i: int) -> Path:
+        return self.seg(k) / f"{i:06d}.parquet"
+
+    def keys(self, k: int, i: int) -> Path:
+        return self.seg(k) / f"{i:06d}.keys.parquet"
+
+    def marker(self, k: int, i: int) -> Path:
+        return self.seg(k) / f"{i:06d}.done.json"
+
+    def drops(self, k: int) -> Path:
+        return self.root / f"global{k}.drops.parquet"
+
+    def global_dir(self, k: int) -> Path:
+        d = self.root / f"global{k}"
+        d.mkdir(exist_ok=True)
+        return d
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def write_table_atomic(path: Path, table: pa.Table) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+class AtomicParquetWriter:
+    """Appends batches to a temporary file; ``commit`` renames it into place."""
+
+    def __init__(self, path: Path, schema: pa.Schema | None = None) -> None:
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self.schema = schema
+        self.writer: pq.ParquetWriter | None = None
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        if self.writer is None:
+            self.schema = batch.schema
+            self.writer = pq.ParquetWriter(self.tmp, batch.schema, compression="zstd")
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        self.writer.write_table(batch.cast(self.schema) if batch.schema != self.schema else batch)
+
+    def commit(self, empty_schema: pa.Schema) -> None:
+        if self.writer is None:
+            pq.write_table(empty_schema.empty_table(), self.tmp)
+        else:
+            self.writer.close()
+        os.replace(self.tmp, self.path)

@@ -1,0 +1,1 @@
+"""Readers for raw inputs: discovery, format detection, one small reader per format."""

@@ -1,0 +1,38 @@
+"""Parquet files, read one row group at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmpipe.io.records import Bad, Doc
+
+
+def read_parquet(path: Path, text_field: str = "text", id_field: str = "id") -> Iterator[Doc | Bad]:
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        yield Bad("unreadable_parquet", "file", str(e))
+        return
+    names = pf.schema_arrow.names
+    if text_field not in names:
+        yield Bad("missing_text_field", "schema", f"columns are {names}")
+        return
+    row = 0
+    for g in range(pf.num_row_groups):
+        try:
+            table = pf.read_row_group(g)
+        except (pa.ArrowInvalid, OSError) as e:
+            yield Bad("unreadable_row_group", f"row group {g}", str(e))
+            continue
+        for rec in table.to_pylist():
+            row += 1
+            text = rec.pop(text_field)
+            if not isinstance(text, str):
+                yield Bad("text_not_a_string", f"row {row}", type(text).__name__)
+                continue
+            doc_id = rec.pop(id_field, None)
+            yield Doc(None if doc_id is None else str(doc_id), text, rec)
