@@ -107,8 +107,8 @@ def _input_batches(
     bad: list[dict[str, Any]],
 ) -> Iterator[pa.RecordBatch]:
     if k == 0:
-        read = StageCounts("read")
-        counts.append(read)
+        read, extract = StageCounts("read"), StageCounts("extract")
+        counts += [read, extract]
         cfg = CurateConfig.from_mapping(job.config).read
         src = job.keys[i]
 
@@ -119,13 +119,7 @@ def _input_batches(
             read.docs_in += 1
             read.dropped[f"quarantined_{b.reason}"] += 1
 
-        for batch in read_batches(Path(job.files[i]), src, cfg, on_bad):
-            words = int(word_counts(batch).sum())
-            read.docs_in += batch.num_rows
-            read.docs_out += batch.num_rows
-            read.tokens_in += words
-            read.tokens_out += words
-            yield batch
+        yield from read_batches(Path(job.files[i]), src, cfg, on_bad, read, extract)
         return
     assert seg.after is not None
     drops = _load_drops(str(work.drops(k - 1)))

@@ -6,13 +6,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from llmpipe.curate.stage import DOC_SCHEMA
+from llmpipe.curate.stage import DOC_SCHEMA, StageCounts, apply_reasons, word_counts
 from llmpipe.io.compression import peek
 from llmpipe.io.jsonl import read_jsonl
 from llmpipe.io.parquet import read_parquet
-from llmpipe.io.records import Bad, Doc
+from llmpipe.io.records import Bad, Doc, Skip
 from llmpipe.io.text import read_text
 
 
@@ -25,6 +27,8 @@ class ReadConfig:
     batch_size: int = 1000
     #: documents longer than this (UTF-8 bytes) are quarantined as ``document_too_large``
     max_doc_bytes: int = 20_000_000
+    #: HTML pages: keep only the main content (resiliparse's heuristics), else all visible text
+    html_main_content: bool = True
 
 
 def detect_format(path: Path) -> str:
@@ -54,8 +58,11 @@ def detect_format(path: Path) -> str:
     return "text"
 
 
-def _records(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad]:
+def _records(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
     fmt = detect_format(path)
+    if fmt in ("warc", "arc") and fmt not in WEB_READERS:
+        import llmpipe.io.warc  # noqa: F401 - registers the crawl readers (FastWARC loads only when needed)
+
     if fmt == "jsonl":
         yield from read_jsonl(path, cfg.text_field, cfg.id_field)
     elif fmt == "parquet":
@@ -63,7 +70,7 @@ def _records(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad]:
     elif fmt == "text":
         yield from read_text(path, cfg.max_doc_bytes)
     elif fmt in WEB_READERS:
-        yield from WEB_READERS[fmt](path)
+        yield from WEB_READERS[fmt](path, cfg)
     elif fmt == "empty":
         yield Bad("empty_file", "file", "the file has no bytes")
     else:
@@ -71,19 +78,35 @@ def _records(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad]:
 
 
 #: readers for crawl formats, registered by llmpipe.io.warc (kept out of this module's imports)
-WEB_READERS: dict[str, Callable[[Path], Iterator[Doc | Bad]]] = {}
+WEB_READERS: dict[str, Callable[[Path, ReadConfig], Iterator[Doc | Bad | Skip]]] = {}
 
 
 def read_batches(
-    path: Path, source: str, cfg: ReadConfig, on_bad: Callable[[Bad], None]
+    path: Path,
+    source: str,
+    cfg: ReadConfig,
+    on_bad: Callable[[Bad], None],
+    read: StageCounts | None = None,
+    extract: StageCounts | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream one input as batches of ``DOC_SCHEMA`` (+ ``meta`` JSON); bad records go to ``on_bad``."""
+    """Stream one input as batches of ``DOC_SCHEMA`` (+ ``meta`` JSON); bad records go to ``on_bad``.
+
+    Counting (when ``read`` and ``extract`` are given): ``read`` sees every record of the input: the
+    documents it hands on, ``skipped_<reason>`` for records that hold none (WARC requests, non-HTML
+    responses ...); the caller counts the quarantined ones from ``on_bad``. Its words are those of the
+    raw content (HTML words for web pages). ``extract`` takes the documents from raw to text: words in
+    are raw words, words out the extracted text's, and pages with no main text are dropped as
+    ``empty_after_extract``. Non-HTML inputs pass through ``extract`` unchanged.
+    """
     import json
 
+    read = read if read is not None else StageCounts("read")
+    extract = extract if extract is not None else StageCounts("extract")
     ids: list[str] = []
     texts: list[str] = []
     positions: list[int] = []
     metas: list[str] = []
+    raws: list[int] = []
     pos = 0
     seen: set[str] = set()
 
@@ -98,13 +121,29 @@ def read_batches(
             ],
             schema=DOC_SCHEMA.append(pa.field("meta", pa.string())),
         )
-        ids.clear()
-        texts.clear()
-        positions.clear()
-        metas.clear()
-        return batch
+        words = word_counts(batch)
+        raw = np.asarray(raws, dtype=np.int64)
+        extracted = raw >= 0
+        raw = np.where(extracted, raw, words)
+        read.docs_in += batch.num_rows
+        read.docs_out += batch.num_rows
+        read.tokens_in += int(raw.sum())
+        read.tokens_out += int(raw.sum())
+        trimmed = pc.utf8_length(pc.utf8_trim_whitespace(batch.column("text"))).fill_null(0)
+        empty = extracted & (np.asarray(trimmed.to_numpy(zero_copy_only=False)) == 0)
+        reasons = ["empty_after_extract" if e else None for e in empty.tolist()]
+        kept = apply_reasons(batch, reasons, extract, words)
+        extract.tokens_in += int(raw.sum() - words.sum())  # words in = raw words
+        extract.modified += int(extracted.sum())
+        for lst in (ids, texts, positions, metas, raws):
+            lst.clear()
+        return kept
 
     for rec in _records(path, cfg):
+        if isinstance(rec, Skip):
+            read.docs_in += 1
+            read.dropped[f"skipped_{rec.reason}"] += 1
+            continue
         if isinstance(rec, Bad):
             on_bad(rec)
             continue
@@ -134,8 +173,13 @@ def read_batches(
         metas.append(
             json.dumps(rec.meta, ensure_ascii=False, sort_keys=True, default=str) if rec.meta else ""
         )
+        raws.append(-1 if rec.raw_words is None else rec.raw_words)
         pos += 1
         if len(ids) >= cfg.batch_size:
-            yield flush()
+            batch = flush()
+            if batch.num_rows:
+                yield batch
     if ids:
-        yield flush()
+        batch = flush()
+        if batch.num_rows:
+            yield batch

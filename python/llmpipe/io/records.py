@@ -1,4 +1,4 @@
-"""What a reader yields: a document or a quarantined (bad) record with its reason and location."""
+"""What a reader yields: a document, a skipped record (holds no document), or a quarantined (bad) one."""
 
 from __future__ import annotations
 
@@ -11,6 +11,18 @@ class Doc:
     id: str | None
     text: str
     meta: dict[str, Any] = field(default_factory=dict)
+    #: whitespace-separated words of the raw content before extraction (HTML); None: ``text`` is raw
+    raw_words: int | None = None
+
+
+@dataclass(slots=True)
+class Skip:
+    """A well-formed record that holds no document (a WARC request, a non-HTML response ...).
+
+    Counted by the read stage as dropped ``skipped_<reason>``; not quarantined, since nothing is wrong.
+    """
+
+    reason: str
 
 
 @dataclass(slots=True)

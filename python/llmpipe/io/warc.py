@@ -1,0 +1,265 @@
+"""Crawl archives: WARC (and its WET/WAT flavours) through FastWARC, ARC v1 through a small parser.
+
+Each record of the archive becomes exactly one of:
+
+* a ``Doc``: an HTML response (decoded, main text extracted), a WET ``conversion`` record (already
+  text), or an HTML ``resource`` record; metadata keeps the URL, crawl date and content type;
+* a ``Skip``: a record that holds no document (warcinfo, request, metadata/WAT, revisit, non-HTML or
+  non-2xx responses), counted by the read stage as ``skipped_<reason>``;
+* a ``Bad``: a record that is cut short, too large, or that the extractor rejects (quarantined).
+
+Records stream one at a time; a record's body is read only after its declared length was checked
+against ``max_doc_bytes``, so memory is bounded by the largest accepted record, not the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
+
+from llmpipe.io.compression import GZIP_MAGIC, compression_of, open_binary
+from llmpipe.io.extract import decode, html_to_text, is_html
+from llmpipe.io.records import Bad, Doc, Skip
+
+if TYPE_CHECKING:
+    from llmpipe.io.read import ReadConfig
+
+_SKIPPED_TYPES = {  # keyed by int: the record type enum is not hashable
+    int(WarcRecordType.warcinfo): "warcinfo_record",
+    int(WarcRecordType.request): "request_record",
+    int(WarcRecordType.revisit): "revisit_record",
+    int(WarcRecordType.continuation): "continuation_record",
+}
+_CHUNK = 1 << 20
+
+
+def read_warc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
+    kind = compression_of(path)
+    # FastWARC reads plain, gzip and zstd itself; other codecs go through a Python stream.
+    source: str | BinaryIO = str(path) if kind in (None, "gzip", "zstd") else open_binary(path)
+    last_pos, n = -1, 0
+    try:
+        for rec in ArchiveIterator(
+            source,
+            record_types=WarcRecordType.any_type,
+            parse_http=False,
+            fsspec_args=False,
+        ):
+            n += 1
+            last_pos = rec.stream_pos
+            yield _warc_record(rec, n, cfg)
+    except (OSError, ValueError) as e:
+        yield Bad("truncated_or_corrupt_stream", f"after record {n}", f"{type(e).__name__}: {e}")
+        return
+    finally:
+        if not isinstance(source, str):
+            source.close()
+    problem = _tail_problem(path, kind, last_pos) if n else "no complete WARC record in the file"
+    if problem:
+        yield Bad("truncated_or_corrupt_stream", f"after record {n}", problem)
+
+
+def _warc_record(rec: WarcRecord, n: int, cfg: ReadConfig) -> Doc | Bad | Skip:
+    where = f"record {n} (byte {rec.stream_pos})"
+    rtype = rec.record_type
+    if int(rtype) in _SKIPPED_TYPES:
+        return Skip(_SKIPPED_TYPES[int(rtype)])
+    headers = rec.headers
+    ctype = headers.get("Content-Type") or ""
+    if rtype == WarcRecordType.metadata:
+        return Skip("wat_metadata_record" if ctype.startswith("application/json") else "metadata_record")
+    if rtype not in (WarcRecordType.response, WarcRecordType.resource, WarcRecordType.conversion):
+        return Skip("unknown_record")
+    if rec.content_length > cfg.max_doc_bytes:
+        return Bad(
+            "document_too_large", where, f"{rec.content_length} bytes > max_doc_bytes {cfg.max_doc_bytes}"
+        )
+    meta = {
+        "url": (headers.get("WARC-Target-URI") or "").strip("<>"),
+        "date": headers.get("WARC-Date") or "",
+    }
+    doc_id = (headers.get("WARC-Record-ID") or "").strip("<>") or None
+    charset: str | None = None
+    if rtype == WarcRecordType.response:
+        if not ctype.startswith("application/http"):
+            return Skip("non_http_response")
+        rec.parse_http()
+        status = rec.http_headers.status_code
+        if not 200 <= status < 300:
+            return Skip("http_status_not_2xx")
+        ctype, charset = rec.http_content_type or "", rec.http_charset
+    expected = rec.content_length
+    body = rec.reader.read()
+    if len(body) < expected:
+        return Bad(
+            "truncated_record", where, f"{len(body)} of {expected} bytes", body[:200].decode("latin-1")
+        )
+    meta["content_type"] = ctype.split(";", 1)[0].strip().lower()
+    if rtype == WarcRecordType.conversion:
+        try:
+            return Doc(doc_id, body.decode("utf-8"), {**meta, "record": "conversion"})
+        except UnicodeDecodeError as e:
+            return Bad("undecodable_bytes", where, str(e))
+    return _page(doc_id, body, ctype, charset, meta, where, cfg)
+
+
+def _page(
+    doc_id: str | None,
+    body: bytes,
+    ctype: str,
+    charset: str | None,
+    meta: dict[str, str],
+    where: str,
+    cfg: ReadConfig,
+) -> Doc | Bad | Skip:
+    """An HTTP payload: HTML is decoded and its main text extracted; anything else is skipped."""
+    if not is_html(ctype, body):
+        return Skip("non_html")
+    html = decode(body, charset)
+    try:
+        text = html_to_text(html, cfg.html_main_content)
+    except Exception as e:  # noqa: BLE001 - resiliparse raises its own parser errors
+        return Bad("extraction_failed", where, f"{type(e).__name__}: {e}", html[:200])
+    return Doc(doc_id, text, meta, raw_words=len(html.split()))
+
+
+def _tail_problem(path: Path, kind: str | None, last_pos: int) -> str | None:
+    """FastWARC stops quietly at a record cut inside its header: look past the last record for data."""
+    with open(path, "rb") as f:
+        f.seek(last_pos)
+        if kind == "gzip":
+            if f.read(2) != GZIP_MAGIC:
+                return None  # one gzip member for the whole file: a cut there shows as a short body
+            f.seek(last_pos)
+            d = zlib.decompressobj(wbits=31)
+            while not d.eof and (chunk := f.read(_CHUNK)):
+                d.decompress(chunk)
+            if not d.eof:
+                return None  # the last record itself is cut: reported as truncated_record
+            rest = d.unused_data + f.read(_CHUNK)
+            if rest.strip(b"\0"):
+                return f"{len(rest)}+ bytes after the last complete record at byte {last_pos} (truncated gzip member?)"
+            return None
+        if kind is not None:
+            return None
+        head = f.read(1 << 16)
+        m = re.search(rb"\r?\n\r?\n", head)
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        if m is None or length is None:
+            return None
+        end = last_pos + m.end() + int(length.group(1))
+        f.seek(end)
+        rest = f.read(_CHUNK)
+        if rest.strip():
+            return (
+                f"{len(rest)}+ bytes after the last complete record at byte {end} (truncated record header?)"
+            )
+    return None
+
+
+# -- ARC v1 --------------------------------------------------------------------------------------
+
+_ARC_HEADER = re.compile(rb"^(\S+) (\S+) (\d{14}) (\S*) (\d+)\s*$")
+
+
+def read_arc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
+    """ARC v1 (Internet Archive / early Common Crawl): ``URL IP DATE TYPE LENGTH`` then LENGTH bytes."""
+    n = 0
+    offset = 0
+    try:
+        with open_binary(path) as f:
+            while True:
+                line = f.readline(1 << 16)
+                if not line:
+                    return
+                offset += len(line)
+                if not line.strip():
+                    continue
+                n += 1
+                where = f"record {n} (byte {offset - len(line)} uncompressed)"
+                m = _ARC_HEADER.match(line)
+                if m is None:
+                    yield Bad(
+                        "invalid_arc_header",
+                        where,
+                        "expected 'URL IP DATE TYPE LENGTH'",
+                        line[:200].decode("latin-1"),
+                    )
+                    return  # without a valid length the next record cannot be found
+                url, date, ctype, length = m.group(1), m.group(3), m.group(4), int(m.group(5))
+                if length > cfg.max_doc_bytes:
+                    got = _discard(f, length)
+                    offset += got
+                    yield Bad(
+                        "document_too_large", where, f"{length} bytes > max_doc_bytes {cfg.max_doc_bytes}"
+                    )
+                    if got < length:
+                        yield Bad("truncated_record", where, f"{got} of {length} bytes")
+                        return
+                    continue
+                block = f.read(length)
+                offset += len(block)
+                if len(block) < length:
+                    yield Bad(
+                        "truncated_record",
+                        where,
+                        f"{len(block)} of {length} bytes",
+                        block[:200].decode("latin-1"),
+                    )
+                    return
+                yield _arc_record(
+                    url.decode("latin-1"), date.decode(), ctype.decode("latin-1"), block, n, where, cfg
+                )
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        yield Bad("truncated_or_corrupt_stream", f"after record {n}", f"{type(e).__name__}: {e}")
+
+
+def _discard(f: BinaryIO, length: int) -> int:
+    got = 0
+    while got < length and (chunk := f.read(min(_CHUNK, length - got))):
+        got += len(chunk)
+    return got
+
+
+def _arc_record(
+    url: str, date: str, ctype: str, block: bytes, n: int, where: str, cfg: ReadConfig
+) -> Doc | Bad | Skip:
+    if url.startswith("filedesc://"):
+        return Skip("arc_filedesc_record")
+    iso = f"{date[0:4]}-{date[4:6]}-{date[6:8]}T{date[8:10]}:{date[10:12]}:{date[12:14]}Z"
+    meta = {"url": url, "date": iso, "content_type": ctype.split(";", 1)[0].strip().lower()}
+    charset: str | None = None
+    body = block
+    if block.startswith(b"HTTP/"):
+        split = re.search(rb"\r?\n\r?\n", block)
+        head, body = (block[: split.start()], block[split.end() :]) if split else (block, b"")
+        status = head.split(None, 2)[1:2]
+        if not status or not status[0].isdigit() or not 200 <= int(status[0]) < 300:
+            return Skip("http_status_not_2xx")
+        ct = re.search(rb"(?im)^content-type:\s*([^\r\n]*)", head)
+        if ct:
+            ctype = ct.group(1).decode("latin-1")
+            cs = re.search(r"(?i)charset=([\w.:-]+)", ctype)
+            charset = cs.group(1) if cs else None
+            meta["content_type"] = ctype.split(";", 1)[0].strip().lower()
+        if body.startswith(GZIP_MAGIC):  # some crawlers kept the encoded payload
+            try:
+                body = gzip.decompress(body)
+            except (OSError, EOFError, zlib.error) as e:
+                return Bad("undecodable_bytes", where, f"gzip payload: {e}")
+    return _page(None, body, ctype, charset, meta, where, cfg)
+
+
+def _register() -> None:
+    from llmpipe.io.read import WEB_READERS
+
+    WEB_READERS.update(warc=read_warc, arc=read_arc)
+
+
+_register()
