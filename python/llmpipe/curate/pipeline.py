@@ -394,6 +394,8 @@ def _pack(
         samples_per_shard=config.pack.samples_per_shard,
         val_fraction=config.pack.val_fraction,
         provenance=provenance,
+        packing=config.pack.packing,
+        best_fit_window=config.pack.best_fit_window,
     )
     pack = StageCounts("pack")
     for i in range(len(files)):

@@ -33,6 +33,19 @@ class PackConfig:
     seq_len: int = 1024
     samples_per_shard: int = 8192
     val_fraction: float = 0.01
+    #: "concat" (one stream cut into samples, no padding but the last) or "best_fit" (documents
+    #: split only when longer than a sample; rows padded with EOS)
+    packing: str = "concat"
+    #: best_fit only: how many samples' worth of documents are packed together
+    best_fit_window: int = 512
+
+    def __post_init__(self) -> None:
+        if self.packing not in ("concat", "best_fit"):
+            raise ValueError(f"pack.packing must be 'concat' or 'best_fit', not {self.packing!r}")
+        if self.seq_len < 2:
+            raise ValueError("pack.seq_len must be at least 2")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError("pack.val_fraction must be in [0, 1)")
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -10,24 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from llmpipe.data.format import read_manifest, sha256_file
+from llmpipe.data.format import fast_fingerprint, read_manifest, sha256_file
 from llmpipe.errors import ShardError
 
 Verify = Literal["full", "fast", "none"]
-_FAST_BYTES = 1 << 20
-
-
-def fast_fingerprint(path: Path) -> str:
-    """sha256 of size + first and last MiB: catches truncation and most corruption in O(1)."""
-    h = hashlib.sha256()
-    size = path.stat().st_size
-    h.update(str(size).encode())
-    with open(path, "rb") as f:
-        h.update(f.read(_FAST_BYTES))
-        if size > _FAST_BYTES:
-            f.seek(max(_FAST_BYTES, size - _FAST_BYTES))
-            h.update(f.read())
-    return h.hexdigest()
 
 
 class ShardDataset:

@@ -4,8 +4,10 @@ A shard directory holds:
 
     manifest.json          format version, tokenizer sha256, seq_len, dtype, counts, splits, provenance
     tokenizer.json         the tokenizer the tokens were produced with
-    train-00000.arrow ...  Arrow IPC *file* format, uncompressed (memory-mapped zero-copy)
-    val-00000.arrow ...
+    train-00000.arrow ...  Arrow IPC, uncompressed (memory-mapped zero-copy), laid out so that both the
+    val-00000.arrow ...    *file* reader (pyarrow.ipc.open_file) and the *stream* reader (pyarrow.ipc.
+                           open_stream, which HF ``datasets.Dataset.from_file`` uses) open it: the IPC
+                           stream, then the file footer and trailing magic (see ``dual_ipc_bytes``)
     stats.json, report.html  the curation funnel
 
 Each shard is a table with one row per training sample:
@@ -22,11 +24,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.ipc as ipc
 
 FORMAT_NAME = "llmpipe-shards"
 FORMAT_VERSION = 1
@@ -53,6 +57,22 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     with open(path, "rb") as f:
         while block := f.read(chunk):
             h.update(block)
+    return h.hexdigest()
+
+
+_FAST_BYTES = 1 << 20
+
+
+def fast_fingerprint(path: Path) -> str:
+    """sha256 of size + first and last MiB: catches truncation and most corruption in O(1)."""
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    h.update(str(size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(_FAST_BYTES))
+        if size > _FAST_BYTES:
+            f.seek(max(_FAST_BYTES, size - _FAST_BYTES))
+            h.update(f.read())
     return h.hexdigest()
 
 
@@ -89,3 +109,47 @@ def read_manifest(directory: Path) -> dict[str, Any]:
             f"{path}: format version {manifest.get('format_version')} (this llmpipe reads {FORMAT_VERSION})"
         )
     return manifest
+
+
+_MAGIC = b"ARROW1"
+_BLOCK = 24  # flatbuffer struct Block { offset: long; metaDataLength: int; (pad); bodyLength: long }
+
+
+def dual_ipc_bytes(table: pa.Table, schema: pa.Schema) -> bytes:
+    """``table`` as Arrow IPC bytes that both the file reader and the stream reader accept.
+
+    The IPC file format is ``ARROW1\\0\\0`` + the IPC stream + footer + footer length + ``ARROW1``. The
+    file reader only needs the trailing magic and the footer (whose blocks give absolute offsets); the
+    stream reader needs the stream at offset 0. So: drop the 8 leading bytes and shift every block
+    offset in the footer by -8. Buffers stay 8-byte aligned (the stream is 8-aligned internally).
+    """
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, schema) as w:
+        w.write_table(table)
+    data = sink.getvalue().to_pybytes()
+    if data[:6] != _MAGIC or data[-6:] != _MAGIC:
+        raise ValueError("pyarrow wrote an unexpected IPC file layout")
+    (flen,) = struct.unpack_from("<i", data, len(data) - 10)
+    fstart = len(data) - 10 - flen
+    footer = bytearray(data[fstart : len(data) - 10])
+    # Footer table: root uoffset -> table; vtable via soffset; fields 2 (dictionaries), 3 (recordBatches)
+    (root,) = struct.unpack_from("<I", footer, 0)
+    (vt_rel,) = struct.unpack_from("<i", footer, root)
+    vt = root - vt_rel
+    (vt_size,) = struct.unpack_from("<H", footer, vt)
+    for field_index in (2, 3):
+        slot = 4 + 2 * field_index
+        if slot >= vt_size:
+            continue
+        (off,) = struct.unpack_from("<H", footer, vt + slot)
+        if off == 0:
+            continue
+        vec_ref = root + off
+        (rel,) = struct.unpack_from("<I", footer, vec_ref)
+        vec = vec_ref + rel
+        (n,) = struct.unpack_from("<I", footer, vec)
+        for i in range(n):
+            at = vec + 4 + i * _BLOCK
+            (offset,) = struct.unpack_from("<q", footer, at)
+            struct.pack_into("<q", footer, at, offset - 8)
+    return data[8:fstart] + bytes(footer) + data[len(data) - 10 :]

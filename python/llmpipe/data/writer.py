@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 from collections.abc import Iterable
@@ -10,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.ipc as ipc
 
 from llmpipe import __version__
 from llmpipe.data.format import (
@@ -19,19 +19,26 @@ from llmpipe.data.format import (
     MANIFEST,
     TOKENIZER_FILE,
     atomic_write_json,
+    dual_ipc_bytes,
+    fast_fingerprint,
     sha256_file,
     shard_schema,
     token_dtype,
 )
 
+PACKINGS = ("concat", "best_fit")
+
 
 class ShardWriter:
-    """Concatenate documents with EOS, cut them into samples of ``seq_len + 1`` tokens, write shards.
+    """Pack documents (each followed by EOS) into samples of ``seq_len + 1`` tokens and write shards.
 
-    Consecutive samples overlap by one token (the last target of one sample is the first input of
-    the next), so no token is lost between samples. The last partial sample is padded with EOS and
-    its ``valid`` column says how many tokens are real. Every ``val_every``-th sample goes to the
-    validation split. Files appear by atomic rename; the manifest is written last.
+    ``packing="concat"``: one stream cut into samples; consecutive samples overlap by one token (the
+    last target of one sample is the first input of the next), so no token is lost between samples
+    and only the very last sample is padded. ``packing="best_fit"``: documents are not split unless
+    longer than a sample; within a window of ``best_fit_window`` samples' worth of documents, pieces
+    are placed best-fit decreasing into samples that are padded with EOS (deterministic; no overlap).
+    Either way ``valid`` says how many tokens of a row are real. Every ``val_every``-th sample goes to
+    the validation split. Files appear by atomic rename; the manifest is written last.
     """
 
     def __init__(
@@ -45,9 +52,17 @@ class ShardWriter:
         samples_per_shard: int = 8192,
         val_fraction: float = 0.01,
         provenance: dict[str, Any] | None = None,
+        packing: str = "concat",
+        best_fit_window: int = 512,
     ) -> None:
         if seq_len < 2:
             raise ValueError("seq_len must be at least 2")
+        if packing not in PACKINGS:
+            raise ValueError(f"packing must be one of {PACKINGS}, not {packing!r}")
+        self.packing = packing
+        self.best_fit_window = max(1, best_fit_window)
+        self._pool: list[np.ndarray] = []
+        self._pool_tokens = 0
         self.out_dir = Path(out_dir)
         self.seq_len = seq_len
         self.vocab_size = vocab_size
@@ -70,6 +85,9 @@ class ShardWriter:
 
     def add_documents(self, docs: Iterable[np.ndarray]) -> None:
         """Append documents (token ids without EOS) in order; EOS is added after each."""
+        if self.packing == "best_fit":
+            self._add_best_fit(docs)
+            return
         parts = [self._buf]
         eos = np.array([self.eos_id], dtype=self.dtype)
         for d in docs:
@@ -84,6 +102,47 @@ class ShardWriter:
             idx = np.arange(n)[:, None] * self.seq_len + np.arange(width)[None, :]
             self._emit(self._buf[idx], np.full(n, width, dtype=np.int32))
             self._buf = self._buf[n * self.seq_len :]
+
+    def _add_best_fit(self, docs: Iterable[np.ndarray]) -> None:
+        width = self.seq_len + 1
+        eos = np.array([self.eos_id], dtype=self.dtype)
+        for d in docs:
+            doc = np.concatenate([np.asarray(d).astype(self.dtype, copy=False), eos])
+            self.documents += 1
+            self.tokens += len(doc)
+            for start in range(0, len(doc), width):  # a document longer than a sample is cut
+                self._pool.append(doc[start : start + width])
+                self._pool_tokens += min(width, len(doc) - start)
+            if self._pool_tokens >= self.best_fit_window * width:
+                self._drain_pool()
+
+    def _drain_pool(self) -> None:
+        """Best-fit decreasing over the pooled pieces; bins are emitted in the order they opened."""
+        width = self.seq_len + 1
+        order = sorted(range(len(self._pool)), key=lambda i: (-len(self._pool[i]), i))
+        bins: list[list[int]] = []
+        free: list[tuple[int, int]] = []  # (space left, bin index), sorted
+        for i in order:
+            n = len(self._pool[i])
+            at = bisect.bisect_left(free, (n, -1))
+            if at < len(free):
+                space, b = free.pop(at)
+                bins[b].append(i)
+                if space - n > 0:
+                    bisect.insort(free, (space - n, b))
+            else:
+                bins.append([i])
+                if width - n > 0:
+                    bisect.insort(free, (width - n, len(bins) - 1))
+        rows = np.full((len(bins), width), self.eos_id, dtype=self.dtype)
+        valid = np.zeros(len(bins), dtype=np.int32)
+        for b, members in enumerate(bins):
+            row = np.concatenate([self._pool[i] for i in sorted(members)])
+            rows[b, : len(row)] = row
+            valid[b] = len(row)
+            self.padding += width - len(row)
+        self._pool, self._pool_tokens = [], 0
+        self._emit(rows, valid)
 
     def _emit(self, samples: np.ndarray, valid: np.ndarray) -> None:
         for row, v in zip(samples, valid, strict=True):
@@ -114,9 +173,9 @@ class ShardWriter:
             schema=self.schema,
         )
         tmp = path.with_name(f".{name}.tmp-{os.getpid()}")
-        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, self.schema) as w:
-            w.write_table(table)
-        with open(tmp, "rb") as f:
+        with open(tmp, "wb") as f:
+            f.write(dual_ipc_bytes(table, self.schema))
+            f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
         self._shards[split].append(
@@ -126,11 +185,14 @@ class ShardWriter:
                 "tokens": int(valid.sum()),
                 "bytes": path.stat().st_size,
                 "sha256": sha256_file(path),
+                "fast_sha256": fast_fingerprint(path),
             }
         )
 
     def close(self) -> dict[str, Any]:
         """Pad and write the last sample, flush every split, write manifest.json last."""
+        if self._pool:
+            self._drain_pool()
         if len(self._buf) > 1:
             width = self.seq_len + 1
             valid = len(self._buf)
@@ -148,6 +210,7 @@ class ShardWriter:
             "llmpipe_version": __version__,
             "seq_len": self.seq_len,
             "dtype": self.dtype.name,
+            "packing": self.packing,
             "tokenizer": {
                 "file": TOKENIZER_FILE,
                 "sha256": sha256_file(tok_path) if tok_path.exists() else None,
