@@ -1,9 +1,11 @@
 """HTML -> main text: charset detection and decoding, then resiliparse's main-content extraction.
 
-Decoding follows the web's order of evidence: a byte-order mark, then the charset the HTTP header
-declares (if the bytes actually decode with it), then the page's ``<meta charset>``, then statistical
-detection (uchardet through resiliparse). Names are mapped to their WHATWG equivalents, so a page
-labelled ``gb2312`` is decoded as GBK and ``iso-8859-1`` as windows-1252, as browsers do.
+Decoding follows the web's order of evidence, with one exception: a byte-order mark; then UTF-8 if
+the bytes are valid UTF-8 (a page whose header says iso-8859-1 but whose bytes are UTF-8 is, in
+practice, UTF-8: this check costs one strict decode and saves a lot of mojibake); then the charset the
+HTTP header declares (if the bytes decode with it), then the page's ``<meta charset>``, then
+statistical detection (uchardet through resiliparse). Names are mapped to their WHATWG equivalents, so
+a page labelled ``gb2312`` is decoded as GBK and ``iso-8859-1`` as windows-1252, as browsers do.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ def charset_of(body: bytes, declared: str | None = None) -> str:
     for bom, name in _BOMS:
         if body.startswith(bom):
             return name
+    if _decodes(body, "utf-8"):
+        return "utf-8"
     if declared:
         name = map_encoding_to_html5(declared.strip().strip("\"'"))
         if name and _decodes(body, name):
@@ -54,6 +58,11 @@ def _decodes(body: bytes, name: str) -> bool:
 
 def decode(body: bytes, declared: str | None = None) -> str:
     """Bytes of a web page as text; never raises on bad bytes (falls back, then replaces)."""
+    if not body.startswith(_BOMS[1][0]) and not body.startswith(_BOMS[2][0]):
+        try:
+            return body.decode("utf-8").removeprefix("\ufeff")  # the common case, decoded once
+        except UnicodeDecodeError:
+            pass
     return bytes_to_str(body, charset_of(body, declared), errors="replace", strip_bom=True)
 
 

@@ -6,6 +6,7 @@ import json
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import zstandard
 
@@ -13,12 +14,25 @@ from llmpipe.io.compression import open_binary
 from llmpipe.io.records import Bad, Doc
 
 
-def read_jsonl(path: Path, text_field: str = "text", id_field: str = "id") -> Iterator[Doc | Bad]:
+def read_jsonl(
+    path: Path, text_field: str = "text", id_field: str = "id", max_doc_bytes: int = 20_000_000
+) -> Iterator[Doc | Bad]:
+    # A line may hold escapes (ASCII-only JSON doubles CJK text); longer lines are never held whole.
+    limit = 2 * max_doc_bytes + 65536
     lineno = 0
     try:
         with open_binary(path) as f:
-            for raw in f:
+            while raw := f.readline(limit + 1):
                 lineno += 1
+                if len(raw) > limit and not raw.endswith(b"\n"):
+                    size = len(raw) + _skip_line(f)
+                    yield Bad(
+                        "document_too_large",
+                        f"line {lineno}",
+                        f"a line of {size} bytes",
+                        raw[:200].decode("latin-1"),
+                    )
+                    continue
                 if not raw.strip():
                     continue
                 try:
@@ -47,3 +61,13 @@ def read_jsonl(path: Path, text_field: str = "text", id_field: str = "id") -> It
     except (EOFError, zlib.error, OSError, zstandard.ZstdError) as e:
         # a truncated or corrupt compressed stream: what was read so far is kept
         yield Bad("truncated_or_corrupt_stream", f"after line {lineno}", f"{type(e).__name__}: {e}")
+
+
+def _skip_line(f: BinaryIO) -> int:
+    """Consume the rest of an over-long line in bounded chunks; returns the bytes skipped."""
+    n = 0
+    while chunk := f.readline(1 << 20):
+        n += len(chunk)
+        if chunk.endswith(b"\n"):
+            break
+    return n

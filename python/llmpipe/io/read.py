@@ -64,7 +64,7 @@ def _records(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
         import llmpipe.io.warc  # noqa: F401 - registers the crawl readers (FastWARC loads only when needed)
 
     if fmt == "jsonl":
-        yield from read_jsonl(path, cfg.text_field, cfg.id_field)
+        yield from read_jsonl(path, cfg.text_field, cfg.id_field, cfg.max_doc_bytes)
     elif fmt == "parquet":
         yield from read_parquet(path, cfg.text_field, cfg.id_field)
     elif fmt == "text":

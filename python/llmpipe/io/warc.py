@@ -41,25 +41,23 @@ _CHUNK = 1 << 20
 
 def read_warc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
     kind = compression_of(path)
-    # FastWARC reads plain, gzip and zstd itself; other codecs go through a Python stream.
-    source: str | BinaryIO = str(path) if kind in (None, "gzip", "zstd") else open_binary(path)
+    # FastWARC detects plain, gzip and zstd from the bytes of a file object (from a path it goes by the
+    # name); other codecs are decompressed in Python first.
+    source: BinaryIO = open(path, "rb") if kind in (None, "gzip", "zstd") else open_binary(path)  # noqa: SIM115
     last_pos, n = -1, 0
-    try:
-        for rec in ArchiveIterator(
-            source,
-            record_types=WarcRecordType.any_type,
-            parse_http=False,
-            fsspec_args=False,
-        ):
-            n += 1
-            last_pos = rec.stream_pos
-            yield _warc_record(rec, n, cfg)
-    except (OSError, ValueError) as e:
-        yield Bad("truncated_or_corrupt_stream", f"after record {n}", f"{type(e).__name__}: {e}")
-        return
-    finally:
-        if not isinstance(source, str):
-            source.close()
+    with source:
+        records = iter(ArchiveIterator(source, record_types=WarcRecordType.any_type, parse_http=False))
+        while True:
+            try:
+                rec = next(records)
+                n += 1
+                last_pos = rec.stream_pos
+                yield _warc_record(rec, n, cfg)
+            except StopIteration:
+                break
+            except (OSError, ValueError) as e:  # a corrupt stream, in a header or in a body
+                yield Bad("truncated_or_corrupt_stream", f"record {n + 1}", f"{type(e).__name__}: {e}")
+                return
     problem = _tail_problem(path, kind, last_pos) if n else "no complete WARC record in the file"
     if problem:
         yield Bad("truncated_or_corrupt_stream", f"after record {n}", problem)
