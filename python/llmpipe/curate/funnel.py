@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from llmpipe.curate.stage import StageCounts
+from llmpipe.curate.workdir import fault_point
 from llmpipe.data.format import MANIFEST, atomic_write_bytes, atomic_write_json
 
 SHARD_GLOBS = ("train-*.arrow", "val-*.arrow")
@@ -67,10 +68,12 @@ def write_outputs(
                 f.unlink()
     for name in sorted(new):
         os.replace(staging / name, out / name)
+        fault_point(f"moved {name}")
     os.replace(staging / "tokenizer.json", out / "tokenizer.json")
     lines = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in quarantine)
     atomic_write_bytes(out / "quarantine.jsonl", lines.encode())
     atomic_write_json(out / "stats.json", stats)
+    fault_point("stats")
     try:
         from llmpipe.curate.report import write_report
     except ImportError:

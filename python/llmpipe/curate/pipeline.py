@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from llmpipe import __version__
 from llmpipe.curate.settings import CurateConfig
 from llmpipe.curate.stage import DOC_SCHEMA, DocStage, GlobalStage, StageCounts, apply_reasons, word_counts
-from llmpipe.curate.workdir import AtomicParquetWriter, WorkDir, fingerprint, write_table_atomic
+from llmpipe.curate.workdir import AtomicParquetWriter, WorkDir, fault_point, fingerprint, write_table_atomic
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, atomic_write_json, sha256_file
 from llmpipe.errors import InputError
 from llmpipe.io.discover import discover
@@ -91,7 +91,11 @@ class LocalExecutor:
     def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str) -> list[Any]:
         from tqdm import tqdm
 
-        return [fn(*a) for a in tqdm(args, desc=desc, unit="file", disable=not self.progress, leave=False)]
+        out = []
+        for j, a in enumerate(tqdm(args, desc=desc, unit="file", disable=not self.progress, leave=False)):
+            out.append(fn(*a))
+            fault_point(f"{desc}#{j}")
+        return out
 
 
 # -- per-input steps (run by any executor) ------------------------------------------------------
@@ -162,9 +166,11 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
         docs_out.write(batch)
         if keys_out is not None and seg.ends_with is not None:
             keys_out.write(seg.ends_with.prepare(batch))
+    fault_point(f"segment {k}#{i} written")  # outputs complete, not yet renamed into place
     docs_out.commit(DOCS_SCHEMA)
     if keys_out is not None:
         keys_out.commit(pa.schema([("id", pa.string())]))
+    fault_point(f"segment {k}#{i} committed")  # outputs in place, marker not yet written
     result = {
         "counts": [c.to_dict() for c in counts + stage_counts],
         "quarantine": bad,
@@ -180,6 +186,7 @@ def resolve_global(job: Job, k: int) -> None:
         return
     stage = segments_of(stages_of(job))[k].ends_with
     assert stage is not None
+    shutil.rmtree(work.global_dir(k))  # leftovers of a killed resolve are not inputs to this one
     files = [work.keys(k, i) for i in range(len(job.files))]
     drops = stage.resolve([f for f in files if pq.read_metadata(f).num_rows > 0], work.global_dir(k))
     write_table_atomic(work.drops(k), drops)
@@ -308,14 +315,17 @@ def run_curate(
         shutil.copyfile(tokenizer_file, tok_path)
     elif not tok_path.exists():
         _train_tokenizer(config, work, k_last, len(files), tok_path, log)
+        fault_point("tokenizer")
     markers = executor.map(
         tokenize_input, [(job, k_last, i, str(tok_path)) for i in range(len(files))], "tokenize"
     )
     _merge_counts(markers, counts, order)
 
     stats = _pack(job, config, work, out, tok_path, counts, order, quarantine, formats, files, keys, log)
+    fault_point("outputs")
     if not keep_work:
         work.remove()
+    fault_point("work removed")
     atomic_write_json(done, {"fingerprint": fp})
     return stats
 

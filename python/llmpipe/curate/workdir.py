@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,13 @@ import pyarrow.parquet as pq
 from llmpipe.data.format import atomic_write_json
 
 WORK = ".llmpipe-work"
+FAULT_ENV = "LLMPIPE_FAULT_AFTER"
+
+
+def fault_point(name: str) -> None:
+    """Crash-safety test hook: ``LLMPIPE_FAULT_AFTER=<name>`` SIGKILLs this process when it gets here."""
+    if os.environ.get(FAULT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def fingerprint(files: list[Path], keys: list[str], config: dict[str, Any], extra: dict[str, Any]) -> str:
@@ -77,6 +85,9 @@ class WorkDir:
         return d
 
     def remove(self) -> None:
+        # The stamp goes first: a kill half-way through rmtree must not leave markers whose outputs
+        # are gone behind a valid stamp (a re-run then discards the remains and starts over).
+        (self.root / "fingerprint.json").unlink(missing_ok=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
