@@ -1,0 +1,1 @@
+"""The trainer: FSDP2 pretraining on llmpipe shards (see docs/training.md)."""

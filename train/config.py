@@ -1,0 +1,201 @@
+"""The run's typed configuration: one dataclass per component, loaded from YAML plus ``--key=value``.
+
+``configs/train/*.yaml`` holds sections (model, data, optim, parallel, train, checkpoint, guard, metrics,
+debug). Every key not given takes the default below. Unknown keys and wrong types are a ConfigError, in
+the file and in overrides alike. An override is ``--section.key=value`` or, when the key name is unique
+across sections, ``--key=value``; the value is parsed as YAML (``--train.steps=20``, ``--doc_mask=true``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from llmpipe.config import from_dict, load_yaml, to_dict
+from llmpipe.errors import ConfigError
+
+from train.model import ModelConfig
+
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+@dataclass
+class DataConfig:
+    path: Path | None = None  # the shard directory (``--data``)
+    batch_size: int = 8  # sequences per rank per micro-batch
+    seed: int = 0  # data order
+    verify: Literal["full", "fast", "none"] = "fast"
+    prefetch: int = 4
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-4  # peak learning rate
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1  # matrices only: never norms or biases
+    decay_embeddings: bool = False  # whether the embedding (and a tied output) matrix decays
+    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
+    warmup_steps: int = 100  # linear warmup from 0, then cosine to min_lr_ratio * lr at train.steps
+    min_lr_ratio: float = 0.1
+    fused: bool = False  # fused AdamW kernel (CUDA)
+
+
+@dataclass
+class ParallelConfig:
+    sharding: Literal["full", "hybrid", "none"] = "full"  # FSDP / HSDP (2-D mesh) / replicate
+    shard_size: int = 0  # hybrid: ranks per shard group (0: ranks per node = LOCAL_WORLD_SIZE)
+    mixed_precision: Literal["bf16", "fp32"] = "bf16"  # bf16 params in compute, fp32 reductions
+    activation_checkpointing: bool = False
+    compile: bool = False  # torch.compile each block
+    backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on CUDA, gloo on CPU
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+@dataclass
+class LoopConfig:
+    steps: int = 100  # optimizer steps
+    grad_accum: int = 1  # micro-batches per optimizer step
+    seed: int = 0  # weight init
+    log_every: int = 10
+    val_every: int = 50  # 0: only at the end
+    val_batches: int = 4  # per rank
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 0  # steps between checkpoints; 0: only the final one
+    keep: int = 3  # keep the last K checkpoints
+    async_save: bool = True  # periodic saves in the background on a dedicated gloo group
+    resume: bool = True  # resume from the latest checkpoint in RUN_DIR/checkpoints
+
+
+@dataclass
+class GuardConfig:
+    enabled: bool = True
+    factor: float = 3.0  # a loss above factor x running average is a spike
+    warmup: int = 20  # steps before the guard judges
+    ema: float = 0.95  # running average weight
+    max_spikes: int = 3  # consecutive spikes before rolling back to the last checkpoint
+
+
+@dataclass
+class MetricsConfig:
+    tensorboard: bool = True
+    peak_tflops: float = 0.0  # per device, for MFU; 0: looked up from the device name (docs/training.md)
+
+
+@dataclass
+class DebugConfig:
+    inject_spike_at_step: list[int] = field(default_factory=list)  # scale the loss x1000 at these steps
+    inject_spike_repeat: int = 1  # batches spiked at each such step (>= guard.max_spikes: rollback)
+    stop_after_step: int = 0  # exit after this step as if killed (after any checkpoint due); 0: off
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    train: LoopConfig = field(default_factory=LoopConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+
+
+def _sections() -> dict[str, set[str]]:
+    return {
+        f.name: {g.name for g in dataclasses.fields(f.default_factory())}  # type: ignore[misc]
+        for f in dataclasses.fields(RunConfig)
+    }
+
+
+def apply_override(data: dict[str, Any], item: str) -> None:
+    """Apply ``section.key=value`` or ``key=value`` (unique key) to the raw config mapping."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r}: expected --key=value or --section.key=value")
+    key, raw = item.split("=", 1)
+    sections = _sections()
+    if "." in key:
+        section, name = key.split(".", 1)
+        if section not in sections:
+            raise ConfigError(f"override {item!r}: no section {section!r} (have {sorted(sections)})")
+    else:
+        owners = [s for s, names in sections.items() if key in names]
+        if len(owners) != 1:
+            where = f"in sections {owners}" if owners else "in no section"
+            raise ConfigError(f"override {item!r}: key {key!r} is {where}; write --section.{key}=...")
+        section, name = owners[0], key
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {item!r}: value is not valid YAML ({e})") from e
+    if isinstance(value, str) and _FLOAT.match(value):  # YAML 1.1 reads 1e-3 as a string
+        value = float(value)
+    sect = data.setdefault(section, {})
+    if not isinstance(sect, dict):
+        raise ConfigError(f"config section {section!r} must be a mapping")
+    sect[name] = value
+
+
+def load_config(path: str | Path | None, overrides: list[str]) -> RunConfig:
+    data: dict[str, Any] = load_yaml(path) if path is not None else {}
+    for item in overrides:
+        apply_override(data, item)
+    return from_dict(RunConfig, data, "config")
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, RunConfig]:
+    p = argparse.ArgumentParser(
+        prog="pretrain.py",
+        description="Train a decoder on llmpipe shards (run under torchrun).",
+        epilog="Any other --section.key=value (or unique --key=value) overrides the config.",
+    )
+    p.add_argument("--config", type=Path, default=None, help="YAML config (configs/train/*.yaml)")
+    p.add_argument("--data", type=Path, default=None, help="shard directory written by `llmpipe curate`")
+    p.add_argument("--out", type=Path, required=True, help="run directory: checkpoints, logs, config")
+    args, rest = p.parse_known_args(argv)
+    overrides = []
+    for item in rest:
+        if not item.startswith("--"):
+            raise ConfigError(f"unexpected argument {item!r}; overrides look like --section.key=value")
+        overrides.append(item[2:])
+    cfg = load_config(args.config, overrides)
+    if args.data is not None:
+        cfg.data.path = args.data
+    if cfg.data.path is None:
+        raise ConfigError("no shard directory: pass --data DIR (or set data.path in the config)")
+    validate(cfg)
+    return args, cfg
+
+
+def validate(cfg: RunConfig) -> None:
+    checks = [
+        (cfg.train.steps > 0, "train.steps must be positive"),
+        (cfg.train.grad_accum > 0, "train.grad_accum must be positive"),
+        (cfg.data.batch_size > 0, "data.batch_size must be positive"),
+        (cfg.checkpoint.keep > 0, "checkpoint.keep must be at least 1"),
+        (0 <= cfg.optim.min_lr_ratio <= 1, "optim.min_lr_ratio must be in [0, 1]"),
+        (cfg.guard.factor > 1, "guard.factor must be above 1"),
+        (cfg.train.log_every > 0, "train.log_every must be positive"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ConfigError(msg)
+
+
+def dump(cfg: RunConfig) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def from_saved(data: dict[str, Any]) -> RunConfig:
+    """The config saved in a run directory (``config.yaml``)."""
+    return from_dict(RunConfig, data, "saved config")

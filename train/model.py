@@ -1,0 +1,213 @@
+"""A Llama-style decoder in one file: RMSNorm, rotary embeddings, SwiGLU, SDPA attention.
+
+Read top to bottom: ``ModelConfig`` -> ``RMSNorm`` -> rotary helpers -> ``Attention`` -> ``FeedForward``
+-> ``Block`` -> ``Transformer``. The parameter names and the rotary layout (``rotate_half``, as in HF
+``LlamaForCausalLM``) are chosen so that export to transformers is a renaming, never a permutation.
+
+The model is built on the meta device by the trainer, sharded, then materialised with ``to_empty`` and
+``init_weights`` so that no rank ever holds the full unsharded weights in memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+@dataclass
+class ModelConfig:
+    dim: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # None: n_heads (multi-head); fewer: grouped-query attention
+    ffn_hidden: int | None = None  # None: 8/3 * dim rounded up to multiple_of
+    multiple_of: int = 32
+    vocab_size: int | None = None  # None: taken from the shards' manifest
+    max_seq_len: int | None = None  # None: the shards' seq_len
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    tie_embeddings: bool = False
+    doc_mask: bool = False  # mask attention across the documents packed into one row
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.dim % self.n_heads:
+            raise ValueError(f"dim {self.dim} is not a multiple of n_heads {self.n_heads}")
+        if self.n_heads % self.kv_heads:
+            raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.kv_heads}")
+        if (self.dim // self.n_heads) % 2:
+            raise ValueError("the head dimension must be even for rotary embeddings")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def hidden(self) -> int:
+        if self.ffn_hidden is not None:
+            return self.ffn_hidden
+        h = int(8 * self.dim / 3)
+        return self.multiple_of * math.ceil(h / self.multiple_of)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * self.weight.float()).type_as(x)
+
+    def init_weights(self) -> None:
+        nn.init.ones_(self.weight)
+
+
+def rope_tables(head_dim: int, seq_len: int, theta: float, device: torch.device) -> torch.Tensor:
+    """cos and sin for every position, stacked: [2, seq_len, head_dim] (halves repeated, HF layout)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return torch.stack([angles.cos(), angles.sin()])
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([-b, a], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    """x: [B, H, L, D]; rope: [2, L, D]. Computed in fp32, returned in x's dtype."""
+    cos, sin = rope[0], rope[1]
+    xf = x.float()
+    return (xf * cos + rotate_half(xf) * sin).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
+        self.wq = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.dim, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.dim, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.wq(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, rope), apply_rope(k, rope)
+        if self.kv_heads != self.n_heads:  # grouped-query attention: share each k/v head
+            rep = self.n_heads // self.kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.wo(y.transpose(1, 2).reshape(b, n, -1))
+
+
+class FeedForward(nn.Module):
+    """SwiGLU: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(cfg.dim, cfg.hidden, bias=False)
+        self.w3 = nn.Linear(cfg.dim, cfg.hidden, bias=False)
+        self.w2 = nn.Linear(cfg.hidden, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rope, mask)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        if cfg.vocab_size is None or cfg.max_seq_len is None:
+            raise ValueError(
+                "vocab_size and max_seq_len must be set (the trainer fills them from the shards)"
+            )
+        self.cfg = cfg
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        self.register_buffer("rope", torch.empty(2, cfg.max_seq_len, cfg.head_dim), persistent=False)
+        self.activation_checkpointing = False
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Fill every parameter and buffer (after ``to_empty``): N(0, std), output projections scaled
+        down by sqrt(2 * n_layers) as in GPT-2, norms at one, rotary tables recomputed."""
+        std = self.cfg.init_std
+        self.rope.copy_(
+            rope_tables(self.cfg.head_dim, self.cfg.max_seq_len or 0, self.cfg.rope_theta, self.rope.device)
+        )
+        nn.init.normal_(self.tok_embeddings.weight, std=std)
+        for block in self.layers:
+            assert isinstance(block, Block)
+            for lin in (block.attn.wq, block.attn.wk, block.attn.wv, block.ffn.w1, block.ffn.w3):
+                nn.init.normal_(lin.weight, std=std)
+            for lin in (block.attn.wo, block.ffn.w2):
+                nn.init.normal_(lin.weight, std=std / math.sqrt(2 * self.cfg.n_layers))
+            block.attn_norm.init_weights()
+            block.ffn_norm.init_weights()
+        self.norm.init_weights()
+        if not self.cfg.tie_embeddings:
+            nn.init.normal_(self.output.weight, std=std)
+
+    def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [B, L] -> logits [B, L, vocab] (fp32). ``doc_ids`` masks attention across documents."""
+        n = tokens.shape[1]
+        rope = self.rope[:, :n]
+        mask = None
+        if self.cfg.doc_mask and doc_ids is not None:
+            causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
+            same_doc = doc_ids[:, :, None] == doc_ids[:, None, :]
+            mask = (causal & same_doc)[:, None]  # [B, 1, L, L], True = may attend
+        h = self.tok_embeddings(tokens)
+        for block in self.layers:
+            if self.activation_checkpointing and self.training:
+                h = checkpoint(block, h, rope, mask, use_reentrant=False)
+            else:
+                h = block(h, rope, mask)
+        return self.output(self.norm(h)).float()
+
+
+def count_params(model: nn.Module, *, exclude_embeddings: bool = False) -> int:
+    """Parameters (each shared tensor once); DTensor shards count at their full size."""
+    seen: set[int] = set()
+    total = 0
+    for name, p in model.named_parameters():
+        if id(p) in seen or (exclude_embeddings and "tok_embeddings" in name):
+            continue
+        seen.add(id(p))
+        total += p.numel()
+    return total

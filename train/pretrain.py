@@ -1,0 +1,123 @@
+"""Pretrain a decoder on llmpipe shards.
+
+    torchrun --nproc_per_node=N train/pretrain.py --data SHARDS --config configs/train/tiny.yaml --out RUN
+
+Composes the parts: config -> process group -> data -> model (meta init, FSDP2, weights) -> optimizer ->
+checkpoint (resume from the latest) -> the loop. See docs/training.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script (torchrun train/pretrain.py): import `train` from the repo
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+import torch.distributed as dist
+from llmpipe.data import ShardDataset, TokenLoader
+from llmpipe.errors import LlmpipeError
+
+from train.checkpoint import Checkpointer
+from train.config import RunConfig, dump, parse_args
+from train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
+from train.model import Transformer, count_params
+from train.optim import build_optimizer, build_scheduler
+from train.parallel import Dist, apply_fsdp, init_distributed
+from train.trainer import Trainer
+
+
+def build_model(cfg: RunConfig, d: Dist) -> Transformer:
+    """Build on the meta device, shard, then allocate only this rank's shards and initialise them."""
+    with torch.device("meta"):
+        model = Transformer(cfg.model)
+    apply_fsdp(model, cfg.parallel, d.mesh)
+    model.to_empty(device=d.device)
+    torch.manual_seed(cfg.train.seed)
+    model.init_weights()
+    return model
+
+
+def run(cfg: RunConfig, out: Path) -> None:
+    d = init_distributed(cfg.parallel)
+    assert cfg.data.path is not None
+    train_ds = ShardDataset(cfg.data.path, "train", verify=cfg.data.verify)
+    val_ds = ShardDataset(cfg.data.path, "val", verify=cfg.data.verify)
+    cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
+    cfg.model.max_seq_len = cfg.model.max_seq_len or train_ds.seq_len
+    if cfg.model.vocab_size < train_ds.vocab_size or cfg.model.max_seq_len < train_ds.seq_len:
+        raise LlmpipeError(
+            f"model vocab {cfg.model.vocab_size} / max_seq_len {cfg.model.max_seq_len} is smaller than the "
+            f"shards' vocab {train_ds.vocab_size} / seq_len {train_ds.seq_len}"
+        )
+    need = cfg.data.batch_size * d.world_size
+    if len(train_ds) < need:
+        raise LlmpipeError(
+            f"{cfg.data.path}: {len(train_ds)} training samples, fewer than one global batch ({need} = "
+            f"data.batch_size {cfg.data.batch_size} x {d.world_size} ranks); lower --data.batch_size"
+        )
+    model = build_model(cfg, d)
+    n_params = count_params(model)
+    n_dense = count_params(model, exclude_embeddings=True)
+    if d.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(dump(cfg))
+        print(dump(cfg), end="")
+        print(
+            f"parameters: {n_params:,} ({n_dense:,} without the embedding) | ranks: {d.world_size} on "
+            f"{d.device.type} | mesh: {tuple(d.mesh.shape)} | train samples: {len(train_ds):,}",
+            flush=True,
+        )
+    optimizer = build_optimizer(model, cfg.optim)
+    scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps)
+    loader = TokenLoader(
+        train_ds,
+        cfg.data.batch_size,
+        rank=d.rank,
+        world_size=d.world_size,
+        seed=cfg.data.seed,
+        device=d.device,
+        prefetch=cfg.data.prefetch,
+    )
+    ckpt = Checkpointer(out, cfg.checkpoint, rank=d.rank, world_size=d.world_size)
+    fpt = flops_per_token(cfg.model, n_dense, train_ds.seq_len)
+    metrics = MetricsWriter(out, enabled=d.is_main, tensorboard=cfg.metrics.tensorboard)
+    trainer = Trainer(
+        cfg,
+        d,
+        model,
+        optimizer,
+        scheduler,
+        loader,
+        val_ds,
+        ckpt,
+        metrics,
+        Throughput(fpt, d.world_size, peak_tflops(d.device, cfg.metrics.peak_tflops)),
+    )
+    latest = ckpt.latest() if cfg.checkpoint.resume else None
+    if latest is not None:
+        trainer.restore(latest)
+        if d.is_main:
+            print(f"resumed from {latest} at step {trainer.step}", flush=True)
+    try:
+        trainer.fit()
+    finally:
+        metrics.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args, cfg = parse_args(argv)
+        run(cfg, args.out)
+    except LlmpipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

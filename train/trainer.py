@@ -1,0 +1,212 @@
+"""The training loop: gradient accumulation, the spike guard, logging, validation and checkpoints."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from llmpipe.data import Batch, ShardDataset, TokenLoader
+from torch import nn
+
+from train.checkpoint import Checkpointer
+from train.config import RunConfig
+from train.guard import SpikeGuard
+from train.metrics import MetricsWriter, Throughput, peak_memory_mib
+from train.optim import clip_grad_norm
+from train.parallel import Dist, all_reduce_sum
+
+SPIKE_SCALE = 1000.0  # debug.inject_spike_at_step multiplies the loss by this
+
+
+@dataclass
+class StepResult:
+    loss: float  # mean over every target token of the step, all ranks
+    tokens: int  # target tokens of the step, all ranks
+    decision: str
+    grad_norm: float | None
+
+
+class Trainer:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        d: Dist,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        loader: TokenLoader,
+        val_ds: ShardDataset | None,
+        checkpointer: Checkpointer,
+        metrics: MetricsWriter,
+        throughput: Throughput,
+    ) -> None:
+        self.cfg, self.d, self.model = cfg, d, model
+        self.optimizer, self.scheduler, self.loader = optimizer, scheduler, loader
+        self.val_ds, self.ckpt, self.metrics, self.throughput = val_ds, checkpointer, metrics, throughput
+        self.guard = SpikeGuard(cfg.guard)
+        self.step = 0  # optimizer steps done
+        self.injected: dict[int, int] = {}
+        self.history: list[tuple[int, float]] = []
+
+    # -- state ----------------------------------------------------------------------------------
+    def train_state(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "scheduler": self.scheduler.state_dict(),
+            "loader": self.loader.state_dict(),
+            "guard": self.guard.state_dict(),
+        }
+
+    def restore(self, path: Path, *, rollback: bool = False) -> None:
+        saved = self.ckpt.load(path, self.model, self.optimizer, restore_rng=not rollback)
+        self.step = saved["step"]
+        self.scheduler.load_state_dict(saved["scheduler"])
+        self.guard.load_state_dict(saved["guard"])
+        if not rollback:  # a rollback keeps the loader where it is: the data after the spike is skipped
+            self.loader.load_state_dict(saved["loader"])
+
+    def save(self, *, blocking: bool) -> None:
+        self.ckpt.save(self.step, self.model, self.optimizer, self.train_state(), blocking=blocking)
+
+    # -- one optimizer step ---------------------------------------------------------------------------
+    def _loss_scale(self) -> float:
+        hits = self.injected.get(self.step, 0)
+        if self.step in self.cfg.debug.inject_spike_at_step and hits < self.cfg.debug.inject_spike_repeat:
+            self.injected[self.step] = hits + 1
+            return SPIKE_SCALE
+        return 1.0
+
+    def train_step(self, batches: list[Batch]) -> StepResult:
+        local_tokens = sum(int((b.target != -100).sum()) for b in batches)
+        (global_tokens,) = all_reduce_sum([local_tokens], self.d.device)
+        # FSDP averages gradients over ranks; scale so that the result is the mean over all tokens
+        norm = self.d.world_size / max(global_tokens, 1.0)
+        scale = self._loss_scale()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.d.device)
+        for b in batches:
+            logits = self.model(b.input, b.doc_ids)
+            loss = F.cross_entropy(
+                logits.flatten(0, 1), b.target.flatten(), ignore_index=-100, reduction="sum"
+            )
+            loss = loss * scale
+            (loss * norm).backward()
+            loss_sum += loss.detach().double()
+        (total,) = all_reduce_sum([float(loss_sum)], self.d.device)
+        mean = total / max(global_tokens, 1.0)
+        decision = self.guard.check(mean)
+        grad_norm = None
+        if decision == "ok":
+            grad_norm = float(clip_grad_norm(self.model, self.cfg.optim.grad_clip))
+            self.optimizer.step()
+            self.scheduler.step()
+            self.step += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepResult(mean, int(global_tokens), decision, grad_norm)
+
+    # -- validation ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def validate(self) -> float | None:
+        ds = self.val_ds
+        batch = min(self.cfg.data.batch_size, len(ds) // self.d.world_size) if ds is not None else 0
+        if ds is None or batch == 0:
+            return None
+        loader = TokenLoader(
+            ds,
+            batch,
+            rank=self.d.rank,
+            world_size=self.d.world_size,
+            seed=0,
+            device=self.d.device,
+            prefetch=1,
+            infinite=False,
+        )
+        self.model.eval()
+        loss, tokens = 0.0, 0
+        for i, b in enumerate(loader):
+            if i >= self.cfg.train.val_batches:
+                break
+            logits = self.model(b.input, b.doc_ids)
+            loss += float(F.cross_entropy(logits.flatten(0, 1), b.target.flatten(), reduction="sum"))
+            tokens += int((b.target != -100).sum())
+        self.model.train()
+        total, count = all_reduce_sum([loss, tokens], self.d.device)
+        return total / max(count, 1.0)
+
+    # -- the loop -------------------------------------------------------------------------------------
+    def _batches(self) -> Iterator[list[Batch]]:
+        it = iter(self.loader)
+        while True:
+            yield [next(it) for _ in range(self.cfg.train.grad_accum)]
+
+    def fit(self) -> None:
+        cfg, log = self.cfg, self.d.is_main
+        steps = cfg.train.steps
+        self.model.train()
+        if self.step == 0:
+            self.record({"val_loss": self.validate()})
+        batches = self._batches()
+        t0 = time.perf_counter()
+        while self.step < steps:
+            step_before = self.step
+            res = self.train_step(next(batches))
+            self.throughput.add(res.tokens)
+            self.ckpt.poll()
+            if res.decision != "ok":
+                self._on_spike(res)
+                continue
+            self.history.append((self.step, res.loss))
+            if self.step % cfg.train.log_every == 0 or self.step == steps or step_before == 0:
+                rec = {"loss": res.loss, "lr": self.scheduler.get_last_lr()[0], "grad_norm": res.grad_norm}
+                rec.update(self.throughput.tick())
+                rec["peak_mem_mib"] = peak_memory_mib(self.d.device)
+                rec["spikes"] = self.guard.total_spikes
+                self.record(rec)
+            if cfg.train.val_every and self.step % cfg.train.val_every == 0 and self.step != steps:
+                self.record({"val_loss": self.validate()})
+            if cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0 and self.step != steps:
+                self.save(blocking=False)
+            if cfg.debug.stop_after_step and self.step >= cfg.debug.stop_after_step:
+                if log:
+                    print(
+                        f"debug.stop_after_step={cfg.debug.stop_after_step}: stopping as if killed",
+                        flush=True,
+                    )
+                self.ckpt.close()
+                return
+        self.record({"val_loss": self.validate()})
+        self.save(blocking=True)
+        self.ckpt.close()
+        if log:
+            print(f"done: {steps} steps in {time.perf_counter() - t0:.1f}s", flush=True)
+
+    def _on_spike(self, res: StepResult) -> None:
+        self.record(
+            {"spike_loss": res.loss, "spike_decision": res.decision, "spikes": self.guard.total_spikes}
+        )
+        if res.decision != "rollback":
+            return
+        self.ckpt.wait()
+        path = self.ckpt.latest()
+        if path is None:
+            if self.d.is_main:
+                print(
+                    "spike guard: repeated spikes but no checkpoint to roll back to; skipping on", flush=True
+                )
+            self.guard.consecutive = 0
+            return
+        self.restore(path, rollback=True)
+        self.guard.consecutive = 0
+        self.record({"rollback_to": self.step})
+
+    def record(self, rec: dict[str, Any]) -> None:
+        rec = {k: v for k, v in rec.items() if v is not None}
+        if not rec or not self.d.is_main:
+            return
+        self.metrics.write(self.step, rec)
+        parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items()]
+        print(f"step {self.step:>6} | " + " | ".join(parts), flush=True)
