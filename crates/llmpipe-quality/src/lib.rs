@@ -1,1 +1,169 @@
-//! llmpipe-quality: filled in by its issue.
+//! llmpipe-quality: the quality stages' core, pure Rust (no Python).
+//!
+//! - heuristic filters ported from datatrove 0.9 with its defaults and reason strings: Gopher quality,
+//!   Gopher repetition, C4 (with its line cleaning) and FineWeb; words as spaCy's English tokenizer
+//!   splits them (datatrove's word tokenizer), see [`words`];
+//! - language identification ([`lang`]), a hashed n-gram linear classifier ([`classifier`]),
+//!   PII redaction ([`pii`]).
+//!
+//! Batch functions run documents in parallel with rayon and return results in input order.
+
+pub mod c4;
+pub mod charsets;
+pub mod classifier;
+pub mod fineweb;
+pub mod gopher;
+pub mod lang;
+pub mod pii;
+pub mod pycompat;
+pub mod repetition;
+pub mod words;
+
+use rayon::prelude::*;
+use serde::Deserialize;
+
+pub use c4::{C4Config, C4Outcome};
+pub use fineweb::FineWebConfig;
+pub use gopher::GopherQualityConfig;
+pub use repetition::GopherRepetitionConfig;
+use words::EnglishTokenizer;
+
+/// The four heuristic filters, each optional, run in FineWeb's order:
+/// Gopher repetition -> Gopher quality -> C4 (rewrites the text) -> FineWeb.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HeuristicsConfig {
+    pub gopher_repetition: Option<GopherRepetitionConfig>,
+    pub gopher_quality: Option<GopherQualityConfig>,
+    pub c4: Option<C4Config>,
+    pub fineweb: Option<FineWebConfig>,
+}
+
+impl HeuristicsConfig {
+    /// Every filter on, at datatrove's defaults.
+    pub fn all_defaults() -> Self {
+        Self {
+            gopher_repetition: Some(Default::default()),
+            gopher_quality: Some(Default::default()),
+            c4: Some(Default::default()),
+            fineweb: Some(Default::default()),
+        }
+    }
+}
+
+/// One document's verdict.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Verdict {
+    /// every filter that drops the document, `filter:reason` (empty = keep)
+    pub reasons: Vec<String>,
+    /// the C4-cleaned text, when C4 is on and changed it
+    pub text: Option<String>,
+}
+
+/// Run the configured filters on one document. With `all_reasons`, later filters still run after a
+/// drop so that every reason is reported; otherwise evaluation stops at the first drop.
+pub fn evaluate(cfg: &HeuristicsConfig, text: &str, all_reasons: bool) -> Verdict {
+    let tok = EnglishTokenizer::get();
+    let mut v = Verdict::default();
+    let mut words = Vec::new();
+    if cfg.gopher_repetition.is_some() || cfg.gopher_quality.is_some() {
+        tok.words(text, &mut words);
+    }
+    if let Some(c) = &cfg.gopher_repetition {
+        if let Some(r) = repetition::gopher_repetition(c, text, &words) {
+            v.reasons.push(format!("gopher_repetition:{r}"));
+            if !all_reasons {
+                return v;
+            }
+        }
+    }
+    if let Some(c) = &cfg.gopher_quality {
+        if let Some(r) = gopher::gopher_quality(c, text, &words) {
+            v.reasons.push(format!("gopher_quality:{r}"));
+            if !all_reasons {
+                return v;
+            }
+        }
+    }
+    let mut current: &str = text;
+    let cleaned;
+    if let Some(c) = &cfg.c4 {
+        match c4::c4(c, text, tok) {
+            C4Outcome::Drop(r) => {
+                v.reasons.push(format!("c4:{r}"));
+                if !all_reasons {
+                    return v;
+                }
+            }
+            C4Outcome::Keep(t) => {
+                if t != text {
+                    cleaned = t;
+                    current = &cleaned;
+                    v.text = Some(current.to_string());
+                }
+            }
+        }
+    }
+    if let Some(c) = &cfg.fineweb {
+        let n_words = if current.as_ptr() == text.as_ptr() && !words.is_empty() {
+            words.len()
+        } else {
+            tok.split(current).len()
+        };
+        if let Some(r) = fineweb::fineweb(c, current, n_words) {
+            v.reasons.push(format!("fineweb:{r}"));
+        }
+    }
+    v
+}
+
+/// [`evaluate`] over a batch, in parallel.
+pub fn evaluate_batch(cfg: &HeuristicsConfig, texts: &[&str], all_reasons: bool) -> Vec<Verdict> {
+    texts.par_iter().map(|t| evaluate(cfg, t, all_reasons)).collect()
+}
+
+/// Gopher quality over a batch: `None` keeps, else datatrove's reason.
+pub fn gopher_quality_batch(cfg: &GopherQualityConfig, texts: &[&str]) -> Vec<Option<&'static str>> {
+    let tok = EnglishTokenizer::get();
+    texts.par_iter().map(|t| gopher::gopher_quality(cfg, t, &tok.split(t))).collect()
+}
+
+/// Gopher repetition over a batch.
+pub fn gopher_repetition_batch(cfg: &GopherRepetitionConfig, texts: &[&str]) -> Vec<Option<String>> {
+    let tok = EnglishTokenizer::get();
+    texts.par_iter().map(|t| repetition::gopher_repetition(cfg, t, &tok.split(t))).collect()
+}
+
+/// C4 over a batch: the drop reason or the cleaned text.
+pub fn c4_batch(cfg: &C4Config, texts: &[&str]) -> Vec<C4Outcome> {
+    let tok = EnglishTokenizer::get();
+    texts.par_iter().map(|t| c4::c4(cfg, t, tok)).collect()
+}
+
+/// FineWeb over a batch.
+pub fn fineweb_batch(cfg: &FineWebConfig, texts: &[&str]) -> Vec<Option<&'static str>> {
+    let tok = EnglishTokenizer::get();
+    texts.par_iter().map(|t| fineweb::fineweb(cfg, t, tok.split(t).len())).collect()
+}
+
+/// Language of each text: (ISO 639-3 code, confidence).
+pub fn detect_language_batch(texts: &[&str]) -> Vec<(&'static str, f64)> {
+    texts.par_iter().map(|t| lang::detect(t)).collect()
+}
+
+/// PII redaction over a batch.
+pub fn redact_batch(cfg: &pii::PiiConfig, texts: &[&str]) -> Vec<(Option<String>, pii::PiiCounts)> {
+    texts.par_iter().map(|t| pii::redact(cfg, t)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_spam_is_dropped_with_every_reason() {
+        let v = evaluate(&HeuristicsConfig::all_defaults(), "buy now buy now buy now", true);
+        assert!(v.reasons.contains(&"gopher_quality:gopher_short_doc".to_string()), "{:?}", v.reasons);
+        assert!(v.reasons.iter().any(|r| r.starts_with("c4:")));
+    }
+}

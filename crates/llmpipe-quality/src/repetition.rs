@@ -1,0 +1,235 @@
+//! Gopher repetition rules, ported from datatrove's `GopherRepetitionFilter`.
+//!
+//! n-grams are compared through 64-bit polynomial hashes of their text (plus its length), computed
+//! from prefix sums, so each n-gram costs O(1) instead of a joined string.
+
+use ahash::AHashMap;
+use serde::Deserialize;
+
+use crate::pycompat::{len, strip};
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GopherRepetitionConfig {
+    pub dup_line_frac: Option<f64>,
+    pub dup_para_frac: Option<f64>,
+    pub dup_line_char_frac: Option<f64>,
+    pub dup_para_char_frac: Option<f64>,
+    /// (n, max fraction of characters in the most frequent n-gram)
+    pub top_n_grams: Vec<(usize, f64)>,
+    /// (n, max fraction of characters in duplicated n-grams)
+    pub dup_n_grams: Vec<(usize, f64)>,
+}
+
+impl Default for GopherRepetitionConfig {
+    fn default() -> Self {
+        Self {
+            dup_line_frac: Some(0.3),
+            dup_para_frac: Some(0.3),
+            dup_line_char_frac: Some(0.2),
+            dup_para_char_frac: Some(0.2),
+            top_n_grams: vec![(2, 0.2), (3, 0.18), (4, 0.16)],
+            dup_n_grams: vec![(5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)],
+        }
+    }
+}
+
+/// datatrove's `find_duplicates`: (duplicate elements, their characters).
+pub fn find_duplicates<'a>(items: impl IntoIterator<Item = &'a str>) -> (usize, usize) {
+    let mut seen: ahash::AHashSet<&str> = ahash::AHashSet::new();
+    let (mut n, mut chars) = (0, 0);
+    for x in items {
+        if !seen.insert(x) {
+            n += 1;
+            chars += len(x);
+        }
+    }
+    (n, chars)
+}
+
+fn on(x: Option<f64>) -> Option<f64> {
+    x.filter(|v| *v != 0.0)
+}
+
+const MOD: u64 = (1 << 61) - 1;
+const BASE: u64 = 1_000_003;
+
+#[inline]
+fn mulmod(a: u64, b: u64) -> u64 {
+    let p = (a as u128) * (b as u128);
+    let lo = (p as u64) & MOD;
+    let hi = (p >> 61) as u64;
+    let s = lo + hi;
+    if s >= MOD {
+        s - MOD
+    } else {
+        s
+    }
+}
+
+/// Prefix hashes of a byte string, for O(1) substring hashes.
+struct Prefix {
+    h: Vec<u64>,
+    pw: Vec<u64>,
+}
+
+impl Prefix {
+    fn new(bytes: &[u8]) -> Self {
+        let mut h = Vec::with_capacity(bytes.len() + 1);
+        let mut pw = Vec::with_capacity(bytes.len() + 1);
+        h.push(0);
+        pw.push(1);
+        for &b in bytes {
+            let last = *h.last().expect("non-empty");
+            let v = mulmod(last, BASE) + b as u64 + 1;
+            h.push(if v >= MOD { v - MOD } else { v });
+            pw.push(mulmod(*pw.last().expect("non-empty"), BASE));
+        }
+        Self { h, pw }
+    }
+    #[inline]
+    fn get(&self, a: usize, b: usize) -> (u64, usize) {
+        let x = self.h[b] + MOD - mulmod(self.h[a], self.pw[b - a]);
+        (if x >= MOD { x - MOD } else { x }, b - a)
+    }
+}
+
+/// `None` to keep, else datatrove's reason.
+pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str]) -> Option<String> {
+    let text_len = len(text) as f64;
+    let frac = |chars: usize| if text_len == 0.0 { 0.0 } else { chars as f64 / text_len };
+
+    let stripped = strip(text);
+    let paragraphs: Vec<&str> = split_runs(stripped, 2);
+    let (pd, pc) = find_duplicates(paragraphs.iter().copied());
+    if let Some(t) = on(cfg.dup_para_frac) {
+        if pd as f64 / paragraphs.len() as f64 > t {
+            return Some("dup_para_frac".into());
+        }
+    }
+    if let Some(t) = on(cfg.dup_para_char_frac) {
+        if frac(pc) > t {
+            return Some("dup_para_char_frac".into());
+        }
+    }
+    let lines: Vec<&str> = split_runs(text, 1);
+    let (ld, lc) = find_duplicates(lines.iter().copied());
+    if let Some(t) = on(cfg.dup_line_frac) {
+        if ld as f64 / lines.len() as f64 > t {
+            return Some("dup_line_frac".into());
+        }
+    }
+    if let Some(t) = on(cfg.dup_line_char_frac) {
+        if frac(lc) > t {
+            return Some("dup_line_char_frac".into());
+        }
+    }
+    if cfg.top_n_grams.is_empty() && cfg.dup_n_grams.is_empty() {
+        return None;
+    }
+    // " ".join(words) and "".join(words) with each word's start offset, and code-point prefix sums
+    let nw = words.len();
+    let mut spaced = String::with_capacity(text.len());
+    let mut glued = String::with_capacity(text.len());
+    let mut sp_off = Vec::with_capacity(nw + 1);
+    let mut gl_off = Vec::with_capacity(nw + 1);
+    let mut cp = Vec::with_capacity(nw + 1);
+    cp.push(0usize);
+    for (i, w) in words.iter().enumerate() {
+        if i > 0 {
+            spaced.push(' ');
+        }
+        sp_off.push(spaced.len());
+        gl_off.push(glued.len());
+        spaced.push_str(w);
+        glued.push_str(w);
+        cp.push(cp[i] + len(w));
+    }
+    sp_off.push(spaced.len() + 1);
+    gl_off.push(glued.len());
+
+    if !cfg.top_n_grams.is_empty() {
+        let hs = Prefix::new(spaced.as_bytes());
+        for &(n, t) in &cfg.top_n_grams {
+            if n == 0 || nw < n {
+                continue;
+            }
+            // most_common(1): highest count, ties -> first seen
+            let mut counts: AHashMap<(u64, usize), (u32, u32)> = AHashMap::with_capacity(nw);
+            for i in 0..=nw - n {
+                let key = hs.get(sp_off[i], sp_off[i + n] - 1);
+                let e = counts.entry(key).or_insert((0, i as u32));
+                e.0 += 1;
+            }
+            let (_, &(c, first)) = counts
+                .iter()
+                .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then(b.1 .1.cmp(&a.1 .1)))
+                .expect("non-empty");
+            let f = first as usize;
+            let ngram_chars = cp[f + n] - cp[f] + (n - 1);
+            if frac(ngram_chars * c as usize) > t {
+                return Some(format!("top_{n}_gram"));
+            }
+        }
+    }
+    if !cfg.dup_n_grams.is_empty() {
+        let hg = Prefix::new(glued.as_bytes());
+        for &(n, t) in &cfg.dup_n_grams {
+            if n == 0 {
+                continue;
+            }
+            let mut unique: ahash::AHashSet<(u64, usize)> = ahash::AHashSet::with_capacity(nw);
+            let mut repeated = 0usize;
+            let mut idx = 0usize;
+            while idx + n <= nw {
+                let key = hg.get(gl_off[idx], gl_off[idx + n]);
+                if unique.contains(&key) {
+                    repeated += cp[idx + n] - cp[idx];
+                    idx += n;
+                } else {
+                    unique.insert(key);
+                    idx += 1;
+                }
+            }
+            if frac(repeated) > t {
+                return Some(format!("duplicated_{n}_n_grams"));
+            }
+        }
+    }
+    None
+}
+
+/// `re.split(r"\n{k,}", s)`: split on runs of at least `k` newlines.
+fn split_runs(s: &str, k: usize) -> Vec<&str> {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let (mut start, mut i) = (0, 0);
+    while i < b.len() {
+        if b[i] == b'\n' {
+            let mut j = i;
+            while j < b.len() && b[j] == b'\n' {
+                j += 1;
+            }
+            if j - i >= k {
+                out.push(&s[start..i]);
+                start = j;
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_like_re() {
+        assert_eq!(split_runs("a\n\nb\nc\n\n\nd", 2), vec!["a", "b\nc", "d"]);
+        assert_eq!(split_runs("\na\nb\n", 1), vec!["", "a", "b", ""]);
+    }
+}
