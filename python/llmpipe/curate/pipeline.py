@@ -292,7 +292,7 @@ def run_curate(
     stages = stages_of(job)
     segments = segments_of(stages)
     log(
-        f"curate: {len(files)} input(s), stages: {' -> '.join(['read', *[s.name for s in stages], 'tokenize', 'pack'])}"
+        f"curate: {len(files)} input(s), stages: {' -> '.join(['read', 'extract', *[s.name for s in stages], 'tokenize', 'pack'])}"
     )
 
     counts: dict[str, StageCounts] = {}

@@ -150,7 +150,7 @@ def _tail_problem(path: Path, kind: str | None, last_pos: int) -> str | None:
         m = re.search(rb"\r?\n\r?\n", head)
         length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
         if m is None or length is None:
-            return None
+            return f"the record header at byte {last_pos} is cut short"
         end = last_pos + m.end() + int(length.group(1))
         f.seek(end)
         rest = f.read(_CHUNK)

@@ -1,0 +1,223 @@
+"""Every kind of bad input is counted and quarantined with its reason and location; the run goes on.
+
+Inputs are built here from the real data: a gzip cut in half, a real truncated WARC, JSON lines with
+broken records in the middle of real ones, random bytes, an empty file and a single 100 MB document.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from llmpipe.curate.stage import StageCounts
+from llmpipe.io.read import ReadConfig, read_batches
+from llmpipe.io.records import Bad
+
+SMALL = (
+    "pack:\n  seq_len: 64\n  samples_per_shard: 100\n  val_fraction: 0.0\n"
+    "tokenizer:\n  vocab_size: 400\n  sample_bytes: 200000\n"
+)
+BIG = 100 * 1024 * 1024
+
+
+def _real_lines(data_dir: Path, n: int) -> list[bytes]:
+    with gzip.open(data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz", "rb") as f:
+        return [next(f) for _ in range(n)]
+
+
+def make_bad_inputs(data_dir: Path, root: Path) -> dict[str, tuple[str, int]]:
+    """Write one file per kind of bad input; returns file -> (expected reason, good records in it)."""
+    root.mkdir(parents=True, exist_ok=True)
+    good = _real_lines(data_dir, 6)
+    lines = [
+        good[0],
+        b'{"id": "u1", "text": "caf\xe9 \xff\xfe not utf-8"}\n',  # undecodable bytes
+        good[1],
+        b'{"id": "j1", "text": "unterminated\n',  # JSON that does not parse
+        good[2],
+        b'{"id": "m1", "body": "no text field here"}\n',  # a missing text field
+        good[3],
+    ]
+    (root / "mixed.jsonl").write_bytes(b"".join(lines))
+    # a gzip stream cut in the middle: the records before the cut are kept
+    full = gzip.compress(b"".join(_real_lines(data_dir, 40)))
+    (root / "cut.jsonl.gz").write_bytes(full[: len(full) // 2])
+    shutil.copy(data_dir / "web" / "truncated-record.warc.gz", root / "truncated-record.warc.gz")
+    (root / "empty.jsonl").write_bytes(b"")
+    (root / "junk.bin").write_bytes(random.Random(8).randbytes(50_000))
+    with open(root / "huge.jsonl", "wb") as f:  # one 100 MB document between two good ones
+        f.write(good[4])
+        f.write(b'{"id": "big", "text": "')
+        block = b"lorem ipsum dolor sit amet " * 40_000
+        for _ in range(BIG // len(block) + 1):
+            f.write(block)
+        f.write(b'"}\n')
+        f.write(good[5])
+    return {
+        "mixed.jsonl": ("undecodable_bytes invalid_json missing_text_field", 4),
+        "cut.jsonl.gz": ("truncated_or_corrupt_stream", -1),
+        "truncated-record.warc.gz": ("truncated_record", 0),
+        "empty.jsonl": ("empty_file", 0),
+        "junk.bin": ("unsupported_format_binary", 0),
+        "huge.jsonl": ("document_too_large", 2),
+    }
+
+
+def test_readers_quarantine_each_kind(data_dir: Path, tmp_path: Path) -> None:
+    expected = make_bad_inputs(data_dir, tmp_path)
+    for name, (reasons, n_good) in expected.items():
+        bad: list[Bad] = []
+        read, extract = StageCounts("read"), StageCounts("extract")
+        rows = sum(
+            b.num_rows for b in read_batches(tmp_path / name, name, ReadConfig(), bad.append, read, extract)
+        )
+        assert sorted(b.reason for b in bad) == sorted(reasons.split()), name
+        assert all(b.location for b in bad), name
+        if n_good >= 0:
+            assert rows == n_good, name
+        else:
+            assert 0 < rows < 40, name  # the records before the cut
+    # locations point at the record
+    bad = []
+    list(read_batches(tmp_path / "mixed.jsonl", "m", ReadConfig(), bad.append))
+    assert [(b.reason, b.location) for b in bad] == [
+        ("undecodable_bytes", "line 2"),
+        ("invalid_json", "line 4"),
+        ("missing_text_field", "line 6"),
+    ]
+
+
+def test_truncated_warc_cut_between_records(data_dir: Path, tmp_path: Path) -> None:
+    """A gzip WARC cut inside a record's header: FastWARC stops quietly, the reader reports the cut."""
+    data = (data_dir / "web" / "cc-main-2020-34-excerpt.warc.gz").read_bytes()
+    members, pos = [], 0
+    import zlib
+
+    while pos < len(data):
+        d = zlib.decompressobj(wbits=31)
+        d.decompress(data[pos:])
+        members.append(pos)
+        pos = len(data) - len(d.unused_data)
+    cut = tmp_path / "cut.warc.gz"
+    cut.write_bytes(data[: members[10] + 15])  # 10 whole records, then 15 bytes of the 11th
+    bad: list[Bad] = []
+    read = StageCounts("read")
+    list(read_batches(cut, "cut", ReadConfig(), bad.append, read, StageCounts("extract")))
+    assert [b.reason for b in bad] == ["truncated_or_corrupt_stream"]
+    assert read.docs_in == 10
+    # plain (uncompressed) WARC cut inside a header
+    raw = gzip.decompress(data)
+    second = raw.index(b"WARC/1.0", 10)
+    plain = tmp_path / "cut.warc"
+    plain.write_bytes(raw[: second + 20])
+    bad = []
+    read = StageCounts("read")
+    list(read_batches(plain, "cut", ReadConfig(), bad.append, read, StageCounts("extract")))
+    assert [b.reason for b in bad] == ["truncated_or_corrupt_stream"]
+    # FastWARC hands out the cut header as a record of unknown type with no content: counted as skipped
+    assert read.docs_in == 2 and read.dropped == {"skipped_warcinfo_record": 1, "skipped_unknown_record": 1}
+
+
+def _peak_rss_mb(code: str) -> float:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def test_huge_document_is_never_held_in_memory(data_dir: Path, tmp_path: Path) -> None:
+    make_bad_inputs(data_dir, tmp_path)
+    # a WARC with one 100 MB HTML response next to a real one
+    warc = tmp_path / "huge.warc"
+    real = gzip.decompress((data_dir / "web" / "cc-main-2024-22-page.warc.gz").read_bytes())
+    body = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<html><body>" + b"<p>x</p>" * (BIG // 8)
+    head = (
+        "WARC/1.0\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:00000000-0000-0000-0000-000000000001>\r\n"
+        "WARC-Target-URI: http://example.com/big\r\nWARC-Date: 2024-01-01T00:00:00Z\r\n"
+        f"Content-Type: application/http;msgtype=response\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with open(warc, "wb") as f:
+        f.write(real)
+        f.write(head.encode() + body + b"\r\n\r\n")
+        f.write(real)
+    template = (
+        "import resource; from pathlib import Path; from llmpipe.io.read import ReadConfig, read_batches\n"
+        "bad = []\n"
+        "n = sum(b.num_rows for b in read_batches(Path({p!r}), 'x', ReadConfig(), bad.append))\n"
+        "assert [b.reason for b in bad] == {want!r}, bad\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+    )
+    small = tmp_path / "small.jsonl"
+    small.write_bytes(b"".join(_real_lines(data_dir, 3)))
+    base = _peak_rss_mb(template.format(p=str(small), want=[]))
+    for path in (tmp_path / "huge.jsonl", warc):
+        peak = _peak_rss_mb(template.format(p=str(path), want=["document_too_large"]))
+        print(path.name, f"peak RSS {peak:.0f} MB, baseline {base:.0f} MB")
+        assert peak - base < 40, (path.name, peak, base)  # far below the 100 MB document
+
+
+def test_strict_fails_on_the_first_bad_record(data_dir: Path, tmp_path: Path) -> None:
+    make_bad_inputs(data_dir, tmp_path / "in")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(SMALL)
+    p = run_cli(
+        "curate", str(tmp_path / "in" / "mixed.jsonl"), "--out", str(tmp_path / "o"), "--config", str(cfg),
+        "--strict", check=False,
+    )  # fmt: skip
+    assert p.returncode != 0
+    assert "mixed.jsonl" in p.stderr and "undecodable_bytes" in p.stderr and "--strict" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+@pytest.fixture(scope="module")
+def curated_bad(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("bad")
+    make_bad_inputs(data_dir, root / "in")
+    # a good crawl file beside the bad ones, so there is something to train on and pack
+    shutil.copy(data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz", root / "in" / "good.jsonl.gz")
+    cfg = root / "c.yaml"
+    cfg.write_text(SMALL)
+    run_cli("curate", str(root / "in"), "--out", str(root / "out"), "--config", str(cfg))
+    return root / "in", root / "out"
+
+
+def test_run_goes_on_and_quarantines(curated_bad: tuple[Path, Path]) -> None:
+    _, out = curated_bad
+    q = [json.loads(line) for line in (out / "quarantine.jsonl").read_text().splitlines()]
+    got = sorted((r["source"], r["reason"]) for r in q)
+    assert got == sorted(
+        [
+            ("mixed.jsonl", "undecodable_bytes"),
+            ("mixed.jsonl", "invalid_json"),
+            ("mixed.jsonl", "missing_text_field"),
+            ("cut.jsonl.gz", "truncated_or_corrupt_stream"),
+            ("truncated-record.warc.gz", "truncated_record"),
+            ("empty.jsonl", "empty_file"),
+            ("junk.bin", "unsupported_format_binary"),
+            ("huge.jsonl", "document_too_large"),
+        ]
+    )
+    assert all(r["location"] and r["detail"] is not None for r in q)
+    assert (out / "manifest.json").is_file()
+
+
+def test_funnel_adds_up_with_quarantine(curated_bad: tuple[Path, Path]) -> None:
+    _, out = curated_bad
+    stats = json.loads((out / "stats.json").read_text())
+    for s in stats["stages"]:
+        assert s["docs_in"] == s["docs_out"] + sum(s["dropped"].values()), s["name"]
+    for a, b in zip(stats["stages"], stats["stages"][1:], strict=False):
+        assert a["docs_out"] == b["docs_in"], (a["name"], b["name"])
+    read = stats["stages"][0]
+    assert read["name"] == "read"
+    quarantined = {
+        k.removeprefix("quarantined_"): v for k, v in read["dropped"].items() if k.startswith("quarantined_")
+    }
+    assert sum(quarantined.values()) == stats["quarantine"]["records"] == 8
+    assert quarantined == stats["quarantine"]["by_reason"]
