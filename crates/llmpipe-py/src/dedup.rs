@@ -1,7 +1,313 @@
-//! Bindings for llmpipe-dedup.
+//! Bindings for llmpipe-dedup: MinHash sketches, LSH groups, verification and union-find.
+//!
+//! Inputs arrive as buffers (numpy arrays, Arrow buffers), read in place; results leave as
+//! little-endian `bytes` that Python wraps with `np.frombuffer`. Every call handles a whole batch
+//! with the GIL released and rayon threads inside.
 
+use llmpipe_dedup::{self as core, DedupError, Lsh, MinHasher, ShingleConfig, ShingleUnit};
+use pyo3::buffer::{Element, PyBuffer};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use crate::errors::ConfigError;
+
+fn err(e: DedupError) -> PyErr {
+    ConfigError::new_err(e.to_string())
+}
+
+/// The buffer's memory as a slice.
+///
+/// SAFETY of the returned borrow: the `PyBuffer` holds a reference to the exporting object for as
+/// long as it lives, so the memory stays allocated; callers pass immutable Arrow buffers or numpy
+/// arrays that no other thread writes during the call.
+fn view<'a, T: Element>(b: &'a PyBuffer<T>, what: &str) -> PyResult<&'a [T]> {
+    let ptr = b
+        .as_slice_ptr()
+        .ok_or_else(|| ConfigError::new_err(format!("{what}: expected a C-contiguous buffer")))?;
+    // SAFETY: see above; the pointer is valid and aligned for `item_count` elements of `T`.
+    Ok(unsafe { ptr.as_ref() })
+}
+
+fn to_bytes<'py, T: Copy>(py: Python<'py>, v: &[T]) -> Bound<'py, PyBytes> {
+    // SAFETY: T is a plain integer type (u32/u64/i64) without padding; any byte pattern is valid.
+    let bytes = unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) };
+    PyBytes::new(py, bytes)
+}
+
+/// Strings of an Arrow (large_)string column given as int64 offsets and the data buffer.
+fn strings<'a>(offsets: &[i64], data: &'a [u8]) -> PyResult<Vec<&'a str>> {
+    let mut out = Vec::with_capacity(offsets.len().saturating_sub(1));
+    for w in offsets.windows(2) {
+        let (s, e) = (w[0], w[1]);
+        if s < 0 || e < s || e as usize > data.len() {
+            return Err(ConfigError::new_err(format!("string offsets out of range: {s}..{e}")));
+        }
+        let t = std::str::from_utf8(&data[s as usize..e as usize])
+            .map_err(|e| ConfigError::new_err(format!("text is not valid UTF-8: {e}")))?;
+        out.push(t);
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn shingle_config(
+    unit: &str,
+    ngram: usize,
+    seed: u64,
+    lowercase: bool,
+    strip_punctuation: bool,
+    nfc: bool,
+) -> PyResult<ShingleConfig> {
+    let unit = match unit {
+        "words" => ShingleUnit::Words,
+        "chars" => ShingleUnit::Chars,
+        other => return Err(ConfigError::new_err(format!("unit must be 'words' or 'chars', got {other:?}"))),
+    };
+    if ngram == 0 {
+        return Err(ConfigError::new_err("ngram must be at least 1"));
+    }
+    Ok(ShingleConfig {
+        unit,
+        ngram,
+        seed,
+        norm: core::Normalization { nfc, lowercase, collapse_whitespace: true, strip_punctuation },
+    })
+}
+
+/// MinHash signatures of a string column: `n * num_perm` uint32 values as bytes.
+#[pyfunction]
+#[pyo3(signature = (offsets, data, num_perm=112, ngram=5, seed=1, unit="words", lowercase=true, strip_punctuation=true, nfc=true))]
+#[allow(clippy::too_many_arguments)]
+fn minhash_signatures<'py>(
+    py: Python<'py>,
+    offsets: PyBuffer<i64>,
+    data: PyBuffer<u8>,
+    num_perm: usize,
+    ngram: usize,
+    seed: u64,
+    unit: &str,
+    lowercase: bool,
+    strip_punctuation: bool,
+    nfc: bool,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let cfg = shingle_config(unit, ngram, seed, lowercase, strip_punctuation, nfc)?;
+    if num_perm == 0 {
+        return Err(ConfigError::new_err("num_perm must be at least 1"));
+    }
+    let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
+    let sigs = py.detach(|| -> PyResult<Vec<u32>> {
+        let texts = strings(o, d)?;
+        Ok(core::signatures(&texts, &cfg, &MinHasher::new(num_perm, seed)))
+    })?;
+    Ok(to_bytes(py, &sigs))
+}
+
+type SketchBytes<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>);
+
+/// Band keys of a string column (the map step of near dedup): `(bands u64[n*b], n_shingles u32[n],
+/// shingle_offsets u64[n+1], shingle_data u32[..])`; the last two are empty without `keep_shingles`.
+#[pyfunction]
+#[pyo3(signature = (offsets, data, num_perm=112, bands=14, rows=8, ngram=5, seed=1, unit="words", lowercase=true, strip_punctuation=true, nfc=true, keep_shingles=true))]
+#[allow(clippy::too_many_arguments)]
+fn minhash_sketch<'py>(
+    py: Python<'py>,
+    offsets: PyBuffer<i64>,
+    data: PyBuffer<u8>,
+    num_perm: usize,
+    bands: usize,
+    rows: usize,
+    ngram: usize,
+    seed: u64,
+    unit: &str,
+    lowercase: bool,
+    strip_punctuation: bool,
+    nfc: bool,
+    keep_shingles: bool,
+) -> PyResult<SketchBytes<'py>> {
+    let cfg = shingle_config(unit, ngram, seed, lowercase, strip_punctuation, nfc)?;
+    let lsh = Lsh::new(bands, rows, num_perm).map_err(err)?;
+    let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
+    let s = py.detach(|| -> PyResult<core::Sketches> {
+        let texts = strings(o, d)?;
+        core::sketch(&texts, &cfg, &MinHasher::new(num_perm, seed), &lsh, keep_shingles).map_err(err)
+    })?;
+    Ok((
+        to_bytes(py, &s.bands),
+        to_bytes(py, &s.n_shingles),
+        to_bytes(py, &s.shingle_offsets),
+        to_bytes(py, &s.shingle_data),
+    ))
+}
+
+/// 64-bit hashes of a string column of ids (the order key inside a bucket), as bytes.
+#[pyfunction]
+fn id_hashes<'py>(
+    py: Python<'py>,
+    offsets: PyBuffer<i64>,
+    data: PyBuffer<u8>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
+    let h = py.detach(|| -> PyResult<Vec<u64>> {
+        let ids: Vec<&[u8]> = strings(o, d)?.into_iter().map(str::as_bytes).collect();
+        Ok(core::id_hashes(&ids))
+    })?;
+    Ok(to_bytes(py, &h))
+}
+
+/// Candidate groups of one partition of band rows: `(offsets u64[g+1], members u32[..])`.
+#[pyfunction]
+fn lsh_groups<'py>(
+    py: Python<'py>,
+    buckets: PyBuffer<u64>,
+    order: PyBuffer<u64>,
+    docs: PyBuffer<u32>,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let (b, o, d) = (view(&buckets, "buckets")?, view(&order, "order")?, view(&docs, "docs")?);
+    if b.len() != o.len() || b.len() != d.len() {
+        return Err(ConfigError::new_err("buckets, order and docs must have the same length"));
+    }
+    let g = py.detach(|| {
+        let mut rows: Vec<(u64, u64, u32)> = (0..b.len()).map(|i| (b[i], o[i], d[i])).collect();
+        core::bucket_groups(&mut rows)
+    });
+    Ok((to_bytes(py, &g.offsets), to_bytes(py, &g.members)))
+}
+
+/// Shingle sets of candidate documents, kept in Rust between calls.
+#[pyclass(module = "llmpipe._core", name = "ShingleStore")]
+struct PyShingleStore {
+    inner: core::ShingleStore,
+}
+
+#[pymethods]
+impl PyShingleStore {
+    #[new]
+    fn new() -> Self {
+        Self { inner: core::ShingleStore::default() }
+    }
+
+    /// Add the sets of `docs` (increasing): set k is `data[offsets[k]:offsets[k+1]]`.
+    fn extend(
+        &mut self,
+        py: Python<'_>,
+        docs: PyBuffer<u32>,
+        offsets: PyBuffer<u64>,
+        data: PyBuffer<u32>,
+    ) -> PyResult<()> {
+        let (d, o, v) = (view(&docs, "docs")?, view(&offsets, "offsets")?, view(&data, "data")?);
+        let inner = &mut self.inner;
+        py.detach(|| inner.extend(d, o, v)).map_err(err)
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Bytes held by the store.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner.nbytes()
+    }
+}
+
+/// Edges inside candidate groups, verified by exact Jaccard when a store is given: `(a, b)` u32 bytes.
+#[pyfunction]
+#[pyo3(signature = (offsets, members, store=None, threshold=0.7))]
+fn group_edges<'py>(
+    py: Python<'py>,
+    offsets: PyBuffer<u64>,
+    members: PyBuffer<u32>,
+    store: Option<PyRef<'py, PyShingleStore>>,
+    threshold: f64,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let groups = core::Groups { offsets: offsets.to_vec(py)?, members: view(&members, "members")?.to_vec() };
+    if groups.offsets.first().is_some_and(|&x| x != 0)
+        || groups.offsets.last().is_some_and(|&x| x as usize != groups.members.len())
+        || groups.offsets.windows(2).any(|w| w[1] < w[0] + 2)
+    {
+        return Err(ConfigError::new_err("group offsets must start at 0, end at len(members), step >= 2"));
+    }
+    let st = store.as_deref().map(|s| (&s.inner, threshold));
+    let edges = py.detach(|| core::group_edges(&groups, st)).map_err(err)?;
+    let (a, b): (Vec<u32>, Vec<u32>) = edges.into_iter().unzip();
+    Ok((to_bytes(py, &a), to_bytes(py, &b)))
+}
+
+/// Disjoint sets over `0..n` whose roots are their smallest members (4 bytes per document).
+#[pyclass(module = "llmpipe._core", name = "UnionFind")]
+struct PyUnionFind {
+    inner: core::UnionFind,
+}
+
+#[pymethods]
+impl PyUnionFind {
+    #[new]
+    fn new(n: usize) -> PyResult<Self> {
+        Ok(Self { inner: core::UnionFind::new(n).map_err(err)? })
+    }
+
+    fn union_edges(&mut self, py: Python<'_>, a: PyBuffer<u32>, b: PyBuffer<u32>) -> PyResult<()> {
+        let (x, y) = (view(&a, "a")?, view(&b, "b")?);
+        let inner = &mut self.inner;
+        py.detach(|| inner.union_edges(x, y)).map_err(err)
+    }
+
+    /// The root of every element as uint32 bytes.
+    fn roots<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let inner = &mut self.inner;
+        let r = py.detach(|| inner.roots());
+        to_bytes(py, &r)
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+}
+
+/// In-memory near-dup clustering of signatures (`n * num_perm` uint32): the root of every document.
+#[pyfunction]
+#[pyo3(signature = (signatures, num_perm, bands=14, rows=8, seed=1, store=None, threshold=0.7))]
+#[allow(clippy::too_many_arguments)]
+fn cluster_signatures<'py>(
+    py: Python<'py>,
+    signatures: PyBuffer<u32>,
+    num_perm: usize,
+    bands: usize,
+    rows: usize,
+    seed: u64,
+    store: Option<PyRef<'py, PyShingleStore>>,
+    threshold: f64,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let sigs = view(&signatures, "signatures")?;
+    let st = store.as_deref().map(|s| (&s.inner, threshold));
+    let lsh = Lsh { bands, rows };
+    let roots = py.detach(|| core::cluster_signatures(sigs, num_perm, &lsh, seed, st)).map_err(err)?;
+    Ok(to_bytes(py, &roots))
+}
+
+/// Bands x rows minimising weighted false positives and negatives at `threshold` (as datasketch).
+#[pyfunction]
+#[pyo3(signature = (threshold, num_perm, fp_weight=0.5, fn_weight=0.5))]
+fn lsh_optimal_param(
+    py: Python<'_>,
+    threshold: f64,
+    num_perm: usize,
+    fp_weight: f64,
+    fn_weight: f64,
+) -> PyResult<(usize, usize)> {
+    let l = py.detach(|| core::optimal_param(threshold, num_perm, fp_weight, fn_weight)).map_err(err)?;
+    Ok((l.bands, l.rows))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(minhash_signatures, m)?)?;
+    m.add_function(wrap_pyfunction!(minhash_sketch, m)?)?;
+    m.add_function(wrap_pyfunction!(id_hashes, m)?)?;
+    m.add_function(wrap_pyfunction!(lsh_groups, m)?)?;
+    m.add_function(wrap_pyfunction!(group_edges, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster_signatures, m)?)?;
+    m.add_function(wrap_pyfunction!(lsh_optimal_param, m)?)?;
+    m.add_class::<PyShingleStore>()?;
+    m.add_class::<PyUnionFind>()?;
     Ok(())
 }
