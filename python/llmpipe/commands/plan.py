@@ -1,0 +1,108 @@
+"""``llmpipe plan``: per-GPU memory, compute and raw-data budgets before a training run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import get_args
+
+from llmpipe.errors import ConfigError
+from llmpipe.plan import (
+    PEAK_TFLOPS,
+    ModelShape,
+    Optimizer,
+    PlanInput,
+    Precision,
+    Strategy,
+    estimate,
+    render,
+    retention_from_curation,
+)
+
+
+def _count(text: str) -> float:
+    """'1.3B', '124M', '7e9', '2T' -> a number."""
+    t = text.strip().upper()
+    mult = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}.get(t[-1:], 1.0)
+    try:
+        return float(t[:-1] if mult != 1.0 else t) * mult
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r} (e.g. 124M, 1.3B, 7e9)") from e
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "plan",
+        help="memory per GPU, FLOPs, GPU-hours and raw data to crawl, before a run",
+        description=(
+            "Estimate per-GPU memory by component (weights, gradients, optimizer states, activations, "
+            "temporaries), whether it fits, the largest micro-batch that fits, training FLOPs, "
+            "petaFLOP/s-days and GPU-hours for a token budget, the compute-optimal token count "
+            "(20 per parameter) and the raw tokens to crawl at a curation retention rate. The formulas "
+            "are in llmpipe/plan.py's docstring."
+        ),
+    )
+    m = p.add_mutually_exclusive_group(required=True)
+    m.add_argument("--params", type=_count, metavar="N", help="parameter count (e.g. 124M, 1B)")
+    m.add_argument("--config", type=Path, metavar="FILE", help="a configs/train/*.yaml file")
+    p.add_argument("--vocab-size", type=int, metavar="V", help="vocabulary size for --config (default 32000)")
+    p.add_argument("--gpus", type=int, default=1, metavar="N")
+    p.add_argument("--gpu-memory", type=float, default=80.0, metavar="GB", help="memory per GPU (default 80)")
+    p.add_argument("--gpu", choices=sorted(PEAK_TFLOPS), help="GPU type for peak TFLOP/s (default h100)")
+    p.add_argument("--peak-tflops", type=float, metavar="T", help="peak TFLOP/s per GPU (overrides --gpu)")
+    p.add_argument("--precision", choices=get_args(Precision), default="bf16")
+    p.add_argument("--optimizer", choices=get_args(Optimizer), default="adamw")
+    p.add_argument("--strategy", choices=get_args(Strategy), default="fsdp_full")
+    p.add_argument(
+        "--shard-size", type=int, default=0, metavar="N", help="fsdp_hybrid: ranks per shard group"
+    )
+    p.add_argument("--cpu-offload", action="store_true", help="optimizer states in host memory")
+    p.add_argument("--seq-len", type=int, default=0, metavar="L")
+    p.add_argument("--micro-batch", type=int, default=0, metavar="B", help="sequences per GPU per step")
+    p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--trainable-fraction", type=float, default=0.01, help="int8/int4: trainable share")
+    p.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation assumed (default 0.4)")
+    p.add_argument("--tokens", type=_count, default=0.0, metavar="T", help="training tokens (default 20 x N)")
+    r = p.add_mutually_exclusive_group()
+    r.add_argument("--retention", type=float, default=0.02, help="tokens kept by curation (default 0.02)")
+    r.add_argument(
+        "--from-curation", type=Path, metavar="DIR", help="use the retention a curate run measured"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    seq_len = args.seq_len
+    if args.config is not None:
+        shape, cfg_seq = ModelShape.from_train_config(args.config, args.vocab_size or 32000)
+        seq_len = seq_len or cfg_seq
+    else:
+        shape = ModelShape(int(args.params))
+    if args.micro_batch and not seq_len:
+        raise ConfigError("--micro-batch needs --seq-len (or a config with model.max_seq_len)")
+    peak = args.peak_tflops or PEAK_TFLOPS[args.gpu or "h100"]
+    retention = retention_from_curation(args.from_curation) if args.from_curation else args.retention
+    plan = estimate(
+        PlanInput(
+            model=shape,
+            gpus=args.gpus,
+            gpu_memory_gb=args.gpu_memory,
+            precision=args.precision,
+            optimizer=args.optimizer,
+            strategy=args.strategy,
+            shard_size=args.shard_size,
+            cpu_offload=args.cpu_offload,
+            seq_len=seq_len,
+            micro_batch=args.micro_batch,
+            activation_checkpointing=args.activation_checkpointing,
+            trainable_fraction=args.trainable_fraction,
+            mfu=args.mfu,
+            peak_tflops=peak,
+            tokens=args.tokens,
+            retention=retention,
+        )
+    )
+    print(json.dumps(plan.to_dict(), indent=2) if args.json else render(plan))
+    return 0

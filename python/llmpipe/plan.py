@@ -1,0 +1,341 @@
+"""Memory, compute and data budgets of a training run, before it runs (``llmpipe plan``).
+
+Bytes per parameter, by precision (model states, per replica before sharding):
+
+    precision   weights  gradients  optimizer (AdamW)                      source
+    fp32        4        4          8 (m, v)                              -
+    bf16/fp16   2        2          12 (fp32 master copy 4 + m 4 + v 4)   ZeRO paper (K = 12)
+    int8/int4   1 / 0.5  on the trainable (LoRA) fraction only, in bf16 mixed precision
+
+Sharding divides model states over ``F`` ranks: DDP / FSDP ``none`` replicate (F = 1); ZeRO-1 shards
+the optimizer states, ZeRO-2 also the gradients, ZeRO-3 / FSDP ``full`` also the weights (F = all
+GPUs); FSDP ``hybrid`` shards within groups of ``shard_size`` ranks (F = shard_size). CPU offload moves
+the optimizer states (and the master copy) to host memory.
+
+Activations per layer (Korthikanti et al. 2022, adapted to a Llama block with SDPA / flash attention,
+which stores no s x s score matrix): with 16-bit activations, ``bytes = s*b*h*(12 + 4*kv/heads) +
+s*b*H*8`` (norm inputs and outputs, q, k, v, attention output, and four SwiGLU tensors of width H),
+doubled for fp32. The output layer keeps the final norm and the logits (16-bit and their fp32 copy:
+fp32 logits and the log-softmax output: ``8*s*b*V``). Activation checkpointing keeps only each block's
+input (``2*s*b*h``) plus one block's activations during recomputation. Temporaries: the loss gradient
+(``8*s*b*V`` at the start of backward), FSDP's all-gathered weights of two blocks (one computing, one
+prefetched) and the fp32 gradient buffer of one block.
+
+The components do not all live at once: activations are freed as gradients appear during backward. The
+peak is ``weights + optimizer states + max(activations + temporaries, gradients + FSDP buffers)``; this
+is what "total" and "fits" use (tests/test_plan.py checks it against the real trainer's model).
+
+Without a sequence length and micro-batch (a bare parameter count), activations follow the rule of
+thumb ``2 x weights`` (so fp32 AdamW training needs about 6 x the weights: ~24 GB for 1B parameters).
+Compute: ``6 * N * tokens`` FLOPs (PaLM adds ``12 * layers * h * s`` per token for attention; shown
+too). Compute-optimal data: 20 tokens per parameter (Chinchilla). Curation keeps about 1-3% of crawled
+tokens (default 2%, or the retention a curate run measured).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from llmpipe.errors import ConfigError
+
+GB = 1e9
+Precision = Literal["fp32", "bf16", "fp16", "int8", "int4"]
+Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp_full", "fsdp_hybrid", "fsdp_none"]
+Optimizer = Literal["adamw", "adam8bit", "sgd_momentum", "sgd"]
+
+#: dense bf16 peak TFLOP/s per device (no sparsity), for MFU and GPU-hours
+PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0, "b200": 2250.0, "a100": 312.0, "l40s": 362.0, "a10g": 125.0}
+OPTIMIZER_BYTES = {"adamw": 8.0, "adam8bit": 2.0, "sgd_momentum": 4.0, "sgd": 0.0}
+
+
+@dataclass
+class ModelShape:
+    """Enough of a decoder to count parameters and activations."""
+
+    params: int
+    dim: int = 0
+    n_layers: int = 0
+    n_heads: int = 0
+    n_kv_heads: int = 0
+    hidden: int = 0
+    vocab_size: int = 0
+    tie_embeddings: bool = False
+
+    @property
+    def known_layout(self) -> bool:
+        return self.dim > 0 and self.n_layers > 0
+
+    @classmethod
+    def llama(
+        cls,
+        dim: int,
+        n_layers: int,
+        n_heads: int,
+        vocab_size: int,
+        *,
+        n_kv_heads: int | None = None,
+        ffn_hidden: int | None = None,
+        multiple_of: int = 32,
+        tie_embeddings: bool = False,
+    ) -> ModelShape:
+        """The parameter count of train/model.py's Llama-style decoder (it is checked against it)."""
+        kv = n_kv_heads or n_heads
+        hidden = ffn_hidden or multiple_of * math.ceil(int(8 * dim / 3) / multiple_of)
+        head_dim = dim // n_heads
+        per_layer = 2 * dim * dim + 2 * dim * kv * head_dim + 3 * dim * hidden + 2 * dim
+        emb = vocab_size * dim
+        params = emb + n_layers * per_layer + dim + (0 if tie_embeddings else emb)
+        return cls(params, dim, n_layers, n_heads, kv, hidden, vocab_size, tie_embeddings)
+
+    @classmethod
+    def from_train_config(cls, path: str | Path, vocab_size: int | None = None) -> tuple[ModelShape, int]:
+        """Shape and seq_len (0 if unknown) from a configs/train/*.yaml file."""
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: no such train config")
+        data = yaml.safe_load(p.read_text()) or {}
+        m = data.get("model") or {}
+        defaults = {"dim": 128, "n_layers": 2, "n_heads": 4, "multiple_of": 32}
+        vocab = vocab_size or m.get("vocab_size")
+        if not vocab:
+            raise ConfigError(f"{p}: model.vocab_size is taken from the shards; give --vocab-size")
+        shape = cls.llama(
+            m.get("dim", defaults["dim"]),
+            m.get("n_layers", defaults["n_layers"]),
+            m.get("n_heads", defaults["n_heads"]),
+            int(vocab),
+            n_kv_heads=m.get("n_kv_heads"),
+            ffn_hidden=m.get("ffn_hidden"),
+            multiple_of=m.get("multiple_of", defaults["multiple_of"]),
+            tie_embeddings=bool(m.get("tie_embeddings", False)),
+        )
+        return shape, int(m.get("max_seq_len") or 0)
+
+
+@dataclass
+class PlanInput:
+    model: ModelShape
+    gpus: int = 1
+    gpu_memory_gb: float = 80.0
+    precision: Precision = "bf16"
+    optimizer: Optimizer = "adamw"
+    strategy: Strategy = "fsdp_full"
+    shard_size: int = 0  # fsdp_hybrid: ranks per shard group
+    cpu_offload: bool = False
+    seq_len: int = 0
+    micro_batch: int = 0
+    activation_checkpointing: bool = False
+    trainable_fraction: float = 0.01  # int8 / int4: LoRA-style adapters
+    mfu: float = 0.4
+    peak_tflops: float = 989.0
+    tokens: float = 0.0  # training tokens; 0: compute-optimal
+    retention: float = 0.02
+    device: Literal["cuda", "cpu"] = "cuda"
+
+
+@dataclass
+class Plan:
+    inputs: dict[str, Any]
+    params: int
+    shard_factor: int
+    memory_gb: dict[str, float]  # per GPU, by component
+    total_gb: float
+    fits: bool
+    max_micro_batch: int | None
+    cpu_offload_gb: float
+    activation_basis: str
+    tokens: float
+    compute_optimal_tokens: float
+    train_flops: float
+    train_flops_with_attention: float
+    petaflop_s_days: float
+    gpu_hours: float
+    wall_clock_hours: float
+    retention: float
+    raw_tokens_to_crawl: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _shard_factors(p: PlanInput) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer) sharding factors."""
+    n = max(1, p.gpus)
+    group = p.shard_size or n
+    if p.strategy == "fsdp_hybrid" and n % group:
+        raise ConfigError(f"fsdp_hybrid: {n} GPUs are not a multiple of shard_size {group}")
+    return {
+        "ddp": (1, 1, 1),
+        "fsdp_none": (1, 1, 1),
+        "zero1": (1, 1, n),
+        "zero2": (1, n, n),
+        "zero3": (n, n, n),
+        "fsdp_full": (n, n, n),
+        "fsdp_hybrid": (group, group, group),
+    }[p.strategy]
+
+
+def _per_param_bytes(p: PlanInput) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per model parameter before sharding."""
+    opt = OPTIMIZER_BYTES[p.optimizer]
+    if p.precision == "fp32":
+        return 4.0, 4.0, opt
+    if p.precision in ("bf16", "fp16"):
+        return 2.0, 2.0, opt + 4.0  # + fp32 master copy
+    base = 1.0 if p.precision == "int8" else 0.5
+    f = p.trainable_fraction  # frozen quantized base; adapters train in bf16 mixed precision
+    return base + 2.0 * f, 2.0 * f, (opt + 4.0) * f
+
+
+def activation_bytes(p: PlanInput, micro_batch: int) -> float:
+    m = p.model
+    s, b = p.seq_len, micro_batch
+    scale = 2.0 if p.precision == "fp32" else 1.0
+    kv_ratio = m.n_kv_heads / m.n_heads if m.n_heads else 1.0
+    layer = scale * (s * b * m.dim * (12 + 4 * kv_ratio) + s * b * m.hidden * 8)
+    head = scale * 2 * s * b * m.dim + 8.0 * s * b * m.vocab_size  # fp32 logits + log-softmax output
+    if p.activation_checkpointing:
+        return m.n_layers * scale * 2 * s * b * m.dim + layer + head
+    return m.n_layers * layer + head
+
+
+def _fsdp_buffers(p: PlanInput, wf: int) -> float:
+    m = p.model
+    if not m.known_layout or wf == 1:
+        return 0.0
+    block = (m.params - m.vocab_size * m.dim * (1 if m.tie_embeddings else 2)) / m.n_layers
+    compute = 4.0 if p.precision == "fp32" else 2.0
+    return 2 * block * compute + block * 4.0
+
+
+def _loss_temporaries(p: PlanInput, micro_batch: int) -> float:
+    return 8.0 * p.seq_len * micro_batch * p.model.vocab_size
+
+
+def estimate(p: PlanInput) -> Plan:
+    """Per-GPU memory by component, fit, largest micro-batch, compute and data budgets."""
+    if p.gpus < 1:
+        raise ConfigError("gpus must be at least 1")
+    n = p.model.params
+    wf, gf, of = _shard_factors(p)
+    wb, gb, ob = _per_param_bytes(p)
+    weights = n * wb / wf
+    grads = n * gb / gf
+    opt = n * ob / of
+    offload = 0.0
+    if p.cpu_offload:
+        offload, opt = opt, 0.0
+    notes: list[str] = []
+    fsdp = _fsdp_buffers(p, wf)
+    if p.model.known_layout and p.seq_len and p.micro_batch:
+        acts = activation_bytes(p, p.micro_batch)
+        temps = fsdp + _loss_temporaries(p, p.micro_batch)
+        basis = f"formula: seq_len {p.seq_len}, micro-batch {p.micro_batch}; the peak, not the sum"
+        total = weights + opt + max(acts + temps, grads + fsdp)
+    else:
+        acts, temps = 2.0 * n * wb, fsdp
+        basis = "rule of thumb: activations = 2 x weights; give --seq-len and --micro-batch for the formula"
+        total = weights + grads + opt + acts + temps
+    mem = {
+        "weights": weights,
+        "gradients": grads,
+        "optimizer_states": opt,
+        "activations": acts,
+        "temporaries": temps,
+    }
+    budget = p.gpu_memory_gb * GB
+    max_mb: int | None = None
+    if p.model.known_layout and p.seq_len:
+        per_sample = activation_bytes(p, 1) + _loss_temporaries(p, 1)
+        room = budget - weights - opt - fsdp
+        max_mb = max(0, int(room // per_sample)) if grads <= room else 0
+    tokens = p.tokens or 20.0 * n
+    flops = 6.0 * n * tokens
+    attn = 12.0 * p.model.n_layers * p.model.dim * p.seq_len * tokens if p.seq_len else 0.0
+    peak = p.peak_tflops * 1e12
+    gpu_hours = flops / (peak * p.mfu) / 3600.0 if p.mfu > 0 and peak > 0 else math.inf
+    if p.precision in ("int8", "int4"):
+        notes.append(
+            f"{p.precision}: frozen quantized base, {p.trainable_fraction:.1%} trainable (LoRA-style)"
+        )
+    if p.cpu_offload:
+        notes.append(f"CPU offload: {offload / GB:.2f} GB of optimizer states per rank in host memory")
+    return Plan(
+        inputs={k: v for k, v in asdict(p).items() if k != "model"},
+        params=n,
+        shard_factor=wf,
+        memory_gb={k: v / GB for k, v in mem.items()},
+        total_gb=total / GB,
+        fits=total <= budget,
+        max_micro_batch=max_mb,
+        cpu_offload_gb=offload / GB,
+        activation_basis=basis,
+        tokens=tokens,
+        compute_optimal_tokens=20.0 * n,
+        train_flops=flops,
+        train_flops_with_attention=flops + attn,
+        petaflop_s_days=flops / (1e15 * 86400.0),
+        gpu_hours=gpu_hours,
+        wall_clock_hours=gpu_hours / p.gpus,
+        retention=p.retention,
+        raw_tokens_to_crawl=tokens / p.retention if p.retention > 0 else math.inf,
+        notes=notes,
+    )
+
+
+def retention_from_curation(directory: str | Path) -> float:
+    """The fraction of input words a curate run kept (its stats.json), as a token retention rate."""
+    import json
+
+    path = Path(directory) / "stats.json"
+    if not path.is_file():
+        raise ConfigError(f"{directory}: no stats.json (is it an `llmpipe curate` output directory?)")
+    r = json.loads(path.read_text())["retention"]
+    frac = float(r["word_fraction"])
+    if not 0 < frac <= 1:
+        raise ConfigError(f"{path}: retention {frac} is not in (0, 1]")
+    return frac
+
+
+def human(n: float) -> str:
+    for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def render(plan: Plan) -> str:
+    i = plan.inputs
+    lines = [
+        f"model: {human(plan.params)} parameters; {i['gpus']} GPU(s) x {i['gpu_memory_gb']:g} GB, "
+        f"{i['precision']}, {i['optimizer']}, {i['strategy']} (shard factor {plan.shard_factor})"
+        + (", activation checkpointing" if i["activation_checkpointing"] else "")
+        + (", CPU offload" if i["cpu_offload"] else ""),
+        "memory per GPU:",
+    ]
+    for k, v in plan.memory_gb.items():
+        lines.append(f"  {k:17s} {_size(v)}")
+    lines.append(f"  {'total (peak)':17s} {_size(plan.total_gb)}  ({plan.activation_basis})")
+    verdict = "fits" if plan.fits else "DOES NOT FIT"
+    lines.append(f"  -> {verdict} in {i['gpu_memory_gb']:g} GB")
+    if plan.max_micro_batch is not None:
+        lines.append(f"  largest micro-batch that fits: {plan.max_micro_batch}")
+    lines += [
+        f"compute for {human(plan.tokens)} tokens (compute-optimal: {human(plan.compute_optimal_tokens)}):",
+        f"  {plan.train_flops:.3e} FLOPs (6 N T); {plan.train_flops_with_attention:.3e} with attention",
+        f"  {plan.petaflop_s_days:.3f} petaFLOP/s-days; {plan.gpu_hours:,.1f} GPU-hours at "
+        f"{i['mfu']:.0%} MFU of {i['peak_tflops']:g} TFLOP/s; {plan.wall_clock_hours:,.1f} h on {i['gpus']} GPU(s)",
+        f"data: crawl {human(plan.raw_tokens_to_crawl)} raw tokens at {plan.retention:.2%} retention",
+    ]
+    lines += [f"note: {n}" for n in plan.notes]
+    return "\n".join(lines)
+
+
+def _size(gb: float) -> str:
+    return f"{gb:10.3f} GB" if gb >= 1 else f"{gb * 1000:10.1f} MB"

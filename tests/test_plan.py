@@ -1,0 +1,127 @@
+"""`llmpipe plan`: the textbook sums, and the estimate against the memory the trainer's model really uses."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_cli
+from llmpipe.plan import ModelShape, PlanInput, estimate
+
+
+def _plan(*args: str) -> dict:
+    return json.loads(run_cli("plan", *args, "--json").stdout)
+
+
+def test_one_billion_parameters_in_fp32_bf16_and_zero3() -> None:
+    fp32 = _plan("--params", "1B", "--precision", "fp32")
+    assert fp32["memory_gb"]["weights"] == pytest.approx(4.0)
+    assert fp32["total_gb"] == pytest.approx(24.0)  # ~6 x the weights to train with Adam
+    bf16 = _plan("--params", "1B", "--precision", "bf16")
+    assert bf16["memory_gb"]["weights"] == pytest.approx(2.0)
+    one = _plan("--params", "1B", "--strategy", "ddp")
+    z3 = _plan("--params", "1B", "--strategy", "zero3", "--gpus", "64")
+    for k in ("weights", "gradients", "optimizer_states"):
+        assert z3["memory_gb"][k] == pytest.approx(one["memory_gb"][k] / 64)
+    z1 = _plan("--params", "1B", "--strategy", "zero1", "--gpus", "8")
+    assert z1["memory_gb"]["weights"] == pytest.approx(one["memory_gb"]["weights"])
+    assert z1["memory_gb"]["optimizer_states"] == pytest.approx(one["memory_gb"]["optimizer_states"] / 8)
+    hybrid = _plan("--params", "1B", "--strategy", "fsdp_hybrid", "--gpus", "16", "--shard-size", "8")
+    assert hybrid["shard_factor"] == 8
+
+
+def test_compute_and_data_budgets(tmp_path: Path) -> None:
+    p = _plan("--params", "1B", "--gpu", "a100", "--mfu", "0.5")
+    assert p["compute_optimal_tokens"] == pytest.approx(20e9)
+    assert p["train_flops"] == pytest.approx(6 * 1e9 * 20e9)
+    assert p["petaflop_s_days"] == pytest.approx(1.2e20 / (1e15 * 86400))
+    assert p["gpu_hours"] == pytest.approx(1.2e20 / (312e12 * 0.5) / 3600)
+    assert p["raw_tokens_to_crawl"] == pytest.approx(20e9 / 0.02)
+    (tmp_path / "stats.json").write_text(json.dumps({"retention": {"word_fraction": 0.05}}))
+    q = _plan("--params", "1B", "--tokens", "1T", "--from-curation", str(tmp_path))
+    assert q["raw_tokens_to_crawl"] == pytest.approx(1e12 / 0.05)
+    off = _plan("--params", "7B", "--cpu-offload")
+    assert off["memory_gb"]["optimizer_states"] == 0 and off["cpu_offload_gb"] > 0
+
+
+def test_fit_and_largest_micro_batch() -> None:
+    shape = ModelShape.llama(2048, 16, 16, 32000)
+    base = PlanInput(model=shape, gpu_memory_gb=24, seq_len=2048, micro_batch=1, strategy="ddp")
+    plan = estimate(base)
+    assert plan.max_micro_batch is not None and plan.fits == (plan.max_micro_batch >= 1)
+    bigger = estimate(PlanInput(**{**base.__dict__, "micro_batch": plan.max_micro_batch + 1}))
+    assert not bigger.fits
+    if plan.max_micro_batch >= 1:
+        assert estimate(PlanInput(**{**base.__dict__, "micro_batch": plan.max_micro_batch})).fits
+    ckpt = estimate(PlanInput(**{**base.__dict__, "activation_checkpointing": True}))
+    assert ckpt.memory_gb["activations"] < plan.memory_gb["activations"] / 3
+    assert ckpt.max_micro_batch is not None and ckpt.max_micro_batch > 2 * plan.max_micro_batch
+
+
+def test_parameter_count_matches_the_trainer_model() -> None:
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from train.model import ModelConfig, Transformer
+
+    for kw in (
+        {"dim": 64, "n_layers": 2, "n_heads": 4},
+        {"dim": 96, "n_layers": 3, "n_heads": 6, "n_kv_heads": 2},
+    ):
+        cfg = ModelConfig(**kw, vocab_size=1000, max_seq_len=32)  # type: ignore[arg-type]
+        with torch.device("meta"):
+            model = Transformer(cfg)
+        real = sum(p.numel() for p in model.parameters())
+        est = ModelShape.llama(
+            kw["dim"], kw["n_layers"], kw["n_heads"], 1000, n_kv_heads=kw.get("n_kv_heads")
+        )
+        assert est.params == real
+
+
+@pytest.mark.parametrize(
+    ("config", "vocab", "seq_len", "batch"),
+    [("tiny.yaml", 512, 64, 8), ("gpt2-124m.yaml", 50257, 128, 2)],
+)
+def test_memory_estimate_within_20_percent_of_the_measured_peak(
+    config: str, vocab: int, seq_len: int, batch: int
+) -> None:
+    """One training step of the trainer's model and optimizer under torch's MemTracker (CPU, fp32)."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from train.config import load_config
+    from train.model import Transformer
+
+    path = ROOT / "configs" / "train" / config
+    cfg = load_config(path, [f"--model.vocab_size={vocab}", f"--model.max_seq_len={seq_len}"][:0]).model
+    cfg.vocab_size, cfg.max_seq_len = vocab, seq_len
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    model.to_empty(device="cpu")
+    model.init_weights()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randint(0, vocab, (batch, seq_len))
+    tracker = MemTracker()
+    tracker.track_external(model, opt)
+    with tracker:
+        for _ in range(2):  # the second step has the optimizer states
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x.flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            del logits, loss
+            tracker.reset_mod_stats()
+    measured = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+    shape, _ = ModelShape.from_train_config(path, vocab)
+    plan = estimate(
+        PlanInput(
+            model=shape, precision="fp32", strategy="ddp", seq_len=seq_len, micro_batch=batch, device="cpu"
+        )
+    )
+    est = plan.total_gb * 1e9
+    assert abs(est - measured) / measured < 0.20, (config, est, measured)
