@@ -1,7 +1,235 @@
-//! Bindings for llmpipe-bpe.
+//! Bindings for llmpipe-bpe: one class, every batch call runs with the GIL released.
 
+use crate::errors::TokenizerError;
+use llmpipe_bpe::{hfjson, pattern, tiktoken, train, Allowed, PreTokenizer, Special, Tokenizer, TrainConfig};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::PyBytes;
+use std::path::PathBuf;
+use std::sync::Arc;
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+fn err(e: llmpipe_bpe::Error) -> PyErr {
+    TokenizerError::new_err(e.to_string())
+}
+
+/// A pattern name (gpt2, cl100k, o200k) or, if it is none of those, a regex source.
+fn pre_for(pattern_or_regex: &str) -> Result<PreTokenizer, llmpipe_bpe::Error> {
+    let src = pattern::pattern_by_name(pattern_or_regex)
+        .map(str::to_string)
+        .unwrap_or(pattern_or_regex.to_string());
+    PreTokenizer::new(&src)
+}
+
+fn allowed(a: Option<Vec<String>>) -> Allowed {
+    match a {
+        None => Allowed::None,
+        Some(v) => Allowed::Some(v),
+    }
+}
+
+/// Byte-level BPE tokenizer (see llmpipe.tokenizer.Tokenizer for the documented API).
+#[pyclass(frozen, module = "llmpipe._core")]
+pub struct BpeTokenizer {
+    inner: Arc<Tokenizer>,
+}
+
+#[pymethods]
+impl BpeTokenizer {
+    /// Train on text files (streamed line by line, in parallel).
+    #[staticmethod]
+    #[pyo3(signature = (files, vocab_size, pattern="gpt2", min_frequency=2, max_token_length=None, special_tokens=vec!["<|endoftext|>".to_string()]))]
+    fn train(
+        py: Python<'_>,
+        files: Vec<PathBuf>,
+        vocab_size: usize,
+        pattern: &str,
+        min_frequency: u64,
+        max_token_length: Option<usize>,
+        special_tokens: Vec<String>,
+    ) -> PyResult<Self> {
+        let pre = pre_for(pattern).map_err(err)?;
+        let cfg = TrainConfig { vocab_size, min_frequency, max_token_length, special_tokens };
+        let t = py.detach(|| train::train_files(&files, &cfg, pre)).map_err(err)?;
+        Ok(BpeTokenizer { inner: Arc::new(t) })
+    }
+
+    /// Train on in-memory texts (each split into lines like a file).
+    #[staticmethod]
+    #[pyo3(signature = (texts, vocab_size, pattern="gpt2", min_frequency=2, max_token_length=None, special_tokens=vec!["<|endoftext|>".to_string()]))]
+    fn train_texts(
+        py: Python<'_>,
+        texts: Vec<PyBackedStr>,
+        vocab_size: usize,
+        pattern: &str,
+        min_frequency: u64,
+        max_token_length: Option<usize>,
+        special_tokens: Vec<String>,
+    ) -> PyResult<Self> {
+        let pre = pre_for(pattern).map_err(err)?;
+        let cfg = TrainConfig { vocab_size, min_frequency, max_token_length, special_tokens };
+        let t = py
+            .detach(|| {
+                let words = train::count_words_texts(&texts, &pre);
+                train::train_from_counts(words, &cfg, pre)
+            })
+            .map_err(err)?;
+        Ok(BpeTokenizer { inner: Arc::new(t) })
+    }
+
+    /// Load an HF tokenizer.json (byte-level BPE).
+    #[staticmethod]
+    fn from_file(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let t = py.detach(|| Tokenizer::from_json_file(&path)).map_err(err)?;
+        Ok(BpeTokenizer { inner: Arc::new(t) })
+    }
+
+    /// Parse tokenizer.json text.
+    #[staticmethod]
+    fn from_json(py: Python<'_>, text: &str) -> PyResult<Self> {
+        let text = text.to_string();
+        let t = py.detach(|| hfjson::from_json(&text)).map_err(err)?;
+        Ok(BpeTokenizer { inner: Arc::new(t) })
+    }
+
+    /// Load a tiktoken rank file with a pattern (name or regex) and special tokens (content, id).
+    #[staticmethod]
+    #[pyo3(signature = (path, pattern, special_tokens))]
+    fn from_tiktoken(
+        py: Python<'_>,
+        path: PathBuf,
+        pattern: &str,
+        special_tokens: Vec<(String, u32)>,
+    ) -> PyResult<Self> {
+        let pre = pre_for(pattern).map_err(err)?;
+        let specials = special_tokens.into_iter().map(|(content, id)| Special { content, id }).collect();
+        let t = py
+            .detach(|| {
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| llmpipe_bpe::Error::Io(format!("{}: {e}", path.display())))?;
+                tiktoken::from_ranks_text(&text, pre, specials)
+            })
+            .map_err(err)?;
+        Ok(BpeTokenizer { inner: Arc::new(t) })
+    }
+
+    /// Write tokenizer.json.
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        let t = self.inner.clone();
+        py.detach(|| t.save_json(&path)).map_err(err)
+    }
+
+    /// tokenizer.json text.
+    fn to_json(&self, py: Python<'_>) -> String {
+        let t = self.inner.clone();
+        py.detach(|| hfjson::to_json(&t))
+    }
+
+    /// tiktoken rank-file text of the ordinary tokens (rank = id).
+    fn to_tiktoken(&self, py: Python<'_>) -> String {
+        let t = self.inner.clone();
+        py.detach(|| tiktoken::to_ranks_text(&t))
+    }
+
+    #[pyo3(signature = (text, allowed_special=None))]
+    fn encode(
+        &self,
+        py: Python<'_>,
+        text: PyBackedStr,
+        allowed_special: Option<Vec<String>>,
+    ) -> PyResult<Vec<u32>> {
+        let a = allowed(allowed_special);
+        py.detach(|| self.inner.encode(&text, &a)).map_err(err)
+    }
+
+    #[pyo3(signature = (texts, allowed_special=None))]
+    fn encode_batch(
+        &self,
+        py: Python<'_>,
+        texts: Vec<PyBackedStr>,
+        allowed_special: Option<Vec<String>>,
+    ) -> PyResult<Vec<Vec<u32>>> {
+        let a = allowed(allowed_special);
+        py.detach(|| self.inner.encode_batch(&texts, &a)).map_err(err)
+    }
+
+    /// (ids as little-endian u32 bytes, n + 1 offsets as little-endian i64 bytes).
+    #[pyo3(signature = (texts, allowed_special=None))]
+    fn encode_batch_flat<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<PyBackedStr>,
+        allowed_special: Option<Vec<String>>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let a = allowed(allowed_special);
+        let (ids, offs) = py
+            .detach(|| {
+                self.inner.encode_batch_flat(&texts, &a).map(|(ids, offs)| {
+                    let ids: Vec<u8> = ids.iter().flat_map(|x| x.to_le_bytes()).collect();
+                    let offs: Vec<u8> = offs.iter().flat_map(|x| x.to_le_bytes()).collect();
+                    (ids, offs)
+                })
+            })
+            .map_err(err)?;
+        Ok((PyBytes::new(py, &ids), PyBytes::new(py, &offs)))
+    }
+
+    #[pyo3(signature = (ids, skip_special_tokens=false))]
+    fn decode(&self, py: Python<'_>, ids: Vec<u32>, skip_special_tokens: bool) -> PyResult<String> {
+        py.detach(|| self.inner.decode(&ids, skip_special_tokens)).map_err(err)
+    }
+
+    #[pyo3(signature = (ids, skip_special_tokens=false))]
+    fn decode_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        ids: Vec<u32>,
+        skip_special_tokens: bool,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let b = py.detach(|| self.inner.decode_bytes(&ids, skip_special_tokens)).map_err(err)?;
+        Ok(PyBytes::new(py, &b))
+    }
+
+    #[pyo3(signature = (seqs, skip_special_tokens=false))]
+    fn decode_batch(
+        &self,
+        py: Python<'_>,
+        seqs: Vec<Vec<u32>>,
+        skip_special_tokens: bool,
+    ) -> PyResult<Vec<String>> {
+        py.detach(|| self.inner.decode_batch(&seqs, skip_special_tokens)).map_err(err)
+    }
+
+    /// The pieces the pre-tokenizer cuts `text` into.
+    fn pre_tokenize(&self, text: &str) -> Vec<String> {
+        self.inner.pre_tokenizer().pieces(text).into_iter().map(str::to_string).collect()
+    }
+
+    fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    fn id_to_bytes<'py>(&self, py: Python<'py>, id: u32) -> Option<Bound<'py, PyBytes>> {
+        self.inner.id_to_bytes(id).map(|b| PyBytes::new(py, b))
+    }
+
+    #[getter]
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+
+    #[getter]
+    fn special_tokens(&self) -> Vec<(String, u32)> {
+        self.inner.specials().iter().map(|s| (s.content.clone(), s.id)).collect()
+    }
+
+    /// The pre-tokenizer regex source.
+    #[getter]
+    fn pattern(&self) -> String {
+        self.inner.pre_tokenizer().source().to_string()
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<BpeTokenizer>()?;
     Ok(())
 }

@@ -1,0 +1,487 @@
+//! The byte-level BPE model: vocabulary, ranked merges, special tokens, encode and decode.
+
+use crate::pattern::PreTokenizer;
+use crate::Error;
+use ahash::AHashMap;
+use rayon::prelude::*;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// Pieces longer than this (in bytes) use the heap-based merge; shorter ones a linear rescan.
+const SCAN_MAX: usize = 48;
+/// Pieces up to this length are memoised in the per-call cache.
+const CACHE_MAX_PIECE: usize = 128;
+const CACHE_MAX_ENTRIES: usize = 1 << 16;
+
+#[inline]
+fn key(a: u32, b: u32) -> u64 {
+    ((a as u64) << 32) | b as u64
+}
+
+/// A special (added) token: matched in text only when the caller allows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Special {
+    pub content: String,
+    pub id: u32,
+}
+
+/// Which special tokens `encode` recognises in the text.
+#[derive(Debug, Clone, Default)]
+pub enum Allowed {
+    /// None: every special-token string is ordinary text (the default).
+    #[default]
+    None,
+    /// All special tokens of the tokenizer.
+    All,
+    /// Only these.
+    Some(Vec<String>),
+}
+
+/// A byte-level BPE tokenizer.
+#[derive(Debug, Clone)]
+pub struct Tokenizer {
+    /// id -> bytes (special tokens: their UTF-8 content); `None` for unused ids.
+    pub(crate) tokens: Vec<Option<Vec<u8>>>,
+    /// bytes -> id for ordinary (non-special) tokens.
+    token_ids: AHashMap<Vec<u8>, u32>,
+    /// (left, right) -> (rank, new id).
+    merges: AHashMap<u64, (u32, u32)>,
+    /// Merges in rank order, as (left, right) ids: what tokenizer.json stores.
+    pub(crate) merge_list: Vec<(u32, u32)>,
+    byte_ids: [u32; 256],
+    /// token id -> BPE of its own bytes gives exactly that token, so a whole piece may be looked up.
+    whole_ok: Vec<bool>,
+    /// tiktoken semantics (HF `ignore_merges`): a piece that is a token is that token.
+    pub(crate) ignore_merges: bool,
+    pub(crate) add_prefix_space: bool,
+    pub(crate) specials: Vec<Special>,
+    special_re: Option<regex::Regex>,
+    pub(crate) pre: PreTokenizer,
+}
+
+/// Reusable per-thread state for encoding: the piece cache.
+#[derive(Debug, Default)]
+pub struct EncodeState {
+    cache: AHashMap<Box<[u8]>, Box<[u32]>>,
+}
+
+impl Tokenizer {
+    /// Build from tokens (id -> bytes), merges in rank order, special tokens and a pre-tokenizer.
+    /// With `rank_by_token` (tiktoken files), a merge's rank is the id of the merged token and every
+    /// split of every token is a merge; otherwise the rank is the index in `merge_list`.
+    pub fn new(
+        tokens: Vec<Option<Vec<u8>>>,
+        merge_list: Vec<(u32, u32)>,
+        specials: Vec<Special>,
+        pre: PreTokenizer,
+        ignore_merges: bool,
+    ) -> Result<Self, Error> {
+        let mut tokens = tokens;
+        let special_ids: Vec<u32> = specials.iter().map(|s| s.id).collect();
+        for s in &specials {
+            let i = s.id as usize;
+            if tokens.len() <= i {
+                tokens.resize(i + 1, None);
+            }
+            tokens[i] = Some(s.content.as_bytes().to_vec());
+        }
+        let mut token_ids = AHashMap::with_capacity(tokens.len());
+        for (i, t) in tokens.iter().enumerate() {
+            if let Some(t) = t {
+                if !special_ids.contains(&(i as u32)) {
+                    token_ids.entry(t.clone()).or_insert(i as u32);
+                }
+            }
+        }
+        let mut byte_ids = [0u32; 256];
+        for b in 0..=255u8 {
+            byte_ids[b as usize] = *token_ids.get(&vec![b]).ok_or_else(|| {
+                Error::Invalid(format!("the vocabulary lacks the single byte 0x{b:02x} (not byte-level BPE)"))
+            })?;
+        }
+        let mut merges = AHashMap::with_capacity(merge_list.len());
+        for (rank, &(a, b)) in merge_list.iter().enumerate() {
+            let (ta, tb) = match (tok(&tokens, a), tok(&tokens, b)) {
+                (Some(x), Some(y)) => (x, y),
+                _ => return Err(Error::Invalid(format!("merge {rank} refers to an unknown id"))),
+            };
+            let joined = [ta, tb].concat();
+            let new = *token_ids.get(&joined).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "merge {rank}: the merged token {:?} is not in the vocabulary",
+                    String::from_utf8_lossy(&joined)
+                ))
+            })?;
+            merges.entry(key(a, b)).or_insert((rank as u32, new));
+        }
+        let mut t = Tokenizer {
+            whole_ok: vec![false; tokens.len()],
+            tokens,
+            token_ids,
+            merges,
+            merge_list,
+            byte_ids,
+            ignore_merges,
+            add_prefix_space: false,
+            specials,
+            special_re: None,
+            pre,
+        };
+        t.special_re = t.build_special_re(None)?;
+        t.compute_whole_ok();
+        Ok(t)
+    }
+
+    /// Build from tiktoken ranks (token bytes with rank == id): every split of a token into two
+    /// tokens is a merge whose rank is the merged token's rank.
+    pub fn from_ranks(
+        tokens: Vec<Option<Vec<u8>>>,
+        specials: Vec<Special>,
+        pre: PreTokenizer,
+    ) -> Result<Self, Error> {
+        let mut ids: AHashMap<&[u8], u32> = AHashMap::with_capacity(tokens.len());
+        for (i, t) in tokens.iter().enumerate() {
+            if let Some(t) = t {
+                ids.insert(t.as_slice(), i as u32);
+            }
+        }
+        // HF's tiktoken converter order: by merged rank, then by (left rank, right rank).
+        let mut list: Vec<(u32, u32, u32)> = Vec::new();
+        for (i, t) in tokens.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let mut local = Vec::new();
+            for k in 1..t.len() {
+                if let (Some(&l), Some(&r)) = (ids.get(&t[..k]), ids.get(&t[k..])) {
+                    local.push((i as u32, l, r));
+                }
+            }
+            local.sort_by_key(|&(_, l, r)| (l, r));
+            list.extend(local);
+        }
+        let merge_list: Vec<(u32, u32)> = list.iter().map(|&(_, l, r)| (l, r)).collect();
+        let mut t = Tokenizer::new(tokens, merge_list, specials, pre, true)?;
+        // Rank of a merge = rank of the token it makes (tiktoken's byte_pair_merge).
+        for &(new, l, r) in &list {
+            t.merges.insert(key(l, r), (new, new));
+        }
+        t.compute_whole_ok();
+        Ok(t)
+    }
+
+    fn compute_whole_ok(&mut self) {
+        if self.ignore_merges {
+            self.whole_ok = vec![true; self.tokens.len()];
+            return;
+        }
+        let ok: Vec<bool> = (0..self.tokens.len())
+            .into_par_iter()
+            .map(|i| match &self.tokens[i] {
+                Some(t) if self.token_ids.get(t) == Some(&(i as u32)) => {
+                    let mut out = Vec::new();
+                    self.bpe(t, &mut out);
+                    out.len() == 1 && out[0] == i as u32
+                }
+                _ => false,
+            })
+            .collect();
+        self.whole_ok = ok;
+    }
+
+    fn build_special_re(&self, only: Option<&[String]>) -> Result<Option<regex::Regex>, Error> {
+        let mut names: Vec<&str> = self
+            .specials
+            .iter()
+            .map(|s| s.content.as_str())
+            .filter(|c| only.is_none_or(|o| o.iter().any(|x| x == c)))
+            .filter(|c| !c.is_empty())
+            .collect();
+        if names.is_empty() {
+            return Ok(None);
+        }
+        names.sort_by_key(|s| Reverse(s.len()));
+        let alt = names.iter().map(|s| regex::escape(s)).collect::<Vec<_>>().join("|");
+        regex::Regex::new(&alt).map(Some).map_err(|e| Error::Invalid(format!("special tokens: {e}")))
+    }
+
+    /// Number of ids (highest id + 1).
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn specials(&self) -> &[Special] {
+        &self.specials
+    }
+
+    pub fn pre_tokenizer(&self) -> &PreTokenizer {
+        &self.pre
+    }
+
+    /// The id of a token given as text (special tokens by content, others by their bytes).
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.specials
+            .iter()
+            .find(|s| s.content == token)
+            .map(|s| s.id)
+            .or_else(|| self.token_ids.get(token.as_bytes()).copied())
+    }
+
+    /// The bytes of a token id.
+    pub fn id_to_bytes(&self, id: u32) -> Option<&[u8]> {
+        tok(&self.tokens, id)
+    }
+
+    /// BPE of one piece, appended to `out` (no cache, no whole-piece lookup).
+    fn bpe(&self, piece: &[u8], out: &mut Vec<u32>) {
+        if piece.len() <= SCAN_MAX {
+            self.bpe_scan(piece, out)
+        } else {
+            self.bpe_heap(piece, out)
+        }
+    }
+
+    /// Quadratic rescan: fastest for the short pieces that are nearly all of real text.
+    fn bpe_scan(&self, piece: &[u8], out: &mut Vec<u32>) {
+        let mut syms: [u32; SCAN_MAX] = [0; SCAN_MAX];
+        let mut n = piece.len();
+        for (s, &b) in syms.iter_mut().zip(piece) {
+            *s = self.byte_ids[b as usize];
+        }
+        // ranks[i]: (rank, new id) of the pair (syms[i], syms[i+1]).
+        let mut ranks: [(u32, u32); SCAN_MAX] = [(u32::MAX, 0); SCAN_MAX];
+        for i in 0..n.saturating_sub(1) {
+            ranks[i] = self.merges.get(&key(syms[i], syms[i + 1])).copied().unwrap_or((u32::MAX, 0));
+        }
+        while n > 1 {
+            let mut best = u32::MAX;
+            let mut at = 0;
+            for (i, r) in ranks[..n - 1].iter().enumerate() {
+                if r.0 < best {
+                    best = r.0;
+                    at = i;
+                }
+            }
+            if best == u32::MAX {
+                break;
+            }
+            syms[at] = ranks[at].1;
+            syms.copy_within(at + 2..n, at + 1);
+            ranks.copy_within(at + 2..n.saturating_sub(1).max(at + 2), at + 1);
+            n -= 1;
+            if at + 1 < n {
+                ranks[at] = self.merges.get(&key(syms[at], syms[at + 1])).copied().unwrap_or((u32::MAX, 0));
+            } else {
+                ranks[at] = (u32::MAX, 0);
+            }
+            if at > 0 {
+                ranks[at - 1] =
+                    self.merges.get(&key(syms[at - 1], syms[at])).copied().unwrap_or((u32::MAX, 0));
+            }
+        }
+        out.extend_from_slice(&syms[..n]);
+    }
+
+    /// Heap + linked list: O(n log n) for arbitrarily long pieces (a million equal characters).
+    fn bpe_heap(&self, piece: &[u8], out: &mut Vec<u32>) {
+        let n = piece.len();
+        let mut sym: Vec<u32> = piece.iter().map(|&b| self.byte_ids[b as usize]).collect();
+        let mut prev: Vec<usize> = (0..n).map(|i| i.wrapping_sub(1)).collect();
+        let mut next: Vec<usize> = (1..=n).collect();
+        let mut alive = vec![true; n];
+        // min-heap on (rank, position); entries carry the id they would produce
+        let mut heap: BinaryHeap<Reverse<(u32, usize, u32)>> = BinaryHeap::with_capacity(n);
+        for i in 0..n - 1 {
+            if let Some(&(r, new)) = self.merges.get(&key(sym[i], sym[i + 1])) {
+                heap.push(Reverse((r, i, new)));
+            }
+        }
+        while let Some(Reverse((r, i, new))) = heap.pop() {
+            if !alive[i] || next[i] >= n {
+                continue;
+            }
+            let j = next[i];
+            match self.merges.get(&key(sym[i], sym[j])) {
+                Some(&(r2, n2)) if r2 == r && n2 == new => {}
+                _ => continue,
+            }
+            sym[i] = new;
+            alive[j] = false;
+            next[i] = next[j];
+            if next[j] < n {
+                prev[next[j]] = i;
+            }
+            if prev[i] < n {
+                let p = prev[i];
+                if let Some(&(r, nw)) = self.merges.get(&key(sym[p], sym[i])) {
+                    heap.push(Reverse((r, p, nw)));
+                }
+            }
+            if next[i] < n {
+                if let Some(&(r, nw)) = self.merges.get(&key(sym[i], sym[next[i]])) {
+                    heap.push(Reverse((r, i, nw)));
+                }
+            }
+        }
+        let mut i = 0;
+        while i < n {
+            out.push(sym[i]);
+            i = next[i];
+        }
+    }
+
+    /// Encode one piece with the whole-token shortcut and the cache.
+    fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>, st: &mut EncodeState) {
+        if piece.len() == 1 {
+            out.push(self.byte_ids[piece[0] as usize]);
+            return;
+        }
+        if let Some(&id) = self.token_ids.get(piece) {
+            if self.whole_ok[id as usize] {
+                out.push(id);
+                return;
+            }
+        }
+        if piece.len() > CACHE_MAX_PIECE {
+            self.bpe(piece, out);
+            return;
+        }
+        if let Some(ids) = st.cache.get(piece) {
+            out.extend_from_slice(ids);
+            return;
+        }
+        let start = out.len();
+        self.bpe(piece, out);
+        if st.cache.len() >= CACHE_MAX_ENTRIES {
+            st.cache.clear();
+        }
+        st.cache.insert(piece.into(), out[start..].into());
+    }
+
+    /// Encode text with no special tokens recognised.
+    pub fn encode_ordinary_into(&self, text: &str, out: &mut Vec<u32>, st: &mut EncodeState) {
+        if self.add_prefix_space && !text.starts_with(' ') && !text.is_empty() {
+            let t = format!(" {text}");
+            self.pre.for_each_piece(&t, |p| self.encode_piece(p.as_bytes(), out, st));
+        } else {
+            self.pre.for_each_piece(text, |p| self.encode_piece(p.as_bytes(), out, st));
+        }
+    }
+
+    /// Resolve which special tokens to recognise.
+    pub fn allowed_regex(&self, allowed: &Allowed) -> Result<Option<regex::Regex>, Error> {
+        match allowed {
+            Allowed::None => Ok(None),
+            Allowed::All => Ok(self.special_re.clone()),
+            Allowed::Some(v) => {
+                for name in v {
+                    if !self.specials.iter().any(|s| &s.content == name) {
+                        return Err(Error::Invalid(format!(
+                            "{name:?} is not a special token of this tokenizer"
+                        )));
+                    }
+                }
+                self.build_special_re(Some(v))
+            }
+        }
+    }
+
+    /// Encode text; special tokens are recognised only where `re` (from [`Self::allowed_regex`]) finds them.
+    pub fn encode_into(
+        &self,
+        text: &str,
+        re: Option<&regex::Regex>,
+        out: &mut Vec<u32>,
+        st: &mut EncodeState,
+    ) {
+        let Some(re) = re else {
+            return self.encode_ordinary_into(text, out, st);
+        };
+        let mut last = 0;
+        for m in re.find_iter(text) {
+            if m.start() > last {
+                self.encode_ordinary_into(&text[last..m.start()], out, st);
+            }
+            let id = self.specials.iter().find(|s| s.content == m.as_str()).map(|s| s.id);
+            out.extend(id);
+            last = m.end();
+        }
+        if last < text.len() {
+            self.encode_ordinary_into(&text[last..], out, st);
+        }
+    }
+
+    /// Encode one text.
+    pub fn encode(&self, text: &str, allowed: &Allowed) -> Result<Vec<u32>, Error> {
+        let re = self.allowed_regex(allowed)?;
+        let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        self.encode_into(text, re.as_ref(), &mut out, &mut EncodeState::default());
+        Ok(out)
+    }
+
+    /// Encode many texts on the rayon pool.
+    pub fn encode_batch<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        allowed: &Allowed,
+    ) -> Result<Vec<Vec<u32>>, Error> {
+        let re = self.allowed_regex(allowed)?;
+        Ok(texts
+            .par_iter()
+            .with_min_len(8)
+            .map_init(EncodeState::default, |st, t| {
+                let t = t.as_ref();
+                let mut out = Vec::with_capacity(t.len() / 3 + 1);
+                self.encode_into(t, re.as_ref(), &mut out, st);
+                out
+            })
+            .collect())
+    }
+
+    /// Encode many texts into one flat id array plus `n + 1` offsets.
+    pub fn encode_batch_flat<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        allowed: &Allowed,
+    ) -> Result<(Vec<u32>, Vec<i64>), Error> {
+        let parts = self.encode_batch(texts, allowed)?;
+        let total: usize = parts.iter().map(Vec::len).sum();
+        let mut flat = Vec::with_capacity(total);
+        let mut offsets = Vec::with_capacity(parts.len() + 1);
+        offsets.push(0i64);
+        for p in &parts {
+            flat.extend_from_slice(p);
+            offsets.push(flat.len() as i64);
+        }
+        Ok((flat, offsets))
+    }
+
+    /// The bytes of a sequence of ids; unknown ids are an error.
+    pub fn decode_bytes(&self, ids: &[u32], skip_special: bool) -> Result<Vec<u8>, Error> {
+        let mut out = Vec::with_capacity(ids.len() * 4);
+        for &id in ids {
+            if skip_special && self.specials.iter().any(|s| s.id == id) {
+                continue;
+            }
+            let t = tok(&self.tokens, id).ok_or_else(|| Error::Invalid(format!("unknown token id {id}")))?;
+            out.extend_from_slice(t);
+        }
+        Ok(out)
+    }
+
+    /// Decode to text; invalid UTF-8 (a split multi-byte character) becomes U+FFFD, like HF.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, Error> {
+        let b = self.decode_bytes(ids, skip_special)?;
+        Ok(match String::from_utf8(b) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        })
+    }
+
+    /// Decode many sequences on the rayon pool.
+    pub fn decode_batch(&self, seqs: &[Vec<u32>], skip_special: bool) -> Result<Vec<String>, Error> {
+        seqs.par_iter().map(|s| self.decode(s, skip_special)).collect()
+    }
+}
+
+fn tok(tokens: &[Option<Vec<u8>>], id: u32) -> Option<&[u8]> {
+    tokens.get(id as usize).and_then(|t| t.as_deref())
+}

@@ -1,0 +1,278 @@
+"""Byte-level BPE tokenizer (Rust core, HF ``tokenizer.json`` compatible).
+
+    tok = Tokenizer.train(["corpus.txt"], 32000, pattern="gpt2")
+    tok.save("tokenizer.json")          # loads in tokenizers.Tokenizer.from_file, same ids
+    ids = tok.encode("Hello world")
+    flat, offsets = tok.encode_batch_arrays(texts)   # one Rust call, GIL released, all cores
+
+Special tokens are recognised in text only when asked for (``allowed_special="all"`` or a set of
+names); by default a literal ``<|endoftext|>`` in text is ordinary text. Python strings holding lone
+surrogates (``"\\ud800"``) cannot be UTF-8; they are encoded as if each unpaired surrogate were
+U+FFFD (a valid surrogate pair becomes its character), never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from llmpipe import _core
+from llmpipe.errors import ConfigError, InputError
+
+PATTERNS = ("gpt2", "cl100k", "o200k")
+EOS = "<|endoftext|>"
+
+AllowedSpecial = Literal["all"] | Iterable[str] | None
+
+
+class TokenizerError(InputError):
+    """A tokenizer file or argument is invalid (user-fixable: the CLI prints it without traceback)."""
+
+
+def _clean(text: str) -> str:
+    """Make ``text`` encodable as UTF-8: pair surrogates into characters, unpaired ones to U+FFFD."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _has_surrogates(texts: Sequence[str]) -> bool:
+    for t in texts:
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+    return False
+
+
+class Tokenizer:
+    """A byte-level BPE tokenizer; create with :meth:`train`, :meth:`from_file` or :meth:`from_tiktoken`."""
+
+    def __init__(self, core: _core.BpeTokenizer) -> None:
+        self._core = core
+        self._names = {name for name, _ in core.special_tokens}
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def train(
+        cls,
+        files: Sequence[str | os.PathLike[str]],
+        vocab_size: int,
+        *,
+        pattern: str = "gpt2",
+        min_frequency: int = 2,
+        max_token_length: int | None = None,
+        special_tokens: Sequence[str] = (EOS,),
+    ) -> Tokenizer:
+        """Train on text files, streamed line by line in parallel (never all in memory).
+
+        ``pattern`` is ``gpt2``, ``cl100k``, ``o200k`` or a regex. Special tokens take the first ids.
+        """
+        _check_train_args(vocab_size, min_frequency, max_token_length, special_tokens)
+        paths = [str(f) for f in files]
+        for p in paths:
+            if not Path(p).is_file():
+                raise InputError(f"{p}: no such file")
+        with _errors():
+            core = _core.BpeTokenizer.train(
+                paths, vocab_size, pattern, min_frequency, max_token_length, list(special_tokens)
+            )
+        return cls(core)
+
+    @classmethod
+    def train_from_texts(
+        cls,
+        texts: Sequence[str],
+        vocab_size: int,
+        *,
+        pattern: str = "gpt2",
+        min_frequency: int = 2,
+        max_token_length: int | None = None,
+        special_tokens: Sequence[str] = (EOS,),
+    ) -> Tokenizer:
+        """Train on in-memory texts (each is split into lines, like a file)."""
+        _check_train_args(vocab_size, min_frequency, max_token_length, special_tokens)
+        texts = [_clean(t) for t in texts] if _has_surrogates(texts) else list(texts)
+        with _errors():
+            core = _core.BpeTokenizer.train_texts(
+                texts, vocab_size, pattern, min_frequency, max_token_length, list(special_tokens)
+            )
+        return cls(core)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Tokenizer:
+        """Load an HF ``tokenizer.json`` (byte-level BPE, written by llmpipe or by HF tokenizers)."""
+        if not Path(path).is_file():
+            raise InputError(f"{path}: no such tokenizer file")
+        with _errors():
+            return cls(_core.BpeTokenizer.from_file(str(path)))
+
+    @classmethod
+    def from_tiktoken(
+        cls,
+        path: str | os.PathLike[str],
+        pattern: str,
+        special_tokens: dict[str, int] | None = None,
+    ) -> Tokenizer:
+        """Load a tiktoken rank file (``base64(token) rank`` per line) with a pattern name or regex.
+
+        Without ``special_tokens``, ``<|endoftext|>`` gets the id after the highest rank.
+        """
+        if not Path(path).is_file():
+            raise InputError(f"{path}: no such rank file")
+        if special_tokens is None:
+            with open(path, encoding="ascii") as f:
+                top = max((int(line.split()[1]) for line in f if line.strip()), default=-1)
+            special_tokens = {EOS: top + 1}
+        with _errors():
+            core = _core.BpeTokenizer.from_tiktoken(str(path), pattern, sorted(special_tokens.items()))
+        return cls(core)
+
+    # -- saving ---------------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write an HF ``tokenizer.json``."""
+        with _errors():
+            self._core.save(str(path))
+
+    def to_json(self) -> str:
+        return self._core.to_json()
+
+    def save_tiktoken(self, path: str | os.PathLike[str]) -> None:
+        """Write the ordinary tokens as a tiktoken rank file (rank = id)."""
+        Path(path).write_text(self._core.to_tiktoken(), encoding="ascii")
+
+    # -- properties -----------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids (highest id + 1), special tokens included."""
+        return self._core.vocab_size
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return dict(self._core.special_tokens)
+
+    @property
+    def eos_id(self) -> int:
+        """The id of ``<|endoftext|>`` (or of the only special token)."""
+        specials = self.special_tokens
+        if EOS in specials:
+            return specials[EOS]
+        if len(specials) == 1:
+            return next(iter(specials.values()))
+        raise TokenizerError(f"the tokenizer has no {EOS} token (special tokens: {sorted(specials)})")
+
+    @property
+    def pattern(self) -> str:
+        return self._core.pattern
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._core.token_to_id(token)
+
+    def id_to_bytes(self, token_id: int) -> bytes | None:
+        return self._core.id_to_bytes(token_id)
+
+    def pre_tokenize(self, text: str) -> list[str]:
+        return self._core.pre_tokenize(_clean(text))
+
+    # -- encoding -------------------------------------------------------------------------------
+
+    def _allowed(self, allowed_special: AllowedSpecial) -> list[str] | None:
+        if allowed_special is None:
+            return None
+        if allowed_special == "all":
+            return sorted(self._names)
+        names = [allowed_special] if isinstance(allowed_special, str) else list(allowed_special)
+        unknown = sorted(set(names) - self._names)
+        if unknown:
+            raise TokenizerError(f"not special tokens of this tokenizer: {unknown}")
+        return names
+
+    def encode(self, text: str, *, allowed_special: AllowedSpecial = None) -> list[int]:
+        """Token ids of ``text``; special tokens only where ``allowed_special`` says."""
+        allowed = self._allowed(allowed_special)
+        try:
+            return self._core.encode(text, allowed)
+        except UnicodeEncodeError:
+            return self._core.encode(_clean(text), allowed)
+
+    def encode_batch(
+        self, texts: Sequence[str], *, allowed_special: AllowedSpecial = None
+    ) -> list[list[int]]:
+        """Token ids of many texts: one Rust call, GIL released, all cores."""
+        allowed = self._allowed(allowed_special)
+        try:
+            return self._core.encode_batch(list(texts), allowed)
+        except UnicodeEncodeError:
+            return self._core.encode_batch([_clean(t) for t in texts], allowed)
+
+    def encode_batch_arrays(
+        self, texts: Sequence[str], *, allowed_special: AllowedSpecial = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, offsets)``: all ids as one uint32 array and ``len(texts) + 1`` int64 offsets.
+
+        Text ``i`` is ``ids[offsets[i]:offsets[i + 1]]``. One Rust call, GIL released, all cores.
+        """
+        allowed = self._allowed(allowed_special)
+        texts = list(texts)
+        try:
+            ids, offs = self._core.encode_batch_flat(texts, allowed)
+        except UnicodeEncodeError:
+            ids, offs = self._core.encode_batch_flat([_clean(t) for t in texts], allowed)
+        return np.frombuffer(ids, dtype="<u4"), np.frombuffer(offs, dtype="<i8")
+
+    # -- decoding -------------------------------------------------------------------------------
+
+    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
+        """Text of ``ids``; bytes that are not valid UTF-8 (a cut character) become U+FFFD."""
+        with _errors():
+            return self._core.decode(_ids(ids), skip_special_tokens)
+
+    def decode_bytes(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> bytes:
+        with _errors():
+            return self._core.decode_bytes(_ids(ids), skip_special_tokens)
+
+    def decode_batch(self, seqs: Sequence[Iterable[int]], *, skip_special_tokens: bool = False) -> list[str]:
+        with _errors():
+            return self._core.decode_batch([_ids(s) for s in seqs], skip_special_tokens)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
+
+
+def _ids(ids: Iterable[int]) -> list[int]:
+    if isinstance(ids, np.ndarray):
+        return ids.astype(np.int64, copy=False).tolist()
+    return list(ids)
+
+
+def _check_train_args(
+    vocab_size: int, min_frequency: int, max_token_length: int | None, special_tokens: Sequence[str]
+) -> None:
+    if vocab_size < 256 + len(special_tokens):
+        raise ConfigError(
+            f"vocab_size {vocab_size} is too small: byte-level BPE needs 256 byte tokens "
+            f"+ {len(special_tokens)} special token(s)"
+        )
+    if min_frequency < 0:
+        raise ConfigError(f"min_frequency must be >= 0, got {min_frequency}")
+    if max_token_length is not None and max_token_length < 2:
+        raise ConfigError(f"max_token_length must be >= 2, got {max_token_length}")
+    if any(not s for s in special_tokens):
+        raise ConfigError("special tokens must be non-empty strings")
+
+
+class _errors:
+    """Turn the core's TokenizerError into llmpipe's user-facing TokenizerError."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: object) -> bool:
+        if e is not None and isinstance(e, _core.TokenizerError):
+            raise TokenizerError(str(e)) from e
+        return False
