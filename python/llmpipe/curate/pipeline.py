@@ -177,7 +177,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
         "format": detect_format(Path(job.files[i])) if k == 0 else None,
     }
     atomic_write_json(marker, result)
-    return result
+    return json.loads(marker.read_text())  # exactly what a resumed run reads: same bytes out
 
 
 def resolve_global(job: Job, k: int) -> None:
@@ -205,8 +205,8 @@ def tokenize_input(job: Job, k_last: int, i: int, tokenizer_path: str) -> dict[s
     writer = AtomicParquetWriter(out)
     for batch in pq.ParquetFile(work.docs(k_last, i)).iter_batches(batch_size=1000):
         words = word_counts(batch)
-        ids = tok.encode_batch(batch.column("text").to_pylist())
-        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        all_ids, all_offsets = tok.encode_batch_arrays(batch.column("text").to_pylist())
+        lengths = np.diff(all_offsets)
         reasons = ["empty_after_tokenize" if n == 0 else None for n in lengths.tolist()]
         counts.docs_in += batch.num_rows
         counts.tokens_in += int(words.sum())
@@ -217,11 +217,7 @@ def tokenize_input(job: Job, k_last: int, i: int, tokenizer_path: str) -> dict[s
         keep = lengths > 0
         counts.docs_out += int(keep.sum())
         counts.tokens_out += int(lengths[keep].sum())
-        flat = (
-            np.concatenate([np.asarray(x, dtype=np.uint32) for x, k in zip(ids, keep, strict=True) if k])
-            if keep.any()
-            else np.zeros(0, np.uint32)
-        )
+        flat = all_ids  # documents with no tokens contribute nothing to the flat array
         offsets = np.concatenate([[0], np.cumsum(lengths[keep])]).astype(np.int64)
         col = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.uint32()))
         writer.write(pa.table({"tokens": col, "words": pa.array(words[keep])}, schema=TOKENS_SCHEMA))
