@@ -159,7 +159,8 @@ class Transformer(nn.Module):
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
-        self.register_buffer("rope", torch.empty(2, cfg.max_seq_len, cfg.head_dim), persistent=False)
+        rope = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta, torch.get_default_device())
+        self.register_buffer("rope", rope, persistent=False)
         self.activation_checkpointing = False
 
     @torch.no_grad()

@@ -31,6 +31,27 @@ class StepResult:
     grad_norm: float | None
 
 
+def count_targets(b: Batch) -> int:
+    return int((b.target != -100).sum())
+
+
+def forward_backward(
+    model: nn.Module, batches: list[Batch], global_tokens: float, world_size: int, scale: float = 1.0
+) -> float:
+    """Accumulate gradients of the mean loss over all ``global_tokens`` target tokens of the step
+    (every rank, every micro-batch). FSDP averages gradients over ranks, so each rank's sum is scaled
+    by world_size / global_tokens. Returns this rank's summed (unscaled by the mean) loss."""
+    norm = world_size / max(global_tokens, 1.0)
+    loss_sum = torch.zeros((), dtype=torch.float64)
+    for b in batches:
+        logits = model(b.input, b.doc_ids)
+        loss = F.cross_entropy(logits.flatten(0, 1), b.target.flatten(), ignore_index=-100, reduction="sum")
+        loss = loss * scale
+        (loss * norm).backward()
+        loss_sum = loss_sum.to(loss.device) + loss.detach().double()
+    return float(loss_sum)  # one device sync per step
+
+
 class Trainer:
     def __init__(
         self,
@@ -82,21 +103,10 @@ class Trainer:
         return 1.0
 
     def train_step(self, batches: list[Batch]) -> StepResult:
-        local_tokens = sum(int((b.target != -100).sum()) for b in batches)
+        local_tokens = sum(count_targets(b) for b in batches)
         (global_tokens,) = all_reduce_sum([local_tokens], self.d.device)
-        # FSDP averages gradients over ranks; scale so that the result is the mean over all tokens
-        norm = self.d.world_size / max(global_tokens, 1.0)
-        scale = self._loss_scale()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.d.device)
-        for b in batches:
-            logits = self.model(b.input, b.doc_ids)
-            loss = F.cross_entropy(
-                logits.flatten(0, 1), b.target.flatten(), ignore_index=-100, reduction="sum"
-            )
-            loss = loss * scale
-            (loss * norm).backward()
-            loss_sum += loss.detach().double()
-        (total,) = all_reduce_sum([float(loss_sum)], self.d.device)
+        loss_sum = forward_backward(self.model, batches, global_tokens, self.d.world_size, self._loss_scale())
+        (total,) = all_reduce_sum([loss_sum], self.d.device)
         mean = total / max(global_tokens, 1.0)
         decision = self.guard.check(mean)
         grad_norm = None
@@ -132,7 +142,7 @@ class Trainer:
                 break
             logits = self.model(b.input, b.doc_ids)
             loss += float(F.cross_entropy(logits.flatten(0, 1), b.target.flatten(), reduction="sum"))
-            tokens += int((b.target != -100).sum())
+            tokens += count_targets(b)
         self.model.train()
         total, count = all_reduce_sum([loss, tokens], self.d.device)
         return total / max(count, 1.0)
