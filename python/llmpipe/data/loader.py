@@ -84,16 +84,18 @@ class TokenLoader:
         return perm[start : start + self.batch_size], epoch, consumed + self.global_batch
 
     def _make(self, idx: np.ndarray) -> Batch:
+        # numpy, single-threaded: small element-wise work must not wake torch's intra-op thread pool,
+        # which competes with the training step for the same cores
         rows, valid = self.ds.gather(idx)
-        x = torch.from_numpy(rows[:, :-1])
-        y = torch.from_numpy(rows[:, 1:].copy())
-        pos = torch.arange(self.ds.seq_len)
-        y[pos[None, :] >= (torch.from_numpy(valid)[:, None] - 1)] = -100
+        x = rows[:, :-1]
+        y = rows[:, 1:].copy()
+        y[np.arange(self.ds.seq_len)[None, :] >= (valid[:, None] - 1)] = -100
         is_eos = x == self.ds.eos_id
-        doc_ids = torch.cumsum(is_eos.to(torch.int32), dim=1) - is_eos.to(torch.int32)
+        doc_ids = np.cumsum(is_eos, axis=1, dtype=np.int32) - is_eos
+        tx, ty, td = torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(doc_ids)
         if self.device.type == "cuda":
-            x, y, doc_ids = (t.pin_memory().to(self.device, non_blocking=True) for t in (x, y, doc_ids))
-        return Batch(x, y, doc_ids.to(torch.int32))
+            tx, ty, td = (t.pin_memory().to(self.device, non_blocking=True) for t in (tx, ty, td))
+        return Batch(tx, ty, td)
 
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:

@@ -1,0 +1,138 @@
+"""Loader throughput: llmpipe's TokenLoader vs a numpy memmap reader, MosaicML streaming, and a raw copy.
+
+All four read the same tokens (real text from ../shared/data, UTF-8 bytes as token ids, uint16) in the
+same seeded random order of samples, one process, batches of ``--batch`` samples of ``--seq-len + 1``
+tokens. Reported: tokens/s and GB/s of token bytes, and each reader's ratio to llmpipe.
+
+    python bench/bench_loader.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+
+
+def corpus_tokens(limit_bytes: int) -> np.ndarray:
+    with gzip.open(DATA / "reference" / "gcide.dict.gz", "rb") as f:
+        raw = f.read(limit_bytes)
+    return np.frombuffer(raw, dtype=np.uint8).astype(np.uint16)
+
+
+def write_llmpipe(out: Path, tokens: np.ndarray, seq_len: int) -> None:
+    from llmpipe.data import ShardWriter
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json").write_text("{}")
+    w = ShardWriter(
+        out,
+        seq_len=seq_len,
+        vocab_size=257,
+        eos_id=256,
+        tokenizer_file=out / "tokenizer.json",
+        val_fraction=0,
+    )
+    w.add_documents([tokens])
+    w.close()
+
+
+def bench_llmpipe(out: Path, batch: int, steps: int) -> float:
+    from llmpipe.data import ShardDataset, TokenLoader
+
+    ds = ShardDataset(out, "train", verify="fast")
+    it = iter(TokenLoader(ds, batch, seed=0, prefetch=4))
+    next(it)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        b = next(it)
+        assert b.input.shape[0] == batch
+    return time.perf_counter() - t0
+
+
+def bench_memmap(path: Path, n: int, width: int, batch: int, steps: int) -> float:
+    mm = np.memmap(path, dtype=np.uint16, mode="r").reshape(n, width)
+    perm = np.random.default_rng([0, 0]).permutation(n)
+    t0 = time.perf_counter()
+    for s in range(steps):
+        rows = np.asarray(mm[np.sort(perm[s * batch : (s + 1) * batch])], dtype=np.int64)
+        assert rows.shape[0] == batch
+    return time.perf_counter() - t0
+
+
+def bench_copy(samples: np.ndarray, batch: int, steps: int) -> float:
+    perm = np.random.default_rng([0, 0]).permutation(len(samples))
+    buf = np.empty((batch, samples.shape[1]), dtype=samples.dtype)
+    t0 = time.perf_counter()
+    for s in range(steps):
+        np.take(samples, perm[s * batch : (s + 1) * batch], axis=0, out=buf)
+    return time.perf_counter() - t0
+
+
+def bench_streaming(tmp: Path, samples: np.ndarray, batch: int, steps: int) -> float | None:
+    try:
+        from streaming import MDSWriter, StreamingDataset
+    except ImportError:
+        return None
+    out = tmp / "mds"
+    with MDSWriter(out=str(out), columns={"tokens": f"ndarray:uint16:{samples.shape[1]}"}) as w:
+        for row in samples:
+            w.write({"tokens": row})
+    ds = StreamingDataset(local=str(out), batch_size=batch, shuffle=True, shuffle_seed=0)
+    it = iter(ds)
+    next(it)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        rows = [next(it)["tokens"] for _ in range(batch)]
+        np.stack(rows).astype(np.int64)
+    elapsed = time.perf_counter() - t0
+    del it, ds
+    return elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=32)
+    args = ap.parse_args()
+    tokens = corpus_tokens(8_000_000 if args.quick else 40_000_000)
+    width = args.seq_len + 1
+    n = len(tokens) // width
+    samples = tokens[: n * width].reshape(n, width)
+    steps = min(n // args.batch - 1, 60 if args.quick else 300)
+    tok_per_step = args.batch * args.seq_len
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        write_llmpipe(tmp / "shards", tokens, args.seq_len)
+        raw = tmp / "raw.bin"
+        samples.tofile(raw)
+        results = {
+            "llmpipe TokenLoader": bench_llmpipe(tmp / "shards", args.batch, steps),
+            "numpy memmap gather": bench_memmap(raw, n, width, args.batch, steps),
+            "raw memory copy (np.take)": bench_copy(samples, args.batch, steps),
+        }
+        st = bench_streaming(tmp, samples, args.batch, min(steps, 60))
+        if st is not None:
+            results["MosaicML streaming (MDS)"] = st * steps / min(steps, 60)
+        shutil.rmtree(tmp / "mds", ignore_errors=True)
+    print(f"{n:,} samples of {width} uint16 tokens, batch {args.batch}, {steps} steps, one process")
+    base = results["llmpipe TokenLoader"]
+    for name, t in results.items():
+        tps = steps * tok_per_step / t
+        print(
+            f"  {name:28s} {tps / 1e6:10.1f} M tokens/s  {tps * 2 / 1e9:6.2f} GB/s of uint16 tokens  "
+            f"llmpipe / this = {t / base:6.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
