@@ -13,6 +13,7 @@ import argparse
 import json
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -61,7 +62,9 @@ def load_run(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Transfo
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
     if cfg.model.tie_embeddings:
         state.pop("model.output.weight", None)  # the same tensor as the embedding
-    dcp.load(state, checkpoint_id=str(path), no_dist=True)
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, checkpoint_id=str(path), no_dist=True)
     model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()}, strict=False)
     model.eval()
     return cfg, model, path

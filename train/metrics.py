@@ -1,8 +1,8 @@
 """Training metrics: throughput, MFU, memory; written as JSONL and TensorBoard by rank 0.
 
 MFU = achieved model FLOPs per second / peak FLOPs of the devices, with model FLOPs per token
-(PaLM appendix B): 6 * N + 12 * n_layers * dim * seq_len, where N is the non-embedding parameter count
-(the output projection counts; it is a matmul) and the second term is attention scores and values.
+(PaLM appendix B): 6 * N + 12 * n_layers * dim * seq_len, where N counts the parameters used in matmuls
+(all but the embedding lookup; the output projection counts, tied or not) and the second term is attention scores and values.
 docs/training.md holds the formula and the peak table.
 """
 
@@ -22,16 +22,12 @@ from train.model import ModelConfig
 # dense bf16 peak TFLOPS per device (no sparsity), matched against torch.cuda.get_device_name()
 PEAK_TFLOPS_BF16 = {
     "H200": 989.0,
-    "H100 NVL": 835.0,
     "H100 PCIe": 756.0,
     "H100": 989.0,  # SXM
     "GH200": 989.0,
     "A100": 312.0,
-    "A10G": 70.0,
     "L40S": 362.0,
     "L4": 121.0,
-    "RTX 4090": 165.0,
-    "V100": 125.0,
 }
 
 
@@ -47,8 +43,11 @@ def peak_tflops(device: torch.device, configured: float) -> float | None:
     return None
 
 
-def flops_per_token(cfg: ModelConfig, n_params_no_embedding: int, seq_len: int) -> float:
-    return 6.0 * n_params_no_embedding + 12.0 * cfg.n_layers * cfg.dim * seq_len
+def flops_per_token(cfg: ModelConfig, n_params: int, seq_len: int) -> float:
+    """Training FLOPs per token. N counts every matmul weight: all parameters but the embedding
+    lookup (whose matrix still counts once when it is tied to the output projection)."""
+    lookup = 0 if cfg.tie_embeddings else (cfg.vocab_size or 0) * cfg.dim
+    return 6.0 * (n_params - lookup) + 12.0 * cfg.n_layers * cfg.dim * seq_len
 
 
 def peak_memory_mib(device: torch.device) -> float:

@@ -81,7 +81,7 @@ def run(cfg: RunConfig, out: Path) -> None:
         prefetch=cfg.data.prefetch,
     )
     ckpt = Checkpointer(out, cfg.checkpoint, rank=d.rank, world_size=d.world_size)
-    fpt = flops_per_token(cfg.model, n_dense, train_ds.seq_len)
+    fpt = flops_per_token(cfg.model, n_params, train_ds.seq_len)
     metrics = MetricsWriter(out, enabled=d.is_main, tensorboard=cfg.metrics.tensorboard)
     trainer = Trainer(
         cfg,

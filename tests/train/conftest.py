@@ -1,8 +1,8 @@
 """Helpers for the trainer tests: byte-level shards of real text, and running torchrun as a user would.
 
-Until a trained BPE is needed, the shards hold UTF-8 bytes (ids 0-255) with EOS 256, written by the
-real ShardWriter, with a real HF tokenizer.json (byte-level, no merges) so export and generation see
-a genuine tokenizer.
+The shards hold the UTF-8 bytes of real text (ids 0-255, EOS 256; train/byte_shards.py), written by
+the real ShardWriter with a real HF tokenizer.json (byte-level, no merges); `llmpipe curate` output
+works the same way.
 """
 
 from __future__ import annotations
@@ -14,62 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from llmpipe.data import ShardWriter  # noqa: E402
-
-EOS = 256
-
-
-def byte_tokenizer_json() -> str:
-    from tokenizers import Tokenizer, decoders, pre_tokenizers
-    from tokenizers.models import BPE
-
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[b] = chr(b)
-        else:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    tok = Tokenizer(BPE(vocab={chars[b]: b for b in range(256)}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(["<|endoftext|>"])
-    return tok.to_str()
-
-
-def write_byte_shards(text_file: Path, out: Path, *, seq_len: int = 64, max_bytes: int | None = None) -> Path:
-    """Paragraphs of ``text_file`` as documents, UTF-8 bytes as tokens, through the real ShardWriter."""
-    text = text_file.read_text(encoding="utf-8")
-    if max_bytes is not None:
-        text = text[:max_bytes]
-    docs = [p.strip() for p in text.split("\n\n") if p.strip()]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tokenizer.json").write_text(byte_tokenizer_json())
-    w = ShardWriter(
-        out,
-        seq_len=seq_len,
-        vocab_size=257,
-        eos_id=EOS,
-        tokenizer_file=out / "tokenizer.json",
-        samples_per_shard=4096,
-        val_fraction=0.05,
-        provenance={"source": str(text_file), "tokenizer": "utf-8 bytes"},
-    )
-    w.add_documents(np.frombuffer(d.encode("utf-8"), dtype=np.uint8).astype(np.uint16) for d in docs)
-    w.close()
-    return out
+from train.byte_shards import write_byte_shards  # noqa: E402
 
 
 @pytest.fixture(scope="session")
