@@ -1,0 +1,126 @@
+"""`llmpipe curate` killed with SIGKILL at named points, then re-run, gives the bytes of an uninterrupted run.
+
+The kill is deterministic: ``LLMPIPE_FAULT_AFTER=<point>`` makes the process SIGKILL itself when it
+reaches ``<point>`` (``llmpipe.curate.workdir.fault_point``). Points cover every phase: a per-input
+step with its output written but not renamed, renamed but without its marker, after its marker; the
+global dedup resolve; the tokenizer; tokenizing; moving the shards into place; the stats; the
+clean-up of the work directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+SMALL = (
+    "pack:\n  seq_len: 64\n  samples_per_shard: 2000\n  val_fraction: 0.05\n"
+    "tokenizer:\n  vocab_size: 400\n  sample_bytes: 300000\n"
+)
+INPUTS = (
+    "wget-crawl-0000.warc.gz",
+    "cc-2009-sample.arc",
+    "cc-main-2019-30-extracted.jsonl.gz",
+    "truncated-record.warc.gz",  # a quarantined record is part of the output too
+)
+
+
+def _tree(out: Path) -> dict[str, str]:
+    """Every file under ``out`` (hidden ones included) -> sha256 of its bytes."""
+    return {
+        str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(out.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, Path, dict[str, str]]:
+    root = tmp_path_factory.mktemp("crash")
+    inputs = root / "in"
+    inputs.mkdir()
+    for name in INPUTS:
+        shutil.copy2(data_dir / "web" / name, inputs / name)
+    cfg = root / "small.yaml"
+    cfg.write_text(SMALL)
+    ref = root / "ref"
+    run_cli("curate", str(inputs), "--out", str(ref), "--config", str(cfg))
+    tree = _tree(ref)
+    shards = [f for f in tree if f.endswith(".arrow")]
+    assert len([f for f in shards if f.startswith("train-")]) >= 2, "the test needs several shards"
+    assert {"manifest.json", "stats.json", "tokenizer.json", "quarantine.jsonl"} <= set(tree)
+    return inputs, cfg, tree
+
+
+def _curate(inputs: Path, out: Path, cfg: Path, fault: str | None = None) -> int:
+    env = {"LLMPIPE_FAULT_AFTER": fault} if fault else {"LLMPIPE_FAULT_AFTER": ""}
+    p = run_cli("curate", str(inputs), "--out", str(out), "--config", str(cfg), check=fault is None, env=env)
+    return p.returncode
+
+
+def _no_partial_shard(out: Path, ref: dict[str, str]) -> None:
+    """Whatever a killed run left in the output directory is a complete file of the final output."""
+    for p in out.iterdir():
+        if p.is_file() and not p.name.startswith("."):
+            assert ref.get(p.name) == hashlib.sha256(p.read_bytes()).hexdigest(), p.name
+
+
+#: in the order a run reaches them
+POINTS = [
+    "segment 0#0 written",  # first input read and filtered, output not yet renamed into place
+    "segment 0#1 committed",  # output renamed, marker not yet written
+    "segment 0#2",  # third input's marker written
+    "segment 1#1",  # after the global dedup resolve, applying its drops
+    "tokenizer",  # tokenizer trained, nothing tokenized
+    "tokenize#0",
+    "moved train-00000.arrow",  # some shards moved into place, no manifest yet
+    "stats",
+    "outputs",  # every output in place, work directory not yet removed
+    "work removed",  # ... removed, completion stamp not yet written
+]
+
+
+def test_killed_at_every_point_in_turn(setup: tuple[Path, Path, dict[str, str]], tmp_path: Path) -> None:
+    """Each run resumes what the previous killed one left and is killed further on; the last finishes."""
+    inputs, cfg, ref = setup
+    out = tmp_path / "out"
+    for point in POINTS:
+        assert _curate(inputs, out, cfg, fault=point) == -9, f"the run was not killed at {point!r}"
+        _no_partial_shard(out, ref)
+    _curate(inputs, out, cfg)
+    assert _tree(out) == ref
+    # a finished run is not redone
+    p = run_cli("curate", str(inputs), "--out", str(out), "--config", str(cfg))
+    assert "already complete" in p.stdout
+    assert _tree(out) == ref
+
+
+@pytest.mark.parametrize("point", ["segment 0#1 committed", "moved train-00000.arrow", "work removed"])
+def test_killed_once_from_scratch(
+    setup: tuple[Path, Path, dict[str, str]], tmp_path: Path, point: str
+) -> None:
+    inputs, cfg, ref = setup
+    out = tmp_path / "out"
+    assert _curate(inputs, out, cfg, fault=point) == -9, f"the run was not killed at {point!r}"
+    _no_partial_shard(out, ref)
+    _curate(inputs, out, cfg)
+    assert _tree(out) == ref
+
+
+def test_changed_input_invalidates_unfinished_work(
+    setup: tuple[Path, Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """Work left by a killed run for other inputs is not reused; stale shards do not survive."""
+    inputs, cfg, ref = setup
+    other = tmp_path / "in"
+    shutil.copytree(inputs, other)
+    out = tmp_path / "out"
+    assert _curate(other, out, cfg, fault="tokenize#0") == -9
+    (other / "cc-2009-sample.arc").unlink()
+    _curate(other, out, cfg)
+    assert _tree(out) != ref
+    _curate(inputs, out, cfg)
+    assert _tree(out) == ref
