@@ -52,7 +52,7 @@ pub fn signatures(texts: &[&str], cfg: &ShingleConfig, hasher: &MinHasher) -> Ve
     out.par_chunks_mut(p).zip(texts.par_iter()).for_each_init(
         || (Shingler::default(), Vec::new()),
         |(sh, buf), (sig, t)| {
-            sh.shingles(t, cfg, buf);
+            sh.hashes(t, cfg, buf);
             hasher.signature_into(buf, sig);
         },
     );
@@ -64,7 +64,7 @@ pub fn signatures(texts: &[&str], cfg: &ShingleConfig, hasher: &MinHasher) -> Ve
 pub struct Sketches {
     /// `n * bands` bucket keys, row-major.
     pub bands: Vec<u64>,
-    /// Distinct shingles per document (0: empty document, never a candidate).
+    /// Shingles per document (distinct ones when kept; 0: empty document, never a candidate).
     pub n_shingles: Vec<u32>,
     /// `n + 1` offsets into `shingle_data` (empty when shingles were not kept).
     pub shingle_offsets: Vec<u64>,
@@ -86,7 +86,11 @@ pub fn sketch(
             || (Shingler::default(), vec![0u32; hasher.num_perm()]),
             |(sh, sig), t| {
                 let mut set = Vec::new();
-                sh.shingles(t, cfg, &mut set);
+                if keep_shingles {
+                    sh.shingles(t, cfg, &mut set);
+                } else {
+                    sh.hashes(t, cfg, &mut set);
+                }
                 hasher.signature_into(&set, sig);
                 let mut bands = vec![0u64; lsh.bands];
                 lsh.band_hashes_into(sig, cfg.seed, &mut bands);
@@ -164,6 +168,47 @@ pub fn cluster_signatures(
         uf.union(a, b);
     }
     Ok(uf.roots())
+}
+
+/// Cluster texts held in memory: the root (smallest index) of every document's cluster. With
+/// `verify_threshold`, candidate pairs are verified by exact Jaccard on their shingle sets.
+pub fn cluster_texts(
+    texts: &[&str],
+    cfg: &ShingleConfig,
+    hasher: &MinHasher,
+    lsh: &Lsh,
+    verify_threshold: Option<f64>,
+) -> Result<Vec<u32>, DedupError> {
+    let p = hasher.num_perm();
+    let per_doc: Vec<(Vec<u32>, Vec<u32>)> = texts
+        .par_iter()
+        .map_init(Shingler::default, |sh, t| {
+            let mut set = Vec::new();
+            if verify_threshold.is_some() {
+                sh.shingles(t, cfg, &mut set);
+            } else {
+                sh.hashes(t, cfg, &mut set);
+            }
+            let sig = hasher.signature(&set);
+            if verify_threshold.is_none() {
+                set = Vec::new();
+            }
+            (sig, set)
+        })
+        .collect();
+    let mut sigs = Vec::with_capacity(texts.len() * p);
+    let mut offsets = vec![0u64];
+    let mut data = Vec::new();
+    for (sig, set) in per_doc {
+        sigs.extend_from_slice(&sig);
+        data.extend_from_slice(&set);
+        offsets.push(data.len() as u64);
+    }
+    let mut store = ShingleStore::default();
+    let docs: Vec<u32> = (0..texts.len() as u32).collect();
+    store.extend(&docs, &offsets, &data)?;
+    drop(data);
+    cluster_signatures(&sigs, p, lsh, cfg.seed, verify_threshold.map(|t| (&store, t)))
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! MinHash signatures over 32-bit shingle hashes.
 //!
-//! Permutation `i` maps a shingle hash `x` to `mix(x ^ k_i)` where `k_i` is a per-permutation key
-//! drawn from the seed and `mix` is a 32-bit bijective finaliser (murmur3's fmix32 with a per-key
-//! multiplier). All arithmetic is in 32-bit lanes so the inner loop over permutations vectorises
-//! (8 lanes with AVX2, chosen at run time). Signatures are `u32`; the all-`u32::MAX` signature means
+//! Shingle hashes are already uniformly distributed (xxh3 + fmix64), so permutation `i` only has to
+//! be a cheap bijection that reorders them independently of the others: `x -> (x ^ a_i) * m_i`
+//! (wrapping, `m_i` odd) with keys drawn from the seed. All arithmetic is in 32-bit lanes so the
+//! inner loop over permutations vectorises (16 lanes with AVX-512, 8 with AVX2, chosen at run time). Signatures are `u32`; the all-`u32::MAX` signature means
 //! "no shingles" (an empty document).
 
 /// Derives per-permutation keys from a seed.
@@ -23,12 +23,7 @@ fn splitmix64(state: &mut u64) -> u64 {
 
 #[inline(always)]
 fn perm(x: u32, xk: u32, mk: u32) -> u32 {
-    let mut h = x ^ xk;
-    h ^= h >> 16;
-    h = h.wrapping_mul(mk);
-    h ^= h >> 13;
-    h = h.wrapping_mul(0xc2b2_ae35);
-    h ^ (h >> 16)
+    (x ^ xk).wrapping_mul(mk)
 }
 
 #[inline(always)]
@@ -44,6 +39,12 @@ fn fill(xk: &[u32], mk: &[u32], shingles: &[u32], out: &mut [u32]) {
             }
         }
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn fill_avx512(xk: &[u32], mk: &[u32], shingles: &[u32], out: &mut [u32]) {
+    fill(xk, mk, shingles, out)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -74,6 +75,11 @@ impl MinHasher {
         assert_eq!(out.len(), self.num_perm(), "signature buffer has the wrong length");
         #[cfg(target_arch = "x86_64")]
         {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU supports AVX-512F (checked just above).
+                unsafe { fill_avx512(&self.xor_keys, &self.mul_keys, shingles, out) };
+                return;
+            }
             if std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU supports AVX2 (checked just above).
                 unsafe { fill_avx2(&self.xor_keys, &self.mul_keys, shingles, out) };
@@ -103,7 +109,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn avx2_and_portable_paths_agree() {
+    fn simd_and_portable_paths_agree() {
         let m = MinHasher::new(112, 7);
         let sh: Vec<u32> = (0..1000u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
         let mut a = vec![0; 112];

@@ -10,7 +10,7 @@
 //! Jaccard verification intersects two of them.
 
 use llmpipe_text::{normalize, Normalization};
-use unicode_normalization::{is_nfc_quick, IsNormalized};
+use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// What a shingle is made of.
@@ -59,18 +59,63 @@ fn fmix64(mut h: u64) -> u64 {
     h ^ (h >> 33)
 }
 
+const MULS: [u64; 8] = [
+    0x9E37_79B9_7F4A_7C15,
+    0xC2B2_AE3D_27D4_EB4F,
+    0x1656_67B1_9E37_79F9,
+    0x85EB_CA77_C2B2_AE63,
+    0x27D4_EB2F_1656_67C5,
+    0xFF51_AFD7_ED55_8CCD,
+    0xC4CE_B9FE_1A85_EC53,
+    0x94D0_49BB_1331_11EB,
+];
+
 /// Combine the unit hashes of one window into a 32-bit shingle hash (order sensitive).
+///
+/// The unit hashes are already uniform 64-bit values, so a sum of products with distinct odd
+/// constants (independent multiplies, cheap) followed by a finaliser is enough.
 #[inline]
 fn combine(window: &[u64], seed: u64) -> u32 {
     let mut h = seed ^ (window.len() as u64).wrapping_mul(K1);
-    for &w in window {
-        h = (h ^ w).wrapping_mul(K1).rotate_left(29);
+    for (j, &w) in window.iter().enumerate() {
+        h = h.wrapping_add(w.wrapping_mul(MULS[j % 8]).rotate_left((j / 8) as u32 * 7));
     }
     let h = fmix64(h);
     (h ^ (h >> 32)) as u32
 }
 
-/// Hashes of the n-gram windows over `units`, sorted and deduplicated, appended to `out`.
+/// Sort and deduplicate 32-bit values (LSD radix sort for larger sets).
+pub fn sort_dedup(v: &mut Vec<u32>, scratch: &mut Vec<u32>) {
+    if v.len() < 128 {
+        v.sort_unstable();
+    } else {
+        let mut counts = [[0u32; 256]; 4];
+        for &x in v.iter() {
+            for (k, c) in counts.iter_mut().enumerate() {
+                c[((x >> (8 * k)) & 0xFF) as usize] += 1;
+            }
+        }
+        scratch.clear();
+        scratch.resize(v.len(), 0);
+        for (k, c) in counts.iter_mut().enumerate() {
+            let mut sum = 0u32;
+            for slot in c.iter_mut() {
+                let n = *slot;
+                *slot = sum;
+                sum += n;
+            }
+            for &x in v.iter() {
+                let b = ((x >> (8 * k)) & 0xFF) as usize;
+                scratch[c[b] as usize] = x;
+                c[b] += 1;
+            }
+            std::mem::swap(v, scratch);
+        }
+    }
+    v.dedup();
+}
+
+/// Hashes of the n-gram windows over `units` (unsorted, may repeat), written to `out`.
 fn windows_into(units: &[u64], n: usize, seed: u64, out: &mut Vec<u32>) {
     out.clear();
     if units.is_empty() {
@@ -81,62 +126,115 @@ fn windows_into(units: &[u64], n: usize, seed: u64, out: &mut Vec<u32>) {
         return;
     }
     out.extend(units.windows(n).map(|w| combine(w, seed)));
-    out.sort_unstable();
-    out.dedup();
 }
 
-#[inline]
-fn is_ws(b: u8) -> bool {
-    // char::is_whitespace restricted to ASCII (includes vertical tab, unlike u8::is_ascii_whitespace)
-    matches!(b, b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | b' ')
+const SEP: u8 = 0xFF;
+const SKIP: u8 = 0xFE;
+
+/// Per ASCII byte: `SEP` (whitespace, as `char::is_whitespace`), `SKIP` (stripped punctuation) or
+/// the byte to keep (lower-cased if asked).
+fn ascii_table(norm: Normalization) -> [u8; 128] {
+    let mut t = [0u8; 128];
+    for (b, slot) in t.iter_mut().enumerate() {
+        let c = b as u8;
+        *slot = if norm.strip_punctuation && c.is_ascii_punctuation() {
+            SKIP
+        } else if (c as char).is_whitespace() {
+            SEP
+        } else if norm.lowercase {
+            c.to_ascii_lowercase()
+        } else {
+            c
+        };
+    }
+    t
 }
 
-/// Word hashes of an ASCII text, identical to normalising with `norm` and splitting on spaces.
-fn ascii_words(text: &[u8], norm: Normalization, seed: u64, out: &mut Vec<u64>) {
-    let mut word: Vec<u8> = Vec::with_capacity(32);
-    for tok in text.split(|&b| is_ws(b)) {
-        word.clear();
-        for &b in tok {
-            if norm.strip_punctuation && b.is_ascii_punctuation() {
-                continue;
+/// The punctuation that `llmpipe_text::normalize` strips besides ASCII punctuation.
+fn is_unicode_punct(c: char) -> bool {
+    matches!(c, '\u{2000}'..='\u{206F}' | '\u{3000}'..='\u{303F}' | '\u{FF01}'..='\u{FF0F}' | '¡' | '¿' | '«' | '»')
+}
+
+/// CJK, kana, Yi and Hangul blocks: no case mapping (skips the lookup on the hot path).
+fn caseless(c: char) -> bool {
+    matches!(c, '\u{2E80}'..='\u{A63F}' | '\u{AC00}'..='\u{D7FF}')
+}
+
+/// Word hashes, identical to `normalize(text, norm)` split on whitespace, in one pass without
+/// building the normalised text. NFC composition never crosses whitespace, so it is applied per
+/// word, and only to words with a character at or above U+0300 that fail the quick check.
+fn words(text: &str, norm: Normalization, seed: u64, out: &mut Vec<u64>) {
+    let table = ascii_table(norm);
+    let push_char = |c: char, word: &mut Vec<u8>| {
+        let mut buf = [0u8; 4];
+        if (c as u32) < 128 {
+            let m = table[c as usize];
+            if m < 128 {
+                word.push(m);
             }
-            word.push(if norm.lowercase { b.to_ascii_lowercase() } else { b });
+        } else if norm.strip_punctuation && is_unicode_punct(c) {
+        } else if norm.lowercase && !caseless(c) {
+            for l in c.to_lowercase() {
+                word.extend_from_slice(l.encode_utf8(&mut buf).as_bytes());
+            }
+        } else {
+            word.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+        }
+    };
+    let mut flush = |tok: &str, exotic: bool, word: &mut Vec<u8>| {
+        if exotic && norm.nfc && is_nfc_quick(tok.chars()) != IsNormalized::Yes {
+            word.clear();
+            for c in tok.nfc() {
+                push_char(c, word);
+            }
         }
         if !word.is_empty() {
-            out.push(xxh3_64_with_seed(&word, seed));
+            out.push(xxh3_64_with_seed(word, seed));
+            word.clear();
         }
+    };
+    let mut word: Vec<u8> = Vec::with_capacity(64);
+    if text.is_ascii() {
+        for &b in text.as_bytes() {
+            match table[b as usize] {
+                SEP => flush("", false, &mut word),
+                SKIP => {}
+                m => word.push(m),
+            }
+        }
+        flush("", false, &mut word);
+        return;
     }
+    let (mut start, mut exotic) = (0, false);
+    for (i, c) in text.char_indices() {
+        let sep = if (c as u32) < 128 {
+            table[c as usize] == SEP
+        } else {
+            c.is_whitespace() && !(norm.strip_punctuation && is_unicode_punct(c))
+        };
+        if sep {
+            flush(&text[start..i], exotic, &mut word);
+            start = i + c.len_utf8();
+            exotic = false;
+            continue;
+        }
+        exotic |= c >= '\u{300}' && !(norm.strip_punctuation && is_unicode_punct(c));
+        push_char(c, &mut word);
+    }
+    flush(&text[start..], exotic, &mut word);
 }
 
 /// Unit hashes of `text` (words or characters), in text order.
 pub fn unit_hashes(text: &str, cfg: &ShingleConfig, out: &mut Vec<u64>) {
     out.clear();
     match cfg.unit {
-        ShingleUnit::Words => {
-            let mut norm = cfg.norm;
-            norm.collapse_whitespace = true;
-            if text.is_ascii() {
-                ascii_words(text.as_bytes(), norm, cfg.seed, out);
-            } else {
-                let normed;
-                let t = if norm.nfc && is_nfc_quick(text.chars()) != IsNormalized::Yes
-                    || norm.lowercase
-                    || norm.strip_punctuation
-                {
-                    normed = normalize(text, norm);
-                    normed.as_str()
-                } else {
-                    text
-                };
-                out.extend(
-                    t.split(char::is_whitespace)
-                        .filter(|w| !w.is_empty())
-                        .map(|w| xxh3_64_with_seed(w.as_bytes(), cfg.seed)),
-                );
-            }
-        }
+        ShingleUnit::Words => words(text, cfg.norm, cfg.seed, out),
         ShingleUnit::Chars => {
-            let normed = normalize(text, cfg.norm);
+            let mut norm = cfg.norm;
+            if norm.nfc && is_nfc_quick(text.chars()) == IsNormalized::Yes {
+                norm.nfc = false;
+            }
+            let normed = normalize(text, norm);
             out.extend(normed.chars().map(|c| {
                 let mut buf = [0u8; 4];
                 xxh3_64_with_seed(c.encode_utf8(&mut buf).as_bytes(), cfg.seed)
@@ -149,13 +247,21 @@ pub fn unit_hashes(text: &str, cfg: &ShingleConfig, out: &mut Vec<u64>) {
 #[derive(Default)]
 pub struct Shingler {
     units: Vec<u64>,
+    scratch: Vec<u32>,
 }
 
 impl Shingler {
-    /// The sorted distinct shingle hashes of `text`, written to `out`.
-    pub fn shingles(&mut self, text: &str, cfg: &ShingleConfig, out: &mut Vec<u32>) {
+    /// The shingle hashes of `text` in text order (repeats kept), written to `out`: enough for
+    /// MinHash, which ignores repeats.
+    pub fn hashes(&mut self, text: &str, cfg: &ShingleConfig, out: &mut Vec<u32>) {
         unit_hashes(text, cfg, &mut self.units);
         windows_into(&self.units, cfg.ngram.max(1), cfg.seed, out);
+    }
+
+    /// The sorted distinct shingle hashes of `text`, written to `out`.
+    pub fn shingles(&mut self, text: &str, cfg: &ShingleConfig, out: &mut Vec<u32>) {
+        self.hashes(text, cfg, out);
+        sort_dedup(out, &mut self.scratch);
     }
 }
 
@@ -211,6 +317,33 @@ mod tests {
     }
 
     #[test]
+    fn unicode_path_matches_normalisation() {
+        let samples = [
+            "Größe straße ÉCOLE — «citation» ¿qué? ¡sí!",
+            "caf\u{65}\u{301} déjà vu\u{2009}thin\u{3000}ideo 東京タワー、こんにちは。",
+            "Ünïcode\u{00A0}nbsp\u{2028}line İstanbul ΣΊΣΥΦΟΣ",
+        ];
+        for cfg in [
+            ShingleConfig::default(),
+            ShingleConfig {
+                norm: Normalization {
+                    nfc: false,
+                    lowercase: false,
+                    collapse_whitespace: true,
+                    strip_punctuation: false,
+                },
+                ..Default::default()
+            },
+        ] {
+            for t in samples {
+                let mut fast = Vec::new();
+                unit_hashes(t, &cfg, &mut fast);
+                assert_eq!(fast, slow_words(t, &cfg), "{t:?}");
+            }
+        }
+    }
+
+    #[test]
     fn short_and_empty_documents() {
         let cfg = ShingleConfig::default();
         assert!(shingles("", &cfg).is_empty());
@@ -235,6 +368,16 @@ mod tests {
         assert_eq!(shingles("abcd", &cfg).len(), 2);
         assert_eq!(shingles("ab", &cfg).len(), 1);
         assert!(shingles("", &cfg).is_empty());
+    }
+
+    #[test]
+    fn radix_sort_dedups() {
+        let mut v: Vec<u32> = (0..5000u32).map(|i| (i % 1700).wrapping_mul(0x9E37_79B1)).collect();
+        let mut expect = v.clone();
+        expect.sort_unstable();
+        expect.dedup();
+        sort_dedup(&mut v, &mut Vec::new());
+        assert_eq!(v, expect);
     }
 
     #[test]

@@ -285,6 +285,36 @@ fn cluster_signatures<'py>(
     Ok(to_bytes(py, &roots))
 }
 
+/// In-memory near-dup clustering of a string column: the root of every document (uint32 bytes).
+#[pyfunction]
+#[pyo3(signature = (offsets, data, num_perm=112, bands=14, rows=8, ngram=5, seed=1, unit="words", lowercase=true, strip_punctuation=true, nfc=true, verify_threshold=None))]
+#[allow(clippy::too_many_arguments)]
+fn cluster_texts<'py>(
+    py: Python<'py>,
+    offsets: PyBuffer<i64>,
+    data: PyBuffer<u8>,
+    num_perm: usize,
+    bands: usize,
+    rows: usize,
+    ngram: usize,
+    seed: u64,
+    unit: &str,
+    lowercase: bool,
+    strip_punctuation: bool,
+    nfc: bool,
+    verify_threshold: Option<f64>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let cfg = shingle_config(unit, ngram, seed, lowercase, strip_punctuation, nfc)?;
+    let lsh = Lsh::new(bands, rows, num_perm).map_err(err)?;
+    let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
+    let roots = py.detach(|| -> PyResult<Vec<u32>> {
+        let texts = strings(o, d)?;
+        core::cluster_texts(&texts, &cfg, &MinHasher::new(num_perm, seed), &lsh, verify_threshold)
+            .map_err(err)
+    })?;
+    Ok(to_bytes(py, &roots))
+}
+
 /// Bands x rows minimising weighted false positives and negatives at `threshold` (as datasketch).
 #[pyfunction]
 #[pyo3(signature = (threshold, num_perm, fp_weight=0.5, fn_weight=0.5))]
@@ -306,6 +336,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lsh_groups, m)?)?;
     m.add_function(wrap_pyfunction!(group_edges, m)?)?;
     m.add_function(wrap_pyfunction!(cluster_signatures, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster_texts, m)?)?;
     m.add_function(wrap_pyfunction!(lsh_optimal_param, m)?)?;
     m.add_class::<PyShingleStore>()?;
     m.add_class::<PyUnionFind>()?;
