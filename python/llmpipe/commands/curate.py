@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         from llmpipe.distributed.executor import RayExecutor
 
         executor = RayExecutor(args.ray, progress=progress)
+        # Tasks on other nodes get this path: it must not depend on the driver's working directory.
+        args.out = args.out.resolve()
     tokenizer = args.tokenizer or (Path(cfg.tokenizer.file) if cfg.tokenizer.file else None)
     run_curate(
         args.inputs,

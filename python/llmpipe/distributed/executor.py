@@ -1,0 +1,68 @@
+"""``RayExecutor``: the per-input curate steps as Ray tasks, one CPU each, results in input order.
+
+The steps (``map_segment``, ``tokenize_input``) are plain picklable functions of a ``Job`` that write
+their outputs and a completion marker by atomic rename under ``--out``; a retried task (lost node,
+killed worker) finds the marker or rewrites the same bytes, so retries neither lose nor duplicate
+anything. ``--out`` must be on storage every node sees (one machine, NFS, an object-store mount).
+The global steps (dedup resolve, tokenizer training, packing) run on the driver, as in a local run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from llmpipe.errors import InputError
+
+DEFAULT_MAX_RETRIES = 4
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
+class RayExecutor:
+    """Runs each per-input step as a Ray task with ``num_cpus`` CPUs and ``max_retries`` retries."""
+
+    def __init__(
+        self,
+        address: str,
+        progress: bool = True,
+        *,
+        num_cpus: int = 1,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+    ) -> None:
+        try:
+            import ray
+        except ImportError as e:  # pragma: no cover - ray is in requirements.lock
+            raise InputError("--ray needs the 'ray' package (pip install 'ray[default]')") from e
+        if num_cpus < 1:
+            raise InputError(f"RayExecutor: num_cpus must be >= 1, got {num_cpus}")
+        self.progress = progress
+        self._ray = ray
+        if not ray.is_initialized():
+            try:
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+            except ConnectionError as e:
+                raise InputError(f"--ray {address}: cannot connect to a Ray cluster ({e})") from e
+        # The Rust stages use rayon: as many threads as CPUs Ray reserved for the task, not every core
+        # of the node. Task env_vars are merged with the job's runtime env (working_dir is inherited).
+        self._task = ray.remote(_call).options(
+            num_cpus=num_cpus,
+            max_retries=max_retries,
+            runtime_env={"env_vars": {"RAYON_NUM_THREADS": str(num_cpus)}},
+        )
+
+    def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str) -> list[Any]:
+        from tqdm import tqdm
+
+        ray = self._ray
+        refs = [self._task.remote(fn, *a) for a in args]
+        pending = list(refs)
+        with tqdm(total=len(refs), desc=desc, unit="file", disable=not self.progress, leave=False) as bar:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                ray.get(done)  # surface the first failure now, not after every task finished
+                bar.update(len(done))
+        return ray.get(refs)  # argument order, whatever order the cluster finished them in
