@@ -124,7 +124,9 @@ def _page(
         text = html_to_text(html, cfg.html_main_content)
     except Exception as e:  # noqa: BLE001 - resiliparse raises its own parser errors
         return Bad("extraction_failed", where, f"{type(e).__name__}: {e}", html[:200])
-    return Doc(doc_id, text, meta, raw_words=len(html.split()))
+    # raw words: split on ASCII whitespace in the bytes (faster than the str; multi-byte charsets never
+    # use those bytes inside a character, so the count differs only by non-ASCII spaces such as NBSP)
+    return Doc(doc_id, text, meta, raw_words=len(body.split()))
 
 
 def _tail_problem(path: Path, kind: str | None, last_pos: int) -> str | None:
