@@ -6,8 +6,10 @@ use fancy_regex::Regex;
 
 /// GPT-2 (also HF's ByteLevel default).
 pub const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
-/// tiktoken's cl100k_base.
-pub const CL100K: &str = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s";
+/// tiktoken's cl100k_base, except `\p{N}{1,3}+` is written `\p{N}{1,3}`: the same language (the
+/// alternative ends there, so possessive and greedy agree), but Oniguruma (HF) reads `{1,3}+` as
+/// "one or more groups of 1 to 3 digits", which would split "1482" differently from tiktoken.
+pub const CL100K: &str = r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s";
 /// tiktoken's o200k_base.
 pub const O200K: &str = concat!(
     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
