@@ -114,6 +114,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="150 pages instead of all 884, one repetition")
     args = ap.parse_args()
+    import pyarrow as pa
+
+    pa.set_cpu_count(1)  # Arrow's compute and Parquet threads: one core, like everything else here
+    pa.set_io_thread_count(1)
     from llmpipe.curate.stage import StageCounts
     from llmpipe.io.extract import decode, html_to_text
     from llmpipe.io.read import ReadConfig, read_batches
