@@ -1,0 +1,259 @@
+"""Curation on a real 2-node Ray cluster started on this machine: same bytes as a local run.
+
+The module starts a head (`ray start --head`, with the dashboard for the Jobs API) and a second node
+(`ray start --address`), each with one CPU and a memory limit, in a private temp dir; it submits
+`llmpipe curate ... --ray auto` with `ray job submit` and compares every output file with a local run
+of the same command. The last test kills the worker node's raylet mid-job. Teardown kills, by process
+id, every process the cluster started (found by the private temp dir and port in its command line,
+and their descendants); nothing else using Ray on the machine is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_cli
+
+BIN = Path(sys.executable).parent
+RAY = str(BIN / "ray")
+SMALL = (
+    "pack:\n  seq_len: 128\n  samples_per_shard: 200\n  val_fraction: 0.1\ntokenizer:\n  vocab_size: 300\n"
+)
+INPUTS = (
+    "cc-en-head-0091.jsonl",
+    "cc-en-head-0174.jsonl",
+    "cc-main-2019-30-extracted.jsonl.gz",
+    "cc-main-2023-06-sample.jsonl.gz",
+    "cc-main-2020-34-excerpt.warc.gz",
+    "cc-2009-sample.arc",
+)
+MEMORY = str(1_500_000_000)
+OBJECT_STORE = str(150_000_000)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _procs() -> dict[int, tuple[int, str]]:
+    """pid -> (ppid, command line) for every process we can read."""
+    out: dict[int, tuple[int, str]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        out[int(d.name)] = (ppid, cmd)
+    return out
+
+
+def _raylets(temp_dir: Path) -> set[int]:
+    return {p for p, (_, c) in _procs().items() if "raylet/raylet " in c and str(temp_dir) in c}
+
+
+@dataclass
+class Cluster:
+    temp_dir: Path
+    port: int
+    dashboard: str
+    env: dict[str, str]
+    worker_raylet: int
+
+    def owned(self) -> set[int]:
+        """Processes this cluster started: those naming its temp dir or port, and their descendants."""
+        procs = _procs()
+        ours = {
+            p
+            for p, (_, c) in procs.items()
+            if p != os.getpid() and (str(self.temp_dir) in c or re.search(rf":{self.port}\b", c))
+        }
+        grew = True
+        while grew:
+            more = {p for p, (pp, _) in procs.items() if pp in ours and p not in ours}
+            ours |= more
+            grew = bool(more)
+        return ours
+
+    def submit(self, out: Path, cfg: Path, data: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        cmd = [RAY, "job", "submit", "--address", self.dashboard, "--working-dir", str(ROOT), *extra]
+        cmd += ["--", "llmpipe", "curate", *[str(data / n) for n in INPUTS]]
+        cmd += ["--out", str(out), "--config", str(cfg), "--ray", "auto", "--quiet"]
+        return subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=600)
+
+
+def _kill_all(pids: set[int]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, sig)
+        deadline = time.time() + 10
+        while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    temp_dir = Path(tempfile.mkdtemp(prefix="llmray", dir="/tmp"))  # short: Ray's unix socket paths
+    port, dash = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env |= {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0"}
+    c = Cluster(temp_dir, port, f"http://127.0.0.1:{dash}", env, 0)
+    try:
+        common = ["--num-cpus", "1", "--memory", MEMORY, "--object-store-memory", OBJECT_STORE]
+        head = [RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port)]
+        head += [
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            str(dash),
+            "--include-dashboard",
+            "true",
+        ]
+        head += ["--ray-client-server-port", str(_free_port()), "--temp-dir", str(temp_dir)]
+        head += ["--disable-usage-stats", *common]
+        subprocess.run(head, check=True, capture_output=True, env=env, timeout=300)
+        before = _raylets(temp_dir)
+        worker = [RAY, "start", "--address", f"127.0.0.1:{port}", "--node-ip-address", "127.0.0.1", *common]
+        subprocess.run(worker, check=True, capture_output=True, env=env, timeout=300)
+        new = _raylets(temp_dir) - before
+        assert len(before) == 1 and len(new) == 1, (before, new)
+        c.worker_raylet = new.pop()
+        _wait_nodes(c, 2)
+        yield c
+    finally:
+        _kill_all(c.owned())
+        subprocess.run(["rm", "-rf", str(temp_dir)], check=False)
+
+
+def _nodes(c: Cluster) -> list[dict[str, object]]:
+    from ray.util.state import list_nodes
+
+    return [n.__dict__ if hasattr(n, "__dict__") else dict(n) for n in list_nodes(address=c.dashboard)]
+
+
+def _wait_nodes(c: Cluster, n: int) -> None:
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if sum(x["state"] == "ALIVE" for x in _nodes(c)) == n:
+            return
+        time.sleep(1)
+    raise AssertionError(f"the cluster did not reach {n} alive nodes: {_nodes(c)}")
+
+
+def _tasks(c: Cluster) -> list[dict[str, object]]:
+    from ray.util.state import list_tasks
+
+    ts = list_tasks(address=c.dashboard, filters=[("func_or_class_name", "=", "_call")], limit=10_000)
+    return [t.__dict__ if hasattr(t, "__dict__") else dict(t) for t in ts]
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("ray-local")
+    cfg = root / "small.yaml"
+    cfg.write_text(SMALL)
+    out = root / "shards"
+    run_cli("curate", *[str(data_dir / "web" / n) for n in INPUTS], "--out", str(out), "--config", str(cfg))
+    return cfg, out
+
+
+def _same_tree(a: Path, b: Path) -> None:
+    names_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    names_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert names_a == names_b
+    assert any(n.suffix == ".arrow" for n in names_a)
+    for n in names_a:
+        assert (a / n).read_bytes() == (b / n).read_bytes(), f"{n} differs between local and Ray runs"
+
+
+def test_executor_order_and_rayon_threads(cluster: Cluster) -> None:
+    """Results come back in argument order; each task sees RAYON_NUM_THREADS = the CPUs it was given."""
+    import ray
+    from llmpipe.distributed.executor import RayExecutor
+
+    try:
+        ex = RayExecutor(f"127.0.0.1:{cluster.port}", progress=False)
+        assert ex.map(divmod, [(i * 7, 3) for i in range(20)], "t") == [divmod(i * 7, 3) for i in range(20)]
+        assert ex.map(os.getenv, [("RAYON_NUM_THREADS",)] * 4, "t") == ["1"] * 4
+    finally:
+        ray.shutdown()
+
+
+def test_job_submit_matches_local(
+    cluster: Cluster, local_run: tuple[Path, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    cfg, local = local_run
+    out = tmp_path / "shards"
+    p = cluster.submit(out, cfg, data_dir / "web")
+    assert p.returncode == 0 and "succeeded" in p.stdout + p.stderr, p.stdout + p.stderr
+    _same_tree(local, out)
+    assert not (out / ".llmpipe-work").exists()
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["stages"][0]["name"] == "read"
+    # the per-input steps really ran on both nodes
+    nodes = {t["node_id"] for t in _tasks(cluster) if t["state"] == "FINISHED"}
+    assert len(nodes) == 2, nodes
+
+
+def test_worker_node_lost_mid_job(
+    cluster: Cluster, local_run: tuple[Path, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """Killing the worker node's raylet while it holds a task: the tasks are retried, same output."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    cfg, local = local_run
+    out = tmp_path / "shards"
+    worker_node = next(n["node_id"] for n in _nodes(cluster) if not n["is_head_node"])
+    seen = {t["task_id"] for t in _tasks(cluster)}
+    sid = f"fault-{os.getpid()}-{int(time.time())}"
+    p = cluster.submit(out, cfg, data_dir / "web", "--no-wait", "--submission-id", sid)
+    assert p.returncode == 0, p.stdout + p.stderr
+    deadline = time.time() + 300
+    busy = None
+    while busy is None and time.time() < deadline:
+        busy = next(
+            (
+                t
+                for t in _tasks(cluster)
+                if t["task_id"] not in seen
+                and t["node_id"] == worker_node
+                and t["state"] not in ("FINISHED", "FAILED")
+            ),
+            None,
+        )
+        if busy is None:
+            time.sleep(0.1)
+    assert busy is not None, "no task was ever scheduled on the worker node"
+    os.kill(cluster.worker_raylet, signal.SIGKILL)
+
+    client = JobSubmissionClient(cluster.dashboard)
+    while time.time() < deadline:
+        status = client.get_job_status(sid)
+        if status.is_terminal():
+            break
+        time.sleep(1)
+    logs = client.get_job_logs(sid)
+    assert status == JobStatus.SUCCEEDED, logs
+    _same_tree(local, out)
+    retried = [t for t in _tasks(cluster) if t["task_id"] not in seen and t["attempt_number"] > 0]
+    assert retried, "the killed node's task was not retried"
+    assert worker_node not in {n["node_id"] for n in _nodes(cluster) if n["state"] == "ALIVE"}
