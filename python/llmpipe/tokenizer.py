@@ -14,13 +14,14 @@ U+FFFD (a valid surrogate pair becomes its character), never an exception.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-from llmpipe import _core
+import llmpipe._core as _core
 from llmpipe.errors import ConfigError, InputError
 
 PATTERNS = ("gpt2", "cl100k", "o200k")
@@ -266,13 +267,10 @@ def _check_train_args(
         raise ConfigError("special tokens must be non-empty strings")
 
 
-class _errors:
+@contextmanager
+def _errors() -> Iterator[None]:
     """Turn the core's TokenizerError into llmpipe's user-facing TokenizerError."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: object) -> bool:
-        if e is not None and isinstance(e, _core.TokenizerError):
-            raise TokenizerError(str(e)) from e
-        return False
+    try:
+        yield
+    except _core.TokenizerError as e:
+        raise TokenizerError(str(e)) from e
