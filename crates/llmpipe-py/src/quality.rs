@@ -1,7 +1,180 @@
-//! Bindings for llmpipe-quality.
+//! Bindings for llmpipe-quality: heuristic filters, language ID, the quality classifier, PII.
+//!
+//! Filter configs arrive as JSON (the Python dataclasses, `json.dumps(asdict(cfg))`) and are parsed
+//! by serde into the core's typed configs: an unknown key is an error. Every call takes a whole
+//! batch and runs it with the GIL released (rayon threads inside).
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use llmpipe_quality::{self as core, classifier, pii, C4Outcome};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use crate::errors::ConfigError;
+
+fn parse<T: core::DeserializeOwned>(what: &str, json: &str) -> PyResult<T> {
+    core::parse_config(json).map_err(|e| ConfigError::new_err(format!("{what} config: {e}")))
+}
+
+fn strs(texts: &[PyBackedStr]) -> Vec<&str> {
+    texts.iter().map(|t| &**t).collect()
+}
+
+type Verdicts = (Vec<Vec<String>>, Vec<Option<String>>);
+
+/// Run the heuristic filters (a JSON `HeuristicsConfig`): per document the reasons
+/// (`filter:reason`, empty = keep) and the C4-cleaned text (None = unchanged).
+#[pyfunction]
+#[pyo3(signature = (texts, config_json, all_reasons=false))]
+fn quality_heuristics(
+    py: Python<'_>,
+    texts: Vec<PyBackedStr>,
+    config_json: &str,
+    all_reasons: bool,
+) -> PyResult<Verdicts> {
+    let cfg: core::HeuristicsConfig = parse("heuristics", config_json)?;
+    let out = py.detach(|| core::evaluate_batch(&cfg, &strs(&texts), all_reasons));
+    Ok(out.into_iter().map(|v| (v.reasons, v.text)).unzip())
+}
+
+/// One keep/drop filter (`gopher_quality`, `gopher_repetition` or `fineweb`): None or the reason.
+#[pyfunction]
+fn quality_filter(
+    py: Python<'_>,
+    name: &str,
+    texts: Vec<PyBackedStr>,
+    config_json: &str,
+) -> PyResult<Vec<Option<String>>> {
+    let t = strs(&texts);
+    let own = |v: Vec<Option<&'static str>>| v.into_iter().map(|r| r.map(String::from)).collect();
+    match name {
+        "gopher_quality" => {
+            let cfg = parse(name, config_json)?;
+            Ok(own(py.detach(|| core::gopher_quality_batch(&cfg, &t))))
+        }
+        "gopher_repetition" => {
+            let cfg = parse(name, config_json)?;
+            Ok(py.detach(|| core::gopher_repetition_batch(&cfg, &t)))
+        }
+        "fineweb" => {
+            let cfg = parse(name, config_json)?;
+            Ok(own(py.detach(|| core::fineweb_batch(&cfg, &t))))
+        }
+        other => Err(ConfigError::new_err(format!(
+            "unknown filter {other:?}: expected gopher_quality, gopher_repetition or fineweb"
+        ))),
+    }
+}
+
+/// C4 with line cleaning: per document (drop reason or None, cleaned text or None if dropped).
+#[pyfunction]
+fn quality_c4(py: Python<'_>, texts: Vec<PyBackedStr>, config_json: &str) -> PyResult<Verdicts2> {
+    let cfg = parse("c4", config_json)?;
+    let out = py.detach(|| core::c4_batch(&cfg, &strs(&texts)));
+    Ok(out
+        .into_iter()
+        .map(|o| match o {
+            C4Outcome::Drop(r) => (Some(r.to_string()), None),
+            C4Outcome::Keep(t) => (None, Some(t)),
+        })
+        .unzip())
+}
+type Verdicts2 = (Vec<Option<String>>, Vec<Option<String>>);
+
+/// datatrove's English word split (spaCy rules) of each text: for tests and tools.
+#[pyfunction]
+fn english_words(py: Python<'_>, texts: Vec<PyBackedStr>) -> Vec<Vec<String>> {
+    py.detach(|| {
+        let tok = core::words::EnglishTokenizer::get();
+        texts.iter().map(|t| tok.split(t).into_iter().map(String::from).collect()).collect()
+    })
+}
+
+/// Language of each text: (ISO 639-3 codes, confidences in [0, 1]).
+#[pyfunction]
+fn detect_language(py: Python<'_>, texts: Vec<PyBackedStr>) -> (Vec<String>, Vec<f64>) {
+    let out = py.detach(|| core::detect_language_batch(&strs(&texts)));
+    out.into_iter().map(|(c, s)| (c.to_string(), s)).unzip()
+}
+
+/// Every language code the detector supports, with its English name.
+#[pyfunction]
+fn language_codes() -> Vec<(String, String)> {
+    core::lang::supported()
+        .into_iter()
+        .map(|c| (c.to_string(), core::lang::name(c).unwrap_or("").to_string()))
+        .collect()
+}
+
+/// PII redaction: per document the new text (None = unchanged) and counts
+/// (emails, ipv4, ipv6, phones).
+#[pyfunction]
+fn pii_redact(
+    py: Python<'_>,
+    texts: Vec<PyBackedStr>,
+    config_json: &str,
+) -> PyResult<(Vec<Option<String>>, Vec<(u32, u32, u32, u32)>)> {
+    let cfg: pii::PiiConfig = parse("pii", config_json)?;
+    let out = py.detach(|| core::redact_batch(&cfg, &strs(&texts)));
+    Ok(out.into_iter().map(|(t, c)| (t, (c.emails, c.ipv4, c.ipv6, c.phones))).unzip())
+}
+
+/// The hashed n-gram quality classifier.
+#[pyclass(frozen, module = "llmpipe._core")]
+pub struct QualityModel {
+    inner: Arc<classifier::Model>,
+}
+
+#[pymethods]
+impl QualityModel {
+    /// Train by logistic regression with SGD (JSON `TrainConfig`: bits, epochs, lr, l2, seed).
+    #[staticmethod]
+    #[pyo3(signature = (positive, negative, config_json="{}"))]
+    fn train(
+        py: Python<'_>,
+        positive: Vec<PyBackedStr>,
+        negative: Vec<PyBackedStr>,
+        config_json: &str,
+    ) -> PyResult<Self> {
+        let cfg: classifier::TrainConfig = parse("quality model training", config_json)?;
+        let m = py
+            .detach(|| classifier::Model::train(&strs(&positive), &strs(&negative), &cfg))
+            .map_err(ConfigError::new_err)?;
+        Ok(Self { inner: Arc::new(m) })
+    }
+
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let m = py.detach(|| classifier::Model::load(&path)).map_err(ConfigError::new_err)?;
+        Ok(Self { inner: Arc::new(m) })
+    }
+
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        let m = self.inner.clone();
+        py.detach(|| m.save(&path)).map_err(|e| ConfigError::new_err(format!("{}: {e}", path.display())))
+    }
+
+    /// Probability of the positive class for each text.
+    fn score(&self, py: Python<'_>, texts: Vec<PyBackedStr>) -> Vec<f64> {
+        let m = self.inner.clone();
+        py.detach(|| m.score_batch(&strs(&texts)))
+    }
+
+    #[getter]
+    fn bits(&self) -> u32 {
+        self.inner.bits
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(quality_heuristics, m)?)?;
+    m.add_function(wrap_pyfunction!(quality_filter, m)?)?;
+    m.add_function(wrap_pyfunction!(quality_c4, m)?)?;
+    m.add_function(wrap_pyfunction!(english_words, m)?)?;
+    m.add_function(wrap_pyfunction!(detect_language, m)?)?;
+    m.add_function(wrap_pyfunction!(language_codes, m)?)?;
+    m.add_function(wrap_pyfunction!(pii_redact, m)?)?;
+    m.add_class::<QualityModel>()?;
     Ok(())
 }

@@ -20,6 +20,7 @@ pub mod repetition;
 pub mod words;
 
 use rayon::prelude::*;
+pub use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 pub use c4::{C4Config, C4Outcome};
@@ -49,6 +50,11 @@ impl HeuristicsConfig {
             fineweb: Some(Default::default()),
         }
     }
+}
+
+/// Parse a JSON config (as the Python side sends it) into one of this crate's config types.
+pub fn parse_config<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, String> {
+    serde_json::from_str(json).map_err(|e| e.to_string())
 }
 
 /// One document's verdict.

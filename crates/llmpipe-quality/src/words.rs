@@ -4,8 +4,9 @@
 //! This is a port of spaCy's tokenizer algorithm (`Tokenizer._split_affixes` / `_attach_tokens`)
 //! driven by spaCy's own English rules, exported as data in `data/spacy_en.json` by
 //! `data/gen_spacy_en.py`. Tokens are slices of the input: nothing is allocated per token.
-//! Known difference: spaCy's second pass that merges special cases spanning several affix tokens
-//! (e.g. `:)` glued to a word) is not ported.
+//! spaCy's second pass is ported too: special cases that affix splitting cut into several tokens
+//! (`a.C.` -> `a.` `C.`, `):`, `''`) are merged back, longest match first. (spaCy's matcher also
+//! sees matches across whitespace, which it then never applies; those cannot block a match here.)
 
 use ahash::{AHashMap, AHashSet};
 use fancy_regex::Regex;
@@ -24,14 +25,101 @@ struct Rules {
     sentence_punct: Vec<String>,
 }
 
+/// One of spaCy's affix patterns, split in two for speed: the alternatives without lookaround go
+/// into one `regex` (a DFA, no backtracking), the few with lookaround into one `fancy_regex`.
+struct Split {
+    plain: Option<regex::Regex>,
+    fancy: Option<Regex>,
+}
+
+/// Top-level alternatives of a pattern (aware of escapes, classes and groups).
+fn alternatives(p: &str) -> Vec<&str> {
+    let (mut out, mut depth, mut in_class, mut esc, mut start) = (Vec::new(), 0i32, false, false, 0);
+    for (i, c) in p.char_indices() {
+        if esc {
+            esc = false;
+            continue;
+        }
+        match c {
+            '\\' => esc = true,
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '(' if !in_class => depth += 1,
+            ')' if !in_class => depth -= 1,
+            '|' if !in_class && depth == 0 => {
+                out.push(&p[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&p[start..]);
+    out
+}
+
+impl Split {
+    fn new(pattern: &str) -> Self {
+        let (mut plain, mut fancy) = (Vec::new(), Vec::new());
+        for a in alternatives(pattern) {
+            if a.contains("(?<=") || a.contains("(?=") || a.contains("(?!") || a.contains("(?<!") {
+                fancy.push(a);
+            } else {
+                plain.push(a);
+            }
+        }
+        let plain = (!plain.is_empty()).then(|| {
+            regex::Regex::new(&plain.join("|")).unwrap_or_else(|e| panic!("spaCy rule does not compile: {e}"))
+        });
+        let fancy = (!fancy.is_empty()).then(|| compile(&fancy.join("|")));
+        Split { plain, fancy }
+    }
+
+    /// Leftmost match at or after `at`: (start, end); at equal starts the plain alternatives win
+    /// (in spaCy's English rules they come first in the alternation).
+    fn find_at(&self, s: &str, at: usize) -> Option<(usize, usize)> {
+        let p = self.plain.as_ref().and_then(|r| r.find_at(s, at)).map(|m| (m.start(), m.end()));
+        let f = self
+            .fancy
+            .as_ref()
+            .and_then(|r| r.find_from_pos(s, at).ok().flatten())
+            .map(|m| (m.start(), m.end()));
+        match (p, f) {
+            (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn is_match(&self, s: &str) -> bool {
+        self.find_at(s, 0).is_some()
+    }
+}
+
+const CACHE_SIZE: usize = 200_000;
+
+thread_local! {
+    /// span -> byte lengths of its tokens (spaCy keeps the same cache)
+    static CACHE: std::cell::RefCell<AHashMap<String, Vec<u32>>> = std::cell::RefCell::new(AHashMap::new());
+}
+
+/// Could any infix alternative match? (all need one of these characters, or a non-ASCII one)
+#[inline]
+fn may_have_infix(s: &str) -> bool {
+    !s.is_ascii()
+        || s.bytes().any(|b| {
+            matches!(b, b'.' | b'+' | b'-' | b'*' | b'^' | b',' | b'~' | b':' | b'<' | b'>' | b'=' | b'/')
+        })
+}
+
 /// spaCy's English tokenizer rules, compiled once.
 pub struct EnglishTokenizer {
-    prefix: Regex,
-    suffix: Regex,
-    infix: Regex,
+    prefix: Split,
+    suffix: Split,
+    infix: Split,
     url: Regex,
     /// special case -> byte lengths of its pieces
     specials: AHashMap<String, Vec<usize>>,
+    /// second pass: first affix token -> (affix tokens of a special case, the special case)
+    merges: AHashMap<String, Vec<(Vec<String>, String)>>,
     sentence_punct: AHashSet<String>,
 }
 
@@ -45,14 +133,37 @@ impl EnglishTokenizer {
             serde_json::from_str(include_str!("../data/spacy_en.json")).expect("data/spacy_en.json is valid");
         let specials =
             rules.specials.into_iter().map(|(k, v)| (k, v.iter().map(|p| p.len()).collect())).collect();
-        Self {
-            prefix: compile(&rules.prefix),
-            suffix: compile(&rules.suffix),
-            infix: compile(&rules.infix),
+        let mut tok = Self {
+            prefix: Split::new(&rules.prefix),
+            suffix: Split::new(&rules.suffix),
+            infix: Split::new(&rules.infix),
             url: compile(&rules.url),
             specials,
+            merges: AHashMap::new(),
             sentence_punct: rules.sentence_punct.into_iter().collect(),
+        };
+        // spaCy registers a special case with its matcher when affix rules would cut it
+        let mut merges: AHashMap<String, Vec<(Vec<String>, String)>> = AHashMap::new();
+        let mut keys: Vec<&String> = tok.specials.keys().collect();
+        keys.sort();
+        for key in keys {
+            if key.chars().any(is_space) {
+                continue;
+            }
+            let cut = tok.prefix.is_match(key) || tok.suffix.is_match(key) || tok.infix.is_match(key);
+            if !cut {
+                continue;
+            }
+            let mut pieces = Vec::new();
+            tok.affixes(key, false, &mut pieces);
+            if pieces.len() < 2 {
+                continue;
+            }
+            let pattern: Vec<String> = pieces.iter().map(|p| p.to_string()).collect();
+            merges.entry(pattern[0].clone()).or_default().push((pattern, key.clone()));
         }
+        tok.merges = merges;
+        tok
     }
 
     /// The shared instance.
@@ -96,10 +207,8 @@ impl EnglishTokenizer {
         if first.is_alphanumeric() && !matches!(first, 'U' | 'C' | 'A') {
             return 0;
         }
-        match self.prefix.find(s) {
-            Ok(Some(m)) => m.end() - m.start(),
-            _ => 0,
-        }
+        // every alternative is anchored with `^`: a match, if any, starts at 0
+        self.prefix.find_at(s, 0).map_or(0, |(a, b)| b - a)
     }
 
     fn find_suffix(&self, s: &str) -> usize {
@@ -107,10 +216,8 @@ impl EnglishTokenizer {
         if last.is_alphabetic() && !s.contains(['\'', '’']) && !s.bytes().any(|b| b.is_ascii_digit()) {
             return 0;
         }
-        match self.suffix.find(s) {
-            Ok(Some(m)) => m.end() - m.start(),
-            _ => 0,
-        }
+        // every alternative ends with `$`: the leftmost match runs to the end
+        self.suffix.find_at(s, 0).map_or(0, |(a, b)| b - a)
     }
 
     fn span<'a>(&self, s: &'a str, out: &mut Vec<&'a str>) {
@@ -121,19 +228,93 @@ impl EnglishTokenizer {
             out.push(s);
             return;
         }
+        let base = out.len();
+        let hit = CACHE.with(|c| {
+            let c = c.borrow();
+            let lens = c.get(s)?;
+            let mut at = 0;
+            for &n in lens {
+                out.push(&s[at..at + n as usize]);
+                at += n as usize;
+            }
+            Some(())
+        });
+        if hit.is_some() {
+            return;
+        }
+        self.affixes(s, true, out);
+        if out.len() - base >= 2 {
+            self.merge_specials(s, base, out);
+        }
+        // tokens of a span are contiguous pieces of it, so their lengths say everything
+        let lens: Vec<u32> = out[base..].iter().map(|t| t.len() as u32).collect();
+        CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.len() >= CACHE_SIZE {
+                c.clear();
+            }
+            c.insert(s.to_string(), lens);
+        });
+    }
+
+    /// spaCy's `_apply_special_cases`, within one whitespace-delimited span.
+    fn merge_specials<'a>(&self, s: &'a str, base: usize, out: &mut Vec<&'a str>) {
+        let toks = &out[base..];
+        let mut found: Vec<(usize, usize, &str)> = Vec::new();
+        for i in 0..toks.len() {
+            if let Some(cands) = self.merges.get(toks[i]) {
+                for (pat, key) in cands {
+                    let end = i + pat.len();
+                    if end <= toks.len() && pat.iter().zip(&toks[i..end]).all(|(p, t)| p == t) {
+                        found.push((i, end, key));
+                    }
+                }
+            }
+        }
+        if found.is_empty() {
+            return;
+        }
+        found.sort_by(|a, b| (b.1 - b.0).cmp(&(a.1 - a.0)).then(a.0.cmp(&b.0)));
+        let mut seen = vec![false; toks.len()];
+        let mut keep: Vec<(usize, usize, &str)> = Vec::new();
+        for (a, b, key) in found {
+            if !seen[a] && !seen[b - 1] {
+                keep.push((a, b, key));
+            }
+            seen[a..b].iter_mut().for_each(|x| *x = true);
+        }
+        keep.sort_by_key(|k| k.0);
+        let offset = |t: &str| t.as_ptr() as usize - s.as_ptr() as usize;
+        let old: Vec<&'a str> = out.drain(base..).collect();
+        let mut i = 0;
+        for (a, b, key) in keep {
+            out.extend_from_slice(&old[i..a]);
+            let start = offset(old[a]);
+            let whole = &s[start..start + key.len()];
+            if !self.push_special(whole, out) {
+                out.extend_from_slice(&old[a..b]);
+            }
+            i = b;
+        }
+        out.extend_from_slice(&old[i..]);
+    }
+
+    /// spaCy's `_split_affixes` + `_attach_tokens` (with or without special cases).
+    fn affixes<'a>(&self, s: &'a str, with_specials: bool, out: &mut Vec<&'a str>) {
+        let special = |x: &str| with_specials && self.specials.contains_key(x);
         let mut prefixes: Vec<&'a str> = Vec::new();
         let mut suffixes: Vec<&'a str> = Vec::new();
         let mut string = s;
         let mut last_size = usize::MAX;
         while !string.is_empty() && string.len() != last_size {
-            if self.specials.contains_key(string) {
+            if special(string) {
                 break;
             }
             last_size = string.len();
             let pre_len = self.find_prefix(string);
             if pre_len != 0 {
                 let minus_pre = &string[pre_len..];
-                if !minus_pre.is_empty() && self.specials.contains_key(minus_pre) {
+                if !minus_pre.is_empty() && special(minus_pre) {
                     prefixes.push(&string[..pre_len]);
                     string = minus_pre;
                     break;
@@ -142,7 +323,7 @@ impl EnglishTokenizer {
             let suf_len = self.find_suffix(&string[pre_len..]);
             if suf_len != 0 {
                 let minus_suf = &string[..string.len() - suf_len];
-                if !minus_suf.is_empty() && self.specials.contains_key(minus_suf) {
+                if !minus_suf.is_empty() && special(minus_suf) {
                     suffixes.push(&string[string.len() - suf_len..]);
                     string = minus_suf;
                     break;
@@ -162,11 +343,13 @@ impl EnglishTokenizer {
             }
         }
         out.extend(prefixes);
-        if !string.is_empty() && !self.push_special(string, out) {
-            if self.url.is_match(string).unwrap_or(false) {
+        if !string.is_empty() && !(with_specials && self.push_special(string, out)) {
+            if string.contains('.') && self.url.is_match(string).unwrap_or(false) {
                 out.push(string);
-            } else {
+            } else if may_have_infix(string) {
                 self.infixes(string, out);
+            } else {
+                out.push(string);
             }
         }
         out.extend(suffixes.into_iter().rev());
@@ -174,8 +357,10 @@ impl EnglishTokenizer {
 
     fn infixes<'a>(&self, string: &'a str, out: &mut Vec<&'a str>) {
         let mut start = 0;
-        for m in self.infix.find_iter(string).flatten() {
-            let (a, b) = (m.start(), m.end());
+        let mut at = 0;
+        while at <= string.len() {
+            let Some((a, b)) = self.infix.find_at(string, at) else { break };
+            at = if b > a { b } else { b + string[b..].chars().next().map_or(1, char::len_utf8) };
             if a == 0 {
                 continue;
             }
