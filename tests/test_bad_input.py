@@ -146,11 +146,12 @@ def test_huge_document_is_never_held_in_memory(data_dir: Path, tmp_path: Path) -
         f.write(head.encode() + body + b"\r\n\r\n")
         f.write(real)
     template = (
-        "import resource; from pathlib import Path; from llmpipe.io.read import ReadConfig, read_batches\n"
+        "import re; from pathlib import Path; from llmpipe.io.read import ReadConfig, read_batches\n"
         "bad = []\n"
         "n = sum(b.num_rows for b in read_batches(Path({p!r}), 'x', ReadConfig(), bad.append))\n"
         "assert [b.reason for b in bad] == {want!r}, bad\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+        # VmHWM, not ru_maxrss: the latter survives exec and would report the (big) parent's peak
+        "print(int(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)) / 1024)\n"
     )
     small = tmp_path / "small.jsonl"
     small.write_bytes(b"".join(_real_lines(data_dir, 3)))

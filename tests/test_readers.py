@@ -234,3 +234,30 @@ def test_globs_and_directories(data_dir: Path, tmp_path: Path) -> None:
     assert [f.name for f in files] == ["old.arc", "crawl.warc.gz"]
     assert [f.name for f in discover([str(tmp_path / "a" / "**" / "*.arc")])] == ["old.arc"]
     assert len(discover([str(web / "*.warc.gz")])) == 5
+
+
+def _peak_mb(path: Path) -> float:
+    """Peak RSS (VmHWM: reset by exec, unlike ru_maxrss) of a fresh process that reads ``path``."""
+    import subprocess
+    import sys
+
+    code = (
+        "import re; from pathlib import Path; from llmpipe.io.read import ReadConfig, read_batches\n"
+        f"n = sum(b.num_rows for b in read_batches(Path({str(path)!r}), 'x', ReadConfig(), print))\n"
+        "print(n, int(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)) / 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    n, peak = out.split()[-2:]
+    return float(peak)
+
+
+def test_memory_does_not_grow_with_input_size(data_dir: Path, tmp_path: Path) -> None:
+    """Reading 5x more WARC (22 MB of raw records) or JSONL does not take more memory."""
+    for name in ("cc-main-2020-34-excerpt.warc.gz", "cc-main-2019-30-extracted.jsonl.gz"):
+        member = (data_dir / "web" / name).read_bytes()  # gzip members concatenate into one stream
+        small, big = tmp_path / f"small-{name}", tmp_path / f"big-{name}"
+        small.write_bytes(member * 8)
+        big.write_bytes(member * 40)
+        p_small, p_big = _peak_mb(small), _peak_mb(big)
+        print(name, f"peak RSS {p_small:.0f} MB for 8 copies, {p_big:.0f} MB for 40")
+        assert p_big - p_small < 25, (name, p_small, p_big)
