@@ -339,3 +339,47 @@ def render(plan: Plan) -> str:
 
 def _size(gb: float) -> str:
     return f"{gb:10.3f} GB" if gb >= 1 else f"{gb * 1000:10.1f} MB"
+
+
+def plan_for_trainer(
+    *,
+    dim: int,
+    n_layers: int,
+    n_heads: int,
+    n_kv_heads: int | None,
+    hidden: int,
+    vocab_size: int,
+    tie_embeddings: bool,
+    seq_len: int,
+    micro_batch: int,
+    world_size: int,
+    sharding: str,
+    shard_size: int,
+    mixed_precision: str,
+    activation_checkpointing: bool,
+    device_memory_gb: float,
+) -> Plan:
+    """The plan of a train/pretrain.py run, from its resolved config (the trainer prints it at start)."""
+    shape = ModelShape.llama(
+        dim,
+        n_layers,
+        n_heads,
+        vocab_size,
+        n_kv_heads=n_kv_heads,
+        ffn_hidden=hidden,
+        tie_embeddings=tie_embeddings,
+    )
+    strategy: Strategy = {"full": "fsdp_full", "hybrid": "fsdp_hybrid", "none": "fsdp_none"}[sharding]  # type: ignore[assignment]
+    return estimate(
+        PlanInput(
+            model=shape,
+            gpus=world_size,
+            gpu_memory_gb=device_memory_gb,
+            precision="fp32" if mixed_precision == "fp32" else "bf16",
+            strategy=strategy,
+            shard_size=shard_size,
+            seq_len=seq_len,
+            micro_batch=micro_batch,
+            activation_checkpointing=activation_checkpointing,
+        )
+    )
