@@ -67,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
         from llmpipe.distributed.executor import RayExecutor
 
         executor = RayExecutor(args.ray, progress=progress)
-        # Tasks on other nodes get this path: it must not depend on the driver's working directory.
+        # Tasks on other nodes get these paths: they must not depend on the driver's working directory.
         args.out = args.out.resolve()
+        args.inputs = [str(Path(x).absolute()) for x in args.inputs]
     tokenizer = args.tokenizer or (Path(cfg.tokenizer.file) if cfg.tokenizer.file else None)
     run_curate(
         args.inputs,
