@@ -59,3 +59,78 @@ class BpeTokenizer:
     def special_tokens(self) -> list[tuple[str, int]]: ...
     @property
     def pattern(self) -> str: ...
+
+# -- near dedup (crates/llmpipe-dedup, crates/llmpipe-py/src/dedup.rs) ---------------------------
+# String columns arrive as int64 offsets + uint8 data buffers; results are little-endian bytes
+# (np.frombuffer): signatures uint32, band keys uint64, counts uint32, group offsets uint64.
+# Parameters typed `object` take any C-contiguous buffer (numpy array, Arrow buffer) of the dtype named.
+
+def minhash_signatures(
+    offsets: object,
+    data: object,
+    num_perm: int = 112,
+    ngram: int = 5,
+    seed: int = 1,
+    unit: str = "words",
+    lowercase: bool = True,
+    strip_punctuation: bool = True,
+    nfc: bool = True,
+) -> bytes: ...
+def minhash_sketch(
+    offsets: object,
+    data: object,
+    num_perm: int = 112,
+    bands: int = 14,
+    rows: int = 8,
+    ngram: int = 5,
+    seed: int = 1,
+    unit: str = "words",
+    lowercase: bool = True,
+    strip_punctuation: bool = True,
+    nfc: bool = True,
+    keep_shingles: bool = True,
+) -> tuple[bytes, bytes, bytes, bytes]: ...
+def id_hashes(offsets: object, data: object) -> bytes: ...
+def lsh_groups(buckets: object, order: object, docs: object) -> tuple[bytes, bytes]: ...
+def group_edges(
+    offsets: object, members: object, store: ShingleStore | None = None, threshold: float = 0.7
+) -> tuple[bytes, bytes]: ...
+def cluster_signatures(
+    signatures: object,
+    num_perm: int,
+    bands: int = 14,
+    rows: int = 8,
+    seed: int = 1,
+    store: ShingleStore | None = None,
+    threshold: float = 0.7,
+) -> bytes: ...
+def cluster_texts(
+    offsets: object,
+    data: object,
+    num_perm: int = 112,
+    bands: int = 14,
+    rows: int = 8,
+    ngram: int = 5,
+    seed: int = 1,
+    unit: str = "words",
+    lowercase: bool = True,
+    strip_punctuation: bool = True,
+    nfc: bool = True,
+    verify_threshold: float | None = None,
+) -> bytes: ...
+def lsh_optimal_param(
+    threshold: float, num_perm: int, fp_weight: float = 0.5, fn_weight: float = 0.5
+) -> tuple[int, int]: ...
+
+class ShingleStore:
+    def __init__(self) -> None: ...
+    def extend(self, docs: object, offsets: object, data: object) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+
+class UnionFind:
+    def __init__(self, n: int) -> None: ...
+    def union_edges(self, a: object, b: object) -> None: ...
+    def roots(self) -> bytes: ...
+    def __len__(self) -> int: ...

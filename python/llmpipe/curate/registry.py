@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+from llmpipe.curate.stages.c4 import C4
 from llmpipe.curate.stages.exact_dedup import ExactDedup
+from llmpipe.curate.stages.heuristics import FineWeb, GopherQuality, GopherRepetition
+from llmpipe.curate.stages.language import LanguageFilter
 from llmpipe.curate.stages.length import LengthFilter
+from llmpipe.curate.stages.near_dedup import NearDedup
 from llmpipe.curate.stages.normalize import Normalize
+from llmpipe.curate.stages.pii import PiiRedact
+from llmpipe.curate.stages.quality_model import QualityModelFilter
 
 #: extract -> language -> heuristics -> exact dedup -> near dedup -> model score -> PII; then tokenize, pack
 STAGES: list[type] = [
     Normalize,
     LengthFilter,
+    LanguageFilter,
+    GopherRepetition,
+    GopherQuality,
+    C4,
+    FineWeb,
     ExactDedup,
+    NearDedup,
+    QualityModelFilter,
+    PiiRedact,
 ]

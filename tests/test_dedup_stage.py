@@ -1,0 +1,129 @@
+"""The near_dedup curate stage: disk phases, invariance to order/batching/partitions, end to end."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_cli
+from dedup_corpus import Corpus, jaccard, planted_corpus, shingle_set
+from llmpipe.curate.settings import CurateConfig
+from llmpipe.curate.stage import DROPS_SCHEMA
+from llmpipe.curate.stages.near_dedup import NearDedup
+
+
+@pytest.fixture(scope="module")
+def corpus(data_dir: Path) -> Corpus:
+    return planted_corpus(data_dir, n_base=200, n_plain=100)
+
+
+def _run(stage: NearDedup, rows: list[tuple[str, str]], batch: int, files: int, tmp: Path) -> pa.Table:
+    """prepare per batch into `files` key files (like inputs), then resolve."""
+    tmp.mkdir(parents=True)
+    per_file = -(-len(rows) // files)
+    key_files = []
+    for f in range(files):
+        part = rows[f * per_file : (f + 1) * per_file]
+        tables = []
+        for i in range(0, len(part), batch):
+            chunk = part[i : i + batch]
+            rb = pa.record_batch(
+                {
+                    "id": [r[0] for r in chunk],
+                    "text": [r[1] for r in chunk],
+                    "source": ["x"] * len(chunk),
+                    "position": list(range(len(chunk))),
+                }
+            )
+            tables.append(stage.prepare(rb))
+        path = tmp / f"{f:06d}.keys.parquet"
+        pq.write_table(pa.concat_tables(tables), path)
+        key_files.append(path)
+    work = tmp / "global"
+    work.mkdir()
+    return stage.resolve(key_files, work)
+
+
+def test_drops_are_verified_and_point_to_the_smallest_id(corpus: Corpus, tmp_path: Path) -> None:
+    stage = NearDedup(NearDedup.Config())
+    drops = _run(stage, list(zip(corpus.ids, corpus.texts, strict=True)), 64, 3, tmp_path / "a")
+    assert drops.schema == DROPS_SCHEMA
+    assert set(drops.column("reason").to_pylist()) == {"near_duplicate"}
+    by_id = dict(zip(corpus.ids, corpus.texts, strict=True))
+    pairs = list(zip(drops.column("id").to_pylist(), drops.column("dup_of").to_pylist(), strict=True))
+    dropped = {d for d, _ in pairs}
+    assert all(k < d and k not in dropped for d, k in pairs)
+    assert min(jaccard(shingle_set(by_id[d]), shingle_set(by_id[k])) for d, k in pairs) >= 0.5
+    sets = {i: shingle_set(t) for i, t in by_id.items()}
+    high = [
+        (corpus.ids[a], corpus.ids[b])
+        for a, b, _ in corpus.planted
+        if jaccard(sets[corpus.ids[a]], sets[corpus.ids[b]]) >= 0.85
+    ]
+    assert sum(v in dropped for _, v in high) >= 0.95 * len(high)
+
+
+def test_same_drops_for_any_order_batching_and_partitioning(corpus: Corpus, tmp_path: Path) -> None:
+    rows = list(zip(corpus.ids, corpus.texts, strict=True))
+    base = _run(NearDedup(NearDedup.Config()), rows, 1000, 1, tmp_path / "one")
+    assert base.num_rows > 50
+    shuffled = rows[:]
+    random.Random(3).shuffle(shuffled)
+    other = _run(NearDedup(NearDedup.Config()), shuffled, 7, 4, tmp_path / "shuffled")
+    assert other.equals(base)
+    # tiny partitions: the band rows of the shuffle are spread over many partition files
+    many = _run(NearDedup(NearDedup.Config(partition_mb=0.02)), shuffled[::-1], 33, 2, tmp_path / "parts")
+    assert len(list((tmp_path / "parts" / "global" / "groups").iterdir())) >= 5
+    assert many.equals(base)
+    kept = sorted(set(corpus.ids) - set(base.column("id").to_pylist()))
+    assert kept == sorted(set(corpus.ids) - set(other.column("id").to_pylist()))
+
+
+def test_config_is_typed_and_checked() -> None:
+    cfg = CurateConfig.from_mapping({"near_dedup": {"threshold": 0.8, "ngram": 3}})
+    stage = next(s for s in cfg.build_stages() if s.name == "near_dedup")
+    assert (stage.bands, stage.rows) == (9, 12) and stage.verify_threshold == 0.8
+    off = CurateConfig.from_mapping({"near_dedup": {"enabled": False}})
+    assert all(s.name != "near_dedup" for s in off.build_stages())
+    from llmpipe.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        CurateConfig.from_mapping({"near_dedup": {"bands": 20}}).build_stages()
+    with pytest.raises(ConfigError):
+        CurateConfig.from_mapping({"near_dedup": {"unit": "lines"}})
+    with pytest.raises(ConfigError):
+        CurateConfig.from_mapping({"near_dedup": {"bogus": 1}})
+
+
+def test_curate_end_to_end_reports_near_dedup(data_dir: Path, corpus: Corpus, tmp_path: Path) -> None:
+    src = data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz"
+    with gzip.open(src, "rt", encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "crawl.jsonl.gz").write_bytes(src.read_bytes())
+    # near duplicates of real reviews in a second input: 40 bases and a light edit of each
+    planted = [(a, b) for a, b, kind in corpus.planted[:40]]
+    with open(inp / "planted.jsonl", "w", encoding="utf-8") as f:
+        for a, b in planted:
+            for i in (a, b):
+                f.write(json.dumps({"id": corpus.ids[i], "text": corpus.texts[i]}) + "\n")
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text("pack:\n  seq_len: 128\n  val_fraction: 0.0\ntokenizer:\n  vocab_size: 600\n")
+    out = tmp_path / "out"
+    run_cli("curate", str(inp), "--out", str(out), "--config", str(cfg))
+    stats = json.loads((out / "stats.json").read_text())
+    stages = {s["name"]: s for s in stats["stages"]} if isinstance(stats["stages"], list) else stats["stages"]
+    nd = stages["near_dedup"]
+    assert nd["docs_in"] == nd["docs_out"] + sum(nd["dropped"].values())
+    sets = [shingle_set(corpus.texts[b]) for _, b in planted]
+    expected_min = sum(
+        jaccard(shingle_set(corpus.texts[a]), s) >= 0.85 for (a, _), s in zip(planted, sets, strict=True)
+    )
+    assert nd["dropped"].get("near_duplicate", 0) >= expected_min > 0
+    assert nd["docs_in"] <= len(records) + 2 * len(planted)
