@@ -56,17 +56,17 @@ fn merge_maps(mut a: WordCounts, mut b: WordCounts) -> WordCounts {
 }
 
 /// Chunks of whole lines read from the files one after the other (never a whole file in memory).
-struct Chunks {
-    files: std::vec::IntoIter<PathBuf>,
+struct Chunks<'a> {
+    files: std::slice::Iter<'a, PathBuf>,
     cur: Option<(PathBuf, BufReader<File>)>,
 }
 
-impl Iterator for Chunks {
+impl Iterator for Chunks<'_> {
     type Item = Result<Vec<u8>, Error>;
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             if self.cur.is_none() {
-                let path = self.files.next()?;
+                let path = self.files.next()?.clone();
                 match File::open(&path) {
                     Ok(f) => self.cur = Some((path, BufReader::with_capacity(CHUNK, f))),
                     Err(e) => return Some(Err(Error::Io(format!("{}: {e}", path.display())))),
@@ -92,7 +92,7 @@ impl Iterator for Chunks {
 /// Count pre-tokenized words of `files` in parallel, streaming them chunk by chunk.
 /// Invalid UTF-8 is replaced by U+FFFD.
 pub fn count_words(files: &[PathBuf], pre: &PreTokenizer) -> Result<WordCounts, Error> {
-    let chunks = Chunks { files: files.to_vec().into_iter(), cur: None };
+    let chunks = Chunks { files: files.iter(), cur: None };
     chunks
         .par_bridge()
         .try_fold(WordCounts::default, |mut map, chunk| {
