@@ -10,6 +10,7 @@ clean-up of the work directory.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -52,6 +53,15 @@ def setup(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Pat
     shards = [f for f in tree if f.endswith(".arrow")]
     assert len([f for f in shards if f.startswith("train-")]) >= 2, "the test needs several shards"
     assert {"manifest.json", "stats.json", "tokenizer.json", "quarantine.jsonl"} <= set(tree)
+    # the crawl path is in the funnel: every WARC/ARC record read, skipped ones counted, then extract
+    stats = json.loads((ref / "stats.json").read_text())
+    read, extract = stats["stages"][:2]
+    assert (read["name"], extract["name"]) == ("read", "extract")
+    assert read["docs_in"] == 48 + 9 + 697 + 1  # records of the four inputs (see test_readers)
+    assert read["dropped"]["skipped_request_record"] == 22
+    assert read["dropped"]["quarantined_truncated_record"] == 1
+    assert extract["tokens_in"] > extract["tokens_out"]  # raw HTML words -> main-text words
+    assert stats["inputs"]["formats"] == {"arc": 1, "jsonl": 1, "warc": 2}
     return inputs, cfg, tree
 
 

@@ -42,10 +42,10 @@ def charset_of(body: bytes, declared: str | None = None) -> str:
     if _decodes(body, "utf-8"):
         return "utf-8"
     if declared:
-        name = map_encoding_to_html5(declared.strip().strip("\"'"))
-        if name and _decodes(body, name):
-            return name
-    return detect_encoding(body, from_html_meta=True)
+        mapped = map_encoding_to_html5(declared.strip().strip("\"'"))
+        if mapped and _decodes(body, mapped):
+            return mapped
+    return detect_encoding(body, from_html_meta=True) or "utf-8"
 
 
 def _decodes(body: bytes, name: str) -> bool:

@@ -89,7 +89,7 @@ def _warc_record(rec: WarcRecord, n: int, cfg: ReadConfig) -> Doc | Bad | Skip:
             return Skip("non_http_response")
         rec.parse_http()
         status = rec.http_headers.status_code
-        if not 200 <= status < 300:
+        if status is None or not 200 <= status < 300:
             return Skip("http_status_not_2xx")
         ctype, charset = rec.http_content_type or "", rec.http_charset
     expected = rec.content_length
