@@ -70,6 +70,8 @@ class StageCounts:
     dropped_tokens: Counter[str] = field(default_factory=Counter)
     modified: int = 0
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: stage-specific tallies that are not drops (e.g. PII replaced per kind, lines removed)
+    counters: Counter[str] = field(default_factory=Counter)
 
     def add_example(self, reason: str, doc_id: str, text: str, **extra: Any) -> None:
         ex = self.examples.setdefault(reason, [])
@@ -84,6 +86,7 @@ class StageCounts:
         self.dropped.update(other.dropped)
         self.dropped_tokens.update(other.dropped_tokens)
         self.modified += other.modified
+        self.counters.update(other.counters)
         for reason, exs in other.examples.items():
             for ex in exs:
                 mine = self.examples.setdefault(reason, [])
@@ -108,6 +111,7 @@ class StageCounts:
             "dropped": dict(sorted(self.dropped.items())),
             "dropped_tokens": dict(sorted(self.dropped_tokens.items())),
             "modified": self.modified,
+            "counters": dict(sorted(self.counters.items())),
             "examples": self.examples,
         }
 
@@ -123,6 +127,7 @@ class StageCounts:
             dropped_tokens=Counter(d.get("dropped_tokens", {})),
             modified=d.get("modified", 0),
             examples=d.get("examples", {}),
+            counters=Counter(d.get("counters", {})),
         )
 
 
@@ -211,8 +216,7 @@ class Mapper(DocStage):
         # Re-count on the rewritten text: an empty document is dropped with a reason.
         counts.docs_in -= out.num_rows
         counts.tokens_in -= int(word_counts(out).sum())
-        words = word_counts(out)
-        counts.tokens_in += int(words.sum())
+        words = word_counts(out)  # apply_reasons adds these to tokens_in: net, tokens_in = words before
         lengths = pc.utf8_length(pc.utf8_trim_whitespace(out.column("text"))).fill_null(0)
         empty = np.asarray(lengths.to_numpy(zero_copy_only=False)) == 0
         reasons = [f"empty_after_{self.name}" if e else None for e in empty]

@@ -1,0 +1,114 @@
+"""Score documents with a trained quality classifier and keep the best (``llmpipe quality train``).
+
+A global stage, because ``target_retention`` calibrates the threshold on the scores of the whole
+run (a deterministic sample of at most ``sample_docs`` documents) so that the stage keeps that
+fraction of the words it receives; without it the fixed ``threshold`` applies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from llmpipe import _core
+from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, word_counts
+
+REASON = "low_quality_score"
+
+
+def calibrate(scores: np.ndarray, words: np.ndarray, target: float) -> float:
+    """The threshold that keeps ``target`` of the words: best-scored documents first, ties together."""
+    if not 0.0 < target <= 1.0:
+        raise ValueError(f"target_retention must be in (0, 1], not {target}")
+    if len(scores) == 0:
+        return 0.0
+    order = np.argsort(-scores, kind="stable")
+    cum = np.cumsum(words[order])
+    goal = target * cum[-1]
+    k = int(np.searchsorted(cum, goal, side="left"))
+    k = min(k, len(order) - 1)
+    # the k-th document brings the kept words to the goal; pick whichever side lands closer
+    if k > 0 and abs(cum[k - 1] - goal) < abs(cum[k] - goal):
+        k -= 1
+    return float(scores[order[k]])
+
+
+class QualityModelFilter(GlobalStage):
+    name: ClassVar[str] = "quality_model"
+
+    @dataclass
+    class Config:
+        enabled: bool = False
+        #: model file written by `llmpipe quality train`
+        model: str | None = None
+        #: keep documents whose score is >= threshold (ignored when target_retention is set)
+        threshold: float = 0.5
+        #: keep this fraction of the words entering the stage (e.g. 0.3); calibrated per run
+        target_retention: float | None = None
+        #: calibration sample size (documents, chosen by a hash of their id)
+        sample_docs: int = 200_000
+
+    def __init__(self, cfg: Config) -> None:
+        if not cfg.model:
+            raise ValueError("quality_model.model: the path of a model trained by `llmpipe quality train`")
+        if not Path(cfg.model).is_file():
+            raise ValueError(f"quality_model.model: {cfg.model} does not exist")
+        if cfg.target_retention is not None and not 0.0 < cfg.target_retention <= 1.0:
+            raise ValueError(f"target_retention must be in (0, 1], not {cfg.target_retention}")
+        self.cfg = cfg
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> QualityModelFilter | None:
+        return cls(cfg) if cfg.enabled else None
+
+    @cached_property
+    def model(self) -> Any:
+        return _core.QualityModel.load(self.cfg.model)
+
+    def prepare(self, batch: pa.RecordBatch) -> pa.Table:
+        scores = self.model.score(batch.column("text").to_pylist())
+        return pa.table(
+            {
+                "id": batch.column("id"),
+                "score": pa.array(scores, pa.float64()),
+                "words": pa.array(word_counts(batch), pa.int64()),
+            }
+        )
+
+    def threshold_for(self, keys: pa.Table) -> float:
+        if self.cfg.target_retention is None:
+            return self.cfg.threshold
+        if keys.num_rows > self.cfg.sample_docs:
+            h = np.frombuffer(_core.content_hashes(keys["id"].to_pylist()), dtype="<u8")[::2]
+            keys = keys.take(np.argsort(h, kind="stable")[: self.cfg.sample_docs])
+        scores = keys["score"].to_numpy()
+        return calibrate(scores, keys["words"].to_numpy(), self.cfg.target_retention)
+
+    def resolve(self, key_files: Sequence[Path], workdir: Path) -> pa.Table:
+        tables = [pq.read_table(f) for f in key_files]
+        if not tables:
+            return DROPS_SCHEMA.empty_table()
+        keys = pa.concat_tables(tables)
+        thr = self.threshold_for(keys)
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "threshold.json").write_text(
+            json.dumps({"threshold": thr, "target_retention": self.cfg.target_retention})
+        )
+        drops = keys.filter(pc.less(keys["score"], thr)).sort_by("id")
+        return pa.table(
+            {
+                "id": drops["id"],
+                "reason": pa.array([REASON] * drops.num_rows, pa.string()),
+                "dup_of": pa.nulls(drops.num_rows, pa.string()),
+            },
+            schema=DROPS_SCHEMA,
+        )
