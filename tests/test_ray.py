@@ -214,6 +214,29 @@ def test_job_submit_matches_local(
     assert len(nodes) == 2, nodes
 
 
+def test_launcher_entry_script_with_relative_paths(
+    cluster: Cluster, local_run: tuple[Path, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """What `ray submit` runs on the head: the entry script, relative inputs, tasks on both nodes."""
+    cfg, local = local_run
+    entry = ROOT / "python" / "llmpipe" / "distributed" / "submit_entry.py"
+    env = cluster.env | {"RAY_ADDRESS": f"127.0.0.1:{cluster.port}", "LLMPIPE_REPO": str(data_dir)}
+    seen = {t["task_id"] for t in _tasks(cluster)}
+    args = [*[f"web/{n}" for n in INPUTS], "--out", str(tmp_path / "shards"), "--config", str(cfg)]
+    p = subprocess.run(
+        [sys.executable, str(entry), "--", *args, "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    _same_tree(local, tmp_path / "shards")
+    nodes = {t["node_id"] for t in _tasks(cluster) if t["task_id"] not in seen and t["state"] == "FINISHED"}
+    assert len(nodes) == 2, nodes
+
+
 def test_worker_node_lost_mid_job(
     cluster: Cluster, local_run: tuple[Path, Path], data_dir: Path, tmp_path: Path
 ) -> None:
