@@ -1,0 +1,164 @@
+"""``llmpipe quality``: train the quality classifier, calibrate its threshold, check documents.
+
+llmpipe quality train --positive ref/ --negative crawl/ --out model.bin
+llmpipe quality calibrate --model model.bin --target-retention 0.3 crawl/
+llmpipe quality check crawl/ [--config configs/curate/web.yaml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+from llmpipe.errors import ConfigError, InputError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("quality", help="train / calibrate the quality classifier, check documents")
+    qs = p.add_subparsers(title="quality commands", metavar="SUBCOMMAND", required=True)
+
+    t = qs.add_parser("train", help="train a hashed n-gram classifier: positive (good) vs negative text")
+    t.add_argument("--positive", nargs="+", required=True, metavar="FILE", help="good text (files, dirs)")
+    t.add_argument("--negative", nargs="+", required=True, metavar="FILE", help="text to filter out")
+    t.add_argument("--out", required=True, type=Path, metavar="MODEL", help="model file to write")
+    t.add_argument("--bits", type=int, default=20, help="hash buckets = 2^bits (default 20)")
+    t.add_argument("--epochs", type=int, default=5)
+    t.add_argument("--lr", type=float, default=0.5)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument(
+        "--chunk-lines",
+        type=int,
+        default=0,
+        metavar="N",
+        help="cut each input document into documents of N lines (books, long files)",
+    )
+    t.add_argument(
+        "--holdout",
+        type=float,
+        default=0.1,
+        help="fraction held out to report ROC AUC (default 0.1; 0 trains on all)",
+    )
+    t.set_defaults(func=run_train)
+
+    c = qs.add_parser("calibrate", help="the threshold that keeps a target fraction of the input's words")
+    c.add_argument("inputs", nargs="+", metavar="INPUT")
+    c.add_argument("--model", required=True, type=Path)
+    c.add_argument(
+        "--target-retention",
+        required=True,
+        type=float,
+        metavar="R",
+        help="fraction of words to keep, e.g. 0.3",
+    )
+    c.add_argument("--sample-docs", type=int, default=200_000)
+    c.set_defaults(func=run_calibrate)
+
+    k = qs.add_parser("check", help="run the heuristic filters on inputs and count drops by reason")
+    k.add_argument("inputs", nargs="+", metavar="INPUT")
+    k.add_argument("--config", type=Path, help="curate config whose filter sections to use")
+    k.set_defaults(func=run_check)
+
+
+def iter_texts(inputs: list[str], chunk_lines: int = 0) -> Iterator[str]:
+    """Document texts of the inputs (any format `llmpipe curate` reads); bad records are skipped."""
+    from llmpipe.io.discover import discover
+    from llmpipe.io.read import ReadConfig, read_batches
+
+    cfg = ReadConfig()
+    for path in discover(inputs):
+        for batch in read_batches(path, path.name, cfg, lambda _bad: None):
+            for text in batch.column("text").to_pylist():
+                if not text or not text.strip():
+                    continue
+                if chunk_lines > 0:
+                    lines = text.splitlines()
+                    for i in range(0, len(lines), chunk_lines):
+                        part = "\n".join(lines[i : i + chunk_lines]).strip()
+                        if part:
+                            yield part
+                else:
+                    yield text
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from llmpipe.quality import QualityModel, roc_auc
+
+    pos = list(iter_texts(args.positive, args.chunk_lines))
+    neg = list(iter_texts(args.negative, args.chunk_lines))
+    if not pos or not neg:
+        raise InputError(
+            f"training needs text on both sides: {len(pos)} positive, {len(neg)} negative documents"
+        )
+    if not 0.0 <= args.holdout < 1.0:
+        raise ConfigError(f"--holdout must be in [0, 1), not {args.holdout}")
+    rng = random.Random(args.seed)
+    rng.shuffle(pos)
+    rng.shuffle(neg)
+    hp, hn = int(len(pos) * args.holdout), int(len(neg) * args.holdout)
+    train_cfg = json.dumps({"bits": args.bits, "epochs": args.epochs, "lr": args.lr, "seed": args.seed})
+    model = QualityModel.train(pos[hp:], neg[hn:], train_cfg)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    model.save(str(args.out))
+    print(f"trained on {len(pos) - hp:,} positive and {len(neg) - hn:,} negative documents -> {args.out}")
+    if hp and hn:
+        scores = model.score(pos[:hp] + neg[:hn])
+        auc = roc_auc(scores, [1] * hp + [0] * hn)
+        print(f"held-out ROC AUC {auc:.4f} ({hp:,} positive, {hn:,} negative)")
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from llmpipe.curate.stages.quality_model import calibrate
+    from llmpipe.quality import QualityModel
+
+    if not 0.0 < args.target_retention <= 1.0:
+        raise ConfigError(f"--target-retention must be in (0, 1], not {args.target_retention}")
+    texts = list(iter_texts(args.inputs))[: args.sample_docs]
+    if not texts:
+        raise InputError("no documents in the inputs")
+    model = QualityModel.load(str(args.model))
+    scores = np.asarray(model.score(texts))
+    words = np.asarray([len(t.split()) for t in texts])
+    thr = calibrate(scores, words, args.target_retention)
+    kept = words[scores >= thr].sum() / max(words.sum(), 1)
+    print(f"threshold {thr:.6f} keeps {100 * kept:.2f}% of {words.sum():,} words ({len(texts):,} documents)")
+    print(f"curate config:  quality_model: {{enabled: true, model: {args.model}, threshold: {thr:.6f}}}")
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from llmpipe.curate.settings import CurateConfig
+    from llmpipe.quality import (
+        C4Config,
+        FineWebConfig,
+        GopherQualityConfig,
+        GopherRepetitionConfig,
+        QualityConfig,
+        evaluate,
+    )
+
+    cfg = CurateConfig.load(args.config)
+    parts = {}
+    for name, base in (
+        ("gopher_repetition", GopherRepetitionConfig),
+        ("gopher_quality", GopherQualityConfig),
+        ("c4", C4Config),
+        ("fineweb", FineWebConfig),
+    ):
+        st = cfg.stages[name]
+        parts[name] = base(**{k: getattr(st, k) for k in base.__dataclass_fields__}) if st.enabled else None
+    qc = QualityConfig(**parts)
+    texts = list(iter_texts(args.inputs))
+    verdicts = evaluate(texts, qc, all_reasons=False)
+    reasons = Counter(v.reasons[0] for v in verdicts if v.reasons)
+    kept = sum(v.keep for v in verdicts)
+    print(f"kept {kept:,} of {len(texts):,} documents")
+    for r, n in reasons.most_common():
+        print(f"  {r:<45} {n:>8,}")
+    return 0
