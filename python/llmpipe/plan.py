@@ -23,7 +23,9 @@ prefetched) and the fp32 gradient buffer of one block.
 
 The components do not all live at once: activations are freed as gradients appear during backward. The
 peak is ``weights + optimizer states + max(activations + temporaries, gradients + FSDP buffers)``; this
-is what "total" and "fits" use (tests/test_plan.py checks it against the real trainer's model).
+is what "total" and "fits" use (tests/test_plan.py checks it against the real trainer's model). The
+optimizer step of torch's default (foreach) AdamW adds two fp32 copies of the (sharded) parameters;
+``--fused-optimizer`` (the trainer's ``optim.fused`` on CUDA) removes them.
 
 Without a sequence length and micro-batch (a bare parameter count), activations follow the rule of
 thumb ``2 x weights`` (so fp32 AdamW training needs about 6 x the weights: ~24 GB for 1B parameters).
@@ -136,6 +138,7 @@ class PlanInput:
     tokens: float = 0.0  # training tokens; 0: compute-optimal
     retention: float = 0.02
     device: Literal["cuda", "cpu"] = "cuda"
+    fused_optimizer: bool = False  # a fused AdamW kernel: no full-size temporaries in the step
 
 
 @dataclass
@@ -214,6 +217,15 @@ def _fsdp_buffers(p: PlanInput, wf: int) -> float:
     return 2 * block * compute + block * 4.0
 
 
+def _optimizer_step_temporaries(p: PlanInput, n: int, of: int) -> float:
+    """The foreach (multi-tensor) AdamW step allocates two fp32 copies of its parameters (sqrt of the
+    second moment, and the update); a fused kernel allocates none. Offloaded steps run on the host."""
+    if p.fused_optimizer or p.cpu_offload or p.optimizer in ("sgd",):
+        return 0.0
+    trainable = p.trainable_fraction if p.precision in ("int8", "int4") else 1.0
+    return 2 * 4.0 * n * trainable / of
+
+
 def _loss_temporaries(p: PlanInput, micro_batch: int) -> float:
     return 8.0 * p.seq_len * micro_batch * p.model.vocab_size
 
@@ -237,7 +249,8 @@ def estimate(p: PlanInput) -> Plan:
         acts = activation_bytes(p, p.micro_batch)
         temps = fsdp + _loss_temporaries(p, p.micro_batch)
         basis = f"formula: seq_len {p.seq_len}, micro-batch {p.micro_batch}; the peak, not the sum"
-        total = weights + opt + max(acts + temps, grads + fsdp)
+        step = _optimizer_step_temporaries(p, n, of)
+        total = weights + opt + max(acts + temps, grads + fsdp + step)
     else:
         acts, temps = 2.0 * n * wb, fsdp
         basis = "rule of thumb: activations = 2 x weights; give --seq-len and --micro-batch for the formula"

@@ -58,6 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--shard-size", type=int, default=0, metavar="N", help="fsdp_hybrid: ranks per shard group"
     )
     p.add_argument("--cpu-offload", action="store_true", help="optimizer states in host memory")
+    p.add_argument("--fused-optimizer", action="store_true", help="fused AdamW (no step temporaries)")
     p.add_argument("--seq-len", type=int, default=0, metavar="L")
     p.add_argument("--micro-batch", type=int, default=0, metavar="B", help="sequences per GPU per step")
     p.add_argument("--activation-checkpointing", action="store_true")
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
             strategy=args.strategy,
             shard_size=args.shard_size,
             cpu_offload=args.cpu_offload,
+            fused_optimizer=args.fused_optimizer,
             seq_len=seq_len,
             micro_batch=args.micro_batch,
             activation_checkpointing=args.activation_checkpointing,
