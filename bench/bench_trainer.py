@@ -5,7 +5,8 @@ same batch shape and the same data, measured in the same run with the same threa
     python bench/bench_trainer.py [--quick] [--threads 2] [--data SHARDS]
 
 Both sides run fp32 so that the compute is identical (bf16 on CPU varies with the kernel library);
-each runs in its own fresh process, and the first half of the steps is warm-up.
+each runs in its own fresh process, the first half of the steps is warm-up, and the sides alternate
+over several runs (best of each), since this machine may be shared.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def main() -> int:
     ap.add_argument("--bare-worker", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     steps = args.steps or (20 if args.quick else 60)
+    args.repeats = args.repeats or (1 if args.quick else 3)
     if args.bare_worker is not None:
         print(json.dumps(bare(args.bare_worker, steps)))
         return 0
@@ -102,15 +104,19 @@ def main() -> int:
 
             data = write_byte_shards(TEXT, Path(tmp) / "shards", seq_len=SEQ_LEN)
         cmd = [sys.executable, __file__, "--bare-worker", str(data), "--steps", str(steps)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
-        ref = json.loads(proc.stdout.strip().splitlines()[-1])
-        ours = trainer(data, steps, 1, Path(tmp) / "run", env)
-    ratio = ours["tokens_per_s"] / ref["tokens_per_s"]
+        refs, ours = [], []
+        for i in range(args.repeats):  # alternate the sides so that load from elsewhere hits both alike
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+            refs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            ours.append(trainer(data, steps, 1, Path(tmp) / f"run{i}", env))
+    ref = max(refs, key=lambda r: r["tokens_per_s"])
+    best = max(ours, key=lambda r: r["tokens_per_s"])
+    ratio = best["tokens_per_s"] / ref["tokens_per_s"]
     print(f"model {MODEL}, batch {BATCH} x {SEQ_LEN} tokens, {steps} steps ({steps // 2} timed), "
-          f"{args.threads} threads, fp32, CPU")  # fmt: skip
-    print(f"bare PyTorch loop : {ref['tokens_per_s']:10.0f} tokens/s (loss {ref['final_loss']:.3f})")
-    print(f"llmpipe trainer   : {ours['tokens_per_s']:10.0f} tokens/s (loss {ours['final_loss']:.3f})")
-    print(f"trainer / bare    : {ratio:.3f}  (overhead {100 * (1 - ratio):+.1f}%)")
+          f"{args.threads} threads, fp32, CPU, best of {args.repeats} alternating runs")  # fmt: skip
+    print("bare PyTorch loop : " + ", ".join(f"{r['tokens_per_s']:.0f}" for r in refs) + " tokens/s")
+    print("llmpipe trainer   : " + ", ".join(f"{r['tokens_per_s']:.0f}" for r in ours) + " tokens/s")
+    print(f"trainer / bare    : {ratio:.3f}  (overhead {100 * (1 - ratio):+.1f}%, best against best)")
     return 0
 
 

@@ -19,8 +19,10 @@ def test_two_process_run_learns_and_checkpoints(byte_shards: Path, tmp_path: Pat
     proc = torchrun(
         2, "--data", str(byte_shards), "--config", str(ROOT / "configs/train/tiny.yaml"), "--out", str(run),
         "--train.steps=40", "--train.log_every=5", "--val_every=20", "--checkpoint.every=20",
+        # two micro-batches of 4 per rank (global batch 16) with activation checkpointing
+        "--train.grad_accum=2", "--data.batch_size=4", "--parallel.activation_checkpointing=true",
     )  # fmt: skip
-    assert "parameters:" in proc.stdout
+    assert "parameters:" in proc.stdout and "memory per GPU" in proc.stdout
     losses = train_losses(run)
     assert sorted(losses) == [1, 5, 10, 15, 20, 25, 30, 35, 40]
     assert all(math.isfinite(v) for v in losses.values())
