@@ -45,11 +45,11 @@ def write_llmpipe(out: Path, tokens: np.ndarray, seq_len: int) -> None:
     w.close()
 
 
-def bench_llmpipe(out: Path, batch: int, steps: int) -> float:
+def bench_llmpipe(out: Path, batch: int, steps: int, doc_ids: bool) -> float:
     from llmpipe.data import ShardDataset, TokenLoader
 
     ds = ShardDataset(out, "train", verify="fast")
-    it = iter(TokenLoader(ds, batch, seed=0, prefetch=4))
+    it = iter(TokenLoader(ds, batch, seed=0, prefetch=4, doc_ids=doc_ids))
     next(it)
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -116,7 +116,8 @@ def main() -> None:
         raw = tmp / "raw.bin"
         samples.tofile(raw)
         results = {
-            "llmpipe TokenLoader": bench_llmpipe(tmp / "shards", args.batch, steps),
+            "llmpipe TokenLoader": bench_llmpipe(tmp / "shards", args.batch, steps, False),
+            "llmpipe TokenLoader + doc ids": bench_llmpipe(tmp / "shards", args.batch, steps, True),
             "numpy memmap gather": bench_memmap(raw, n, width, args.batch, steps),
             "raw memory copy (np.take)": bench_copy(samples, args.batch, steps),
         }

@@ -24,7 +24,8 @@ from llmpipe.data.dataset import ShardDataset
 class Batch:
     input: torch.Tensor  # [B, L] int64
     target: torch.Tensor  # [B, L] int64, -100 where the position is padding
-    doc_ids: torch.Tensor  # [B, L] int32: document index within the row (for attention masking)
+    doc_ids: torch.Tensor | None  # [B, L] int32 document index within the row (attention masking);
+    # None when the loader was built with ``doc_ids=False`` (the model then masks nothing)
 
 
 def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
@@ -45,6 +46,7 @@ class TokenLoader:
         device: str | torch.device = "cpu",
         prefetch: int = 4,
         infinite: bool = True,
+        doc_ids: bool = True,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
@@ -56,6 +58,7 @@ class TokenLoader:
         self.device = torch.device(device)
         self.prefetch = prefetch
         self.infinite = infinite
+        self.doc_ids = doc_ids
         self.global_batch = batch_size * world_size
         if len(dataset) < self.global_batch:
             raise ValueError(
@@ -89,13 +92,15 @@ class TokenLoader:
         rows, valid = self.ds.gather(idx)
         x = rows[:, :-1]
         y = rows[:, 1:].copy()
-        y[np.arange(self.ds.seq_len)[None, :] >= (valid[:, None] - 1)] = -100
-        is_eos = x == self.ds.eos_id
-        doc_ids = np.cumsum(is_eos, axis=1, dtype=np.int32) - is_eos
-        tx, ty, td = torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(doc_ids)
+        if valid.min() <= self.ds.seq_len:  # only padded rows need their targets masked
+            y[np.arange(self.ds.seq_len)[None, :] >= (valid[:, None] - 1)] = -100
+        out = [torch.from_numpy(x), torch.from_numpy(y)]
+        if self.doc_ids:
+            is_eos = x == self.ds.eos_id
+            out.append(torch.from_numpy(np.cumsum(is_eos, axis=1, dtype=np.int32) - is_eos))
         if self.device.type == "cuda":
-            tx, ty, td = (t.pin_memory().to(self.device, non_blocking=True) for t in (tx, ty, td))
-        return Batch(tx, ty, td)
+            out = [t.contiguous().pin_memory().to(self.device, non_blocking=True) for t in out]
+        return Batch(out[0], out[1], out[2] if self.doc_ids else None)
 
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
