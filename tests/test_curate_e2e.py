@@ -14,10 +14,11 @@ from conftest import run_cli
 # val_fraction 0 keeps every sample in train, in stream order, so the test can rebuild the stream.
 SMALL = (
     "pack:\n  seq_len: 128\n  samples_per_shard: 200\n  val_fraction: 0.0\ntokenizer:\n  vocab_size: 1000\n"
-    # the oracle below knows normalise, length and exact dedup only: the quality stages are off
+    # the oracle below knows normalise, length and exact dedup only: quality stages and near dedup
+    # are off (tests/test_dedup_stage.py and tests/test_quality*.py check those against their peers)
     + "".join(
         f"{s}:\n  enabled: false\n"
-        for s in ("language", "gopher_repetition", "gopher_quality", "c4", "fineweb", "pii")
+        for s in ("language", "gopher_repetition", "gopher_quality", "c4", "fineweb", "near_dedup", "pii")
     )
 )
 
