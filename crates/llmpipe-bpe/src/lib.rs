@@ -5,6 +5,7 @@ pub mod bytemap;
 pub mod hfjson;
 pub mod model;
 pub mod pattern;
+pub mod pretok;
 pub mod tiktoken;
 pub mod train;
 

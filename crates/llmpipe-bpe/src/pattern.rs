@@ -1,6 +1,7 @@
 //! Pre-tokenizer patterns: the text is split into pieces (regex matches and the gaps between
 //! them, HF's `Split(behavior="Isolated")`), and BPE runs inside each piece.
 
+use crate::pretok::Builtin;
 use crate::Error;
 use fancy_regex::Regex;
 
@@ -41,27 +42,44 @@ pub fn name_of_pattern(src: &str) -> Option<&'static str> {
         .map(|(n, _)| n)
 }
 
-/// A compiled pre-tokenizer.
+/// A compiled pre-tokenizer. The three built-in patterns run through hand-written scanners
+/// (`pretok.rs`) that give the same pieces as the regex; any other pattern through fancy-regex.
 #[derive(Debug, Clone)]
 pub struct PreTokenizer {
     source: String,
     re: Regex,
+    fast: Option<Builtin>,
 }
 
 impl PreTokenizer {
     pub fn new(source: &str) -> Result<Self, Error> {
         let re = Regex::new(source)
             .map_err(|e| Error::Invalid(format!("bad pre-tokenizer regex {source:?}: {e}")))?;
-        Ok(PreTokenizer { source: source.to_string(), re })
+        Ok(PreTokenizer { source: source.to_string(), re, fast: Builtin::for_source(source) })
+    }
+
+    /// Whether a hand-written scanner (not the regex engine) splits the text.
+    pub fn is_builtin(&self) -> bool {
+        self.fast.is_some()
     }
 
     pub fn source(&self) -> &str {
         &self.source
     }
 
-    /// Call `f` on every piece of `text`, in order: matches and the (rare) gaps between them.
-    /// If the regex engine gives up (backtrack limit), the rest of the text is one piece.
-    pub fn for_each_piece<'t>(&self, text: &'t str, mut f: impl FnMut(&'t str)) {
+    /// Call `f` on every piece of `text`, in order.
+    #[inline]
+    pub fn for_each_piece<'t>(&self, text: &'t str, f: impl FnMut(&'t str)) {
+        match self.fast {
+            Some(b) => b.for_each_piece(text, f),
+            None => self.for_each_piece_regex(text, f),
+        }
+    }
+
+    /// Call `f` on every piece the regex gives (also for the built-in patterns: the reference the
+    /// scanners are tested against): matches and the (rare) gaps between them. If the regex
+    /// engine gives up (backtrack limit), the rest of the text is one piece.
+    pub fn for_each_piece_regex<'t>(&self, text: &'t str, mut f: impl FnMut(&'t str)) {
         let mut last = 0;
         for m in self.re.find_iter(text) {
             let m = match m {
@@ -86,6 +104,13 @@ impl PreTokenizer {
     pub fn pieces<'t>(&self, text: &'t str) -> Vec<&'t str> {
         let mut v = Vec::new();
         self.for_each_piece(text, |p| v.push(p));
+        v
+    }
+
+    /// The pieces the regex engine gives (tests of the built-in scanners).
+    pub fn regex_pieces<'t>(&self, text: &'t str) -> Vec<&'t str> {
+        let mut v = Vec::new();
+        self.for_each_piece_regex(text, |p| v.push(p));
         v
     }
 }
