@@ -130,12 +130,15 @@ fn windows_into(units: &[u64], n: usize, seed: u64, out: &mut Vec<u32>) {
 
 const SEP: u8 = 0xFF;
 const SKIP: u8 = 0xFE;
+/// Class of every byte >= 0x80 (the start or continuation of a multi-byte character).
+const WIDE: u8 = 0xFD;
 
-/// Per ASCII byte: `SEP` (whitespace, as `char::is_whitespace`), `SKIP` (stripped punctuation) or
-/// the byte to keep (lower-cased if asked).
-fn ascii_table(norm: Normalization) -> [u8; 128] {
-    let mut t = [0u8; 128];
-    for (b, slot) in t.iter_mut().enumerate() {
+/// Per byte: `SEP` (ASCII whitespace, as `char::is_whitespace`), `SKIP` (stripped punctuation),
+/// `WIDE` (not ASCII) or the ASCII byte to keep (lower-cased if asked). An ASCII byte that is kept
+/// unchanged maps to itself, and no byte >= 0x80 does (`WIDE` = 0xFD never occurs in UTF-8).
+fn byte_table(norm: Normalization) -> [u8; 256] {
+    let mut t = [WIDE; 256];
+    for (b, slot) in t.iter_mut().enumerate().take(128) {
         let c = b as u8;
         *slot = if norm.strip_punctuation && c.is_ascii_punctuation() {
             SKIP
@@ -160,102 +163,174 @@ fn caseless(c: char) -> bool {
     matches!(c, '\u{2E80}'..='\u{A63F}' | '\u{AC00}'..='\u{D7FF}')
 }
 
-/// Word hashes, identical to `normalize(text, norm)` split on whitespace, in one pass without
-/// building the normalised text. NFC composition never crosses whitespace, so it is applied per
-/// word, and only to words with a character at or above U+0300 that fail the quick check.
-fn words(text: &str, norm: Normalization, seed: u64, out: &mut Vec<u64>) {
-    let table = ascii_table(norm);
-    let push_char = |c: char, word: &mut Vec<u8>| {
-        let mut buf = [0u8; 4];
-        if (c as u32) < 128 {
-            let m = table[c as usize];
-            if m < 128 {
+/// Appends the normalised form of one character (punctuation stripped, lower-cased) to `word`.
+#[inline]
+fn push_char(c: char, norm: Normalization, table: &[u8; 256], word: &mut Vec<u8>) {
+    let mut buf = [0u8; 4];
+    if (c as u32) < 128 {
+        let m = table[c as usize];
+        if m < 128 {
+            word.push(m);
+        }
+    } else if norm.strip_punctuation && is_unicode_punct(c) {
+    } else if norm.lowercase && !caseless(c) {
+        for l in c.to_lowercase() {
+            word.extend_from_slice(l.encode_utf8(&mut buf).as_bytes());
+        }
+    } else {
+        word.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+    }
+}
+
+/// Ends a token: NFC of the token if needed, then the hash of the normalised word (if any).
+#[inline]
+fn flush(
+    tok: &str,
+    exotic: bool,
+    norm: Normalization,
+    seed: u64,
+    table: &[u8; 256],
+    word: &mut Vec<u8>,
+    out: &mut Vec<u64>,
+) {
+    if exotic && norm.nfc && is_nfc_quick(tok.chars()) != IsNormalized::Yes {
+        word.clear();
+        for c in tok.nfc() {
+            push_char(c, norm, table, word);
+        }
+    }
+    if !word.is_empty() {
+        out.push(xxh3_64_with_seed(word, seed));
+        word.clear();
+    }
+}
+
+/// Word hashes, identical to `normalize(text, norm)` split on whitespace, in one pass over the
+/// bytes without building the normalised text.
+///
+/// ASCII bytes are classified and lower-cased by one table lookup; a run of bytes that
+/// normalisation leaves unchanged is hashed in place when it is a whole word (no copy), else
+/// copied into `word` at once. Characters outside ASCII are decoded where they occur, so a mostly
+/// ASCII document with a few curly quotes stays on the byte loop. NFC composition never crosses
+/// whitespace, so it is applied per word, and only to words with a character at or above U+0300
+/// that fail the quick check (NFC of ASCII is the identity).
+fn words(
+    text: &str,
+    norm: Normalization,
+    seed: u64,
+    table: &[u8; 256],
+    word: &mut Vec<u8>,
+    out: &mut Vec<u64>,
+) {
+    let bytes = text.as_bytes();
+    let n = bytes.len();
+    word.clear();
+    // start of the current token in `text` (for per-word NFC) and whether it needs NFC checking
+    let (mut start, mut exotic) = (0usize, false);
+    let mut i = 0usize;
+    while i < n {
+        // a run of bytes kept as they are
+        let run = i;
+        while i < n && table[bytes[i] as usize] == bytes[i] {
+            i += 1;
+        }
+        if i > run {
+            let next = if i < n { table[bytes[i] as usize] } else { SEP };
+            if next == SEP && word.is_empty() {
+                // a whole word that normalisation does not change: hash it in place
+                out.push(xxh3_64_with_seed(&bytes[run..i], seed));
+                start = i + 1;
+                exotic = false;
+                i += 1;
+                continue;
+            }
+            word.extend_from_slice(&bytes[run..i]);
+            if i >= n {
+                break;
+            }
+        }
+        let b = bytes[i];
+        match table[b as usize] {
+            SEP => {
+                flush(&text[start..i], exotic, norm, seed, table, word, out);
+                i += 1;
+                start = i;
+                exotic = false;
+            }
+            SKIP => i += 1,
+            WIDE => {
+                let c = text[i..].chars().next().unwrap_or(char::REPLACEMENT_CHARACTER);
+                let len = c.len_utf8();
+                let punct = norm.strip_punctuation && is_unicode_punct(c);
+                if c.is_whitespace() && !punct {
+                    flush(&text[start..i], exotic, norm, seed, table, word, out);
+                    start = i + len;
+                    exotic = false;
+                } else {
+                    exotic |= c >= '\u{300}' && !punct;
+                    push_char(c, norm, table, word);
+                }
+                i += len;
+            }
+            m => {
                 word.push(m);
-            }
-        } else if norm.strip_punctuation && is_unicode_punct(c) {
-        } else if norm.lowercase && !caseless(c) {
-            for l in c.to_lowercase() {
-                word.extend_from_slice(l.encode_utf8(&mut buf).as_bytes());
-            }
-        } else {
-            word.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-        }
-    };
-    let mut flush = |tok: &str, exotic: bool, word: &mut Vec<u8>| {
-        if exotic && norm.nfc && is_nfc_quick(tok.chars()) != IsNormalized::Yes {
-            word.clear();
-            for c in tok.nfc() {
-                push_char(c, word);
+                i += 1;
             }
         }
-        if !word.is_empty() {
-            out.push(xxh3_64_with_seed(word, seed));
-            word.clear();
-        }
-    };
-    let mut word: Vec<u8> = Vec::with_capacity(64);
-    if text.is_ascii() {
-        for &b in text.as_bytes() {
-            match table[b as usize] {
-                SEP => flush("", false, &mut word),
-                SKIP => {}
-                m => word.push(m),
-            }
-        }
-        flush("", false, &mut word);
-        return;
     }
-    let (mut start, mut exotic) = (0, false);
-    for (i, c) in text.char_indices() {
-        let sep = if (c as u32) < 128 {
-            table[c as usize] == SEP
-        } else {
-            c.is_whitespace() && !(norm.strip_punctuation && is_unicode_punct(c))
-        };
-        if sep {
-            flush(&text[start..i], exotic, &mut word);
-            start = i + c.len_utf8();
-            exotic = false;
-            continue;
-        }
-        exotic |= c >= '\u{300}' && !(norm.strip_punctuation && is_unicode_punct(c));
-        push_char(c, &mut word);
-    }
-    flush(&text[start..], exotic, &mut word);
+    flush(&text[start.min(n)..], exotic, norm, seed, table, word, out);
 }
 
 /// Unit hashes of `text` (words or characters), in text order.
 pub fn unit_hashes(text: &str, cfg: &ShingleConfig, out: &mut Vec<u64>) {
-    out.clear();
-    match cfg.unit {
-        ShingleUnit::Words => words(text, cfg.norm, cfg.seed, out),
-        ShingleUnit::Chars => {
-            let mut norm = cfg.norm;
-            if norm.nfc && is_nfc_quick(text.chars()) == IsNormalized::Yes {
-                norm.nfc = false;
-            }
-            let normed = normalize(text, norm);
-            out.extend(normed.chars().map(|c| {
-                let mut buf = [0u8; 4];
-                xxh3_64_with_seed(c.encode_utf8(&mut buf).as_bytes(), cfg.seed)
-            }));
-        }
-    }
+    Shingler::default().unit_hashes(text, cfg, out);
 }
 
 /// Reusable buffers for shingling many documents on one thread.
 #[derive(Default)]
 pub struct Shingler {
     units: Vec<u64>,
+    word: Vec<u8>,
     scratch: Vec<u32>,
+    /// The byte table of `table_norm` (built once per thread and normalisation, not per document).
+    table: Option<Box<[u8; 256]>>,
+    table_norm: Option<Normalization>,
 }
 
 impl Shingler {
+    /// Unit hashes of `text` (words or characters), in text order, written to `out`.
+    pub fn unit_hashes(&mut self, text: &str, cfg: &ShingleConfig, out: &mut Vec<u64>) {
+        out.clear();
+        match cfg.unit {
+            ShingleUnit::Words => {
+                if self.table.is_none() || self.table_norm != Some(cfg.norm) {
+                    self.table = Some(Box::new(byte_table(cfg.norm)));
+                    self.table_norm = Some(cfg.norm);
+                }
+                let table = self.table.as_deref().expect("set just above");
+                words(text, cfg.norm, cfg.seed, table, &mut self.word, out);
+            }
+            ShingleUnit::Chars => {
+                let mut norm = cfg.norm;
+                if norm.nfc && is_nfc_quick(text.chars()) == IsNormalized::Yes {
+                    norm.nfc = false;
+                }
+                let normed = normalize(text, norm);
+                out.extend(normed.chars().map(|c| {
+                    let mut buf = [0u8; 4];
+                    xxh3_64_with_seed(c.encode_utf8(&mut buf).as_bytes(), cfg.seed)
+                }));
+            }
+        }
+    }
+
     /// The shingle hashes of `text` in text order (repeats kept), written to `out`: enough for
     /// MinHash, which ignores repeats.
     pub fn hashes(&mut self, text: &str, cfg: &ShingleConfig, out: &mut Vec<u32>) {
-        unit_hashes(text, cfg, &mut self.units);
-        windows_into(&self.units, cfg.ngram.max(1), cfg.seed, out);
+        let mut units = std::mem::take(&mut self.units);
+        self.unit_hashes(text, cfg, &mut units);
+        windows_into(&units, cfg.ngram.max(1), cfg.seed, out);
+        self.units = units;
     }
 
     /// The sorted distinct shingle hashes of `text`, written to `out`.
