@@ -29,8 +29,7 @@ pub fn normalize(text: &str, how: Normalization) -> String {
     let mut out = String::with_capacity(text.len());
     let mut pending_space = false;
     let mut push = |c: char, out: &mut String| {
-        if how.strip_punctuation && c.is_ascii_punctuation() || (how.strip_punctuation && is_unicode_punct(c))
-        {
+        if how.strip_punctuation && (c.is_ascii_punctuation() || is_unicode_punct(c)) {
             return;
         }
         if how.collapse_whitespace && c.is_whitespace() {
