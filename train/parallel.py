@@ -93,6 +93,13 @@ def apply_fsdp(model: nn.Module, cfg: ParallelConfig, mesh: DeviceMesh) -> nn.Mo
     return model
 
 
+def all_reduce_(t: torch.Tensor) -> torch.Tensor:
+    """Sum over ranks in place (no host sync on CUDA); returns ``t``."""
+    if dist.is_initialized():
+        dist.all_reduce(t)
+    return t
+
+
 def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=device)
     if dist.is_initialized():

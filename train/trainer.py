@@ -18,7 +18,7 @@ from train.config import RunConfig
 from train.guard import SpikeGuard
 from train.metrics import MetricsWriter, Throughput, peak_memory_mib
 from train.optim import clip_grad_norm
-from train.parallel import Dist, all_reduce_sum
+from train.parallel import Dist, all_reduce_, all_reduce_sum
 
 SPIKE_SCALE = 1000.0  # debug.inject_spike_at_step multiplies the loss by this
 
@@ -28,7 +28,7 @@ class StepResult:
     loss: float  # mean over every target token of the step, all ranks
     tokens: int  # target tokens of the step, all ranks
     decision: str
-    grad_norm: float | None
+    grad_norm: torch.Tensor | None
 
 
 def count_targets(b: Batch) -> int:
@@ -36,20 +36,28 @@ def count_targets(b: Batch) -> int:
 
 
 def forward_backward(
-    model: nn.Module, batches: list[Batch], global_tokens: float, world_size: int, scale: float = 1.0
-) -> float:
+    model: nn.Module,
+    batches: list[Batch],
+    global_tokens: float | torch.Tensor,
+    world_size: int,
+    scale: float = 1.0,
+) -> torch.Tensor:
     """Accumulate gradients of the mean loss over all ``global_tokens`` target tokens of the step
-    (every rank, every micro-batch). FSDP averages gradients over ranks, so each rank's sum is scaled
-    by world_size / global_tokens. Returns this rank's summed (unscaled by the mean) loss."""
-    norm = world_size / max(global_tokens, 1.0)
-    loss_sum = torch.zeros((), dtype=torch.float64)
+    (every rank, every micro-batch). FSDP averages gradients over ranks, so each rank's summed loss is
+    scaled by world_size / global_tokens. Returns this rank's summed loss (fp64, on the device) without
+    a host sync, so a GPU never waits here."""
+    if isinstance(global_tokens, torch.Tensor):
+        norm = world_size / global_tokens.clamp(min=1).float()
+    else:
+        norm = torch.tensor(world_size / max(global_tokens, 1.0))
+    loss_sum = torch.zeros((), dtype=torch.float64, device=batches[0].input.device)
     for b in batches:
         logits = model(b.input, b.doc_ids)
         loss = F.cross_entropy(logits.flatten(0, 1), b.target.flatten(), ignore_index=-100, reduction="sum")
         loss = loss * scale
-        (loss * norm).backward()
-        loss_sum = loss_sum.to(loss.device) + loss.detach().double()
-    return float(loss_sum)  # one device sync per step
+        (loss * norm.to(loss.device)).backward()
+        loss_sum += loss.detach().double()
+    return loss_sum
 
 
 class Trainer:
@@ -103,15 +111,15 @@ class Trainer:
         return 1.0
 
     def train_step(self, batches: list[Batch]) -> StepResult:
-        local_tokens = sum(count_targets(b) for b in batches)
-        (global_tokens,) = all_reduce_sum([local_tokens], self.d.device)
-        loss_sum = forward_backward(self.model, batches, global_tokens, self.d.world_size, self._loss_scale())
-        (total,) = all_reduce_sum([loss_sum], self.d.device)
+        # token count and loss are reduced as device tensors: one host sync per step, for the guard
+        tokens = all_reduce_(torch.stack([(b.target != -100).sum() for b in batches]).sum().double())
+        loss_sum = forward_backward(self.model, batches, tokens, self.d.world_size, self._loss_scale())
+        total, global_tokens = torch.stack([all_reduce_(loss_sum), tokens]).tolist()
         mean = total / max(global_tokens, 1.0)
         decision = self.guard.check(mean)
         grad_norm = None
         if decision == "ok":
-            grad_norm = float(clip_grad_norm(self.model, self.cfg.optim.grad_clip))
+            grad_norm = clip_grad_norm(self.model, self.cfg.optim.grad_clip)  # read only when logged
             self.optimizer.step()
             self.scheduler.step()
             self.step += 1
@@ -171,7 +179,9 @@ class Trainer:
                 continue
             self.history.append((self.step, res.loss))
             if self.step % cfg.train.log_every == 0 or self.step == steps or step_before == 0:
-                rec = {"loss": res.loss, "lr": self.scheduler.get_last_lr()[0], "grad_norm": res.grad_norm}
+                rec = {"loss": res.loss, "lr": self.scheduler.get_last_lr()[0], "grad_norm": None}
+                if res.grad_norm is not None:
+                    rec["grad_norm"] = float(res.grad_norm)
                 rec.update(self.throughput.tick())
                 rec["peak_mem_mib"] = peak_memory_mib(self.d.device)
                 rec["spikes"] = self.guard.total_spikes
