@@ -80,6 +80,7 @@ fn quality_c4(py: Python<'_>, texts: Vec<PyBackedStr>, config_json: &str) -> PyR
         })
         .unzip())
 }
+/// Drop reasons and cleaned texts, per document.
 type Verdicts2 = (Vec<Option<String>>, Vec<Option<String>>);
 
 /// datatrove's English word split (spaCy rules) of each text: for tests and tools.
@@ -107,14 +108,13 @@ fn language_codes() -> Vec<(String, String)> {
         .collect()
 }
 
+/// New texts (None = unchanged) and (emails, ipv4, ipv6, phones) per document.
+type Redacted = (Vec<Option<String>>, Vec<(u32, u32, u32, u32)>);
+
 /// PII redaction: per document the new text (None = unchanged) and counts
 /// (emails, ipv4, ipv6, phones).
 #[pyfunction]
-fn pii_redact(
-    py: Python<'_>,
-    texts: Vec<PyBackedStr>,
-    config_json: &str,
-) -> PyResult<(Vec<Option<String>>, Vec<(u32, u32, u32, u32)>)> {
+fn pii_redact(py: Python<'_>, texts: Vec<PyBackedStr>, config_json: &str) -> PyResult<Redacted> {
     let cfg: pii::PiiConfig = parse("pii", config_json)?;
     let out = py.detach(|| core::redact_batch(&cfg, &strs(&texts)));
     Ok(out.into_iter().map(|(t, c)| (t, (c.emails, c.ipv4, c.ipv6, c.phones))).unzip())

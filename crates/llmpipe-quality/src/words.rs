@@ -96,6 +96,9 @@ impl Split {
 
 const CACHE_SIZE: usize = 200_000;
 
+/// Longest match (bytes) of spaCy's English suffix rules that use lookbehind (checked in `new`).
+const SUFFIX_TAIL: usize = 16;
+
 thread_local! {
     /// span -> byte lengths of its tokens (spaCy keeps the same cache)
     static CACHE: std::cell::RefCell<AHashMap<String, Vec<u32>>> = std::cell::RefCell::new(AHashMap::new());
@@ -216,8 +219,24 @@ impl EnglishTokenizer {
         if last.is_alphabetic() && !s.contains(['\'', '’']) && !s.bytes().any(|b| b.is_ascii_digit()) {
             return 0;
         }
-        // every alternative ends with `$`: the leftmost match runs to the end
-        self.suffix.find_at(s, 0).map_or(0, |(a, b)| b - a)
+        // every alternative ends with `$`: the leftmost match runs to the end. The lookbehind ones
+        // match at most SUFFIX_TAIL bytes (units, currencies, a period), so they only search the tail.
+        let p = self.suffix.plain.as_ref().and_then(|r| r.find(s)).map(|m| m.start());
+        let mut tail = s.len().saturating_sub(SUFFIX_TAIL);
+        while !s.is_char_boundary(tail) {
+            tail -= 1;
+        }
+        let f = self
+            .suffix
+            .fancy
+            .as_ref()
+            .and_then(|r| r.find_from_pos(s, tail).ok().flatten())
+            .map(|m| m.start());
+        match (p, f) {
+            (Some(a), Some(b)) => s.len() - a.min(b),
+            (Some(a), None) | (None, Some(a)) => s.len() - a,
+            (None, None) => 0,
+        }
     }
 
     fn span<'a>(&self, s: &'a str, out: &mut Vec<&'a str>) {
@@ -343,7 +362,8 @@ impl EnglishTokenizer {
             }
         }
         out.extend(prefixes);
-        if !string.is_empty() && !(with_specials && self.push_special(string, out)) {
+        let special_done = !string.is_empty() && with_specials && self.push_special(string, out);
+        if !string.is_empty() && !special_done {
             if string.contains('.') && self.url.is_match(string).unwrap_or(false) {
                 out.push(string);
             } else if may_have_infix(string) {
