@@ -13,6 +13,7 @@ import random
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from llmpipe.errors import ConfigError, InputError
 
@@ -144,16 +145,17 @@ def run_check(args: argparse.Namespace) -> int:
     )
 
     cfg = CurateConfig.load(args.config)
-    parts = {}
-    for name, base in (
-        ("gopher_repetition", GopherRepetitionConfig),
-        ("gopher_quality", GopherQualityConfig),
-        ("c4", C4Config),
-        ("fineweb", FineWebConfig),
-    ):
+
+    def part(name: str, base: type[Any]) -> Any:
         st = cfg.stages[name]
-        parts[name] = base(**{k: getattr(st, k) for k in base.__dataclass_fields__}) if st.enabled else None
-    qc = QualityConfig(**parts)
+        return base(**{k: getattr(st, k) for k in base.__dataclass_fields__}) if st.enabled else None
+
+    qc = QualityConfig(
+        gopher_repetition=part("gopher_repetition", GopherRepetitionConfig),
+        gopher_quality=part("gopher_quality", GopherQualityConfig),
+        c4=part("c4", C4Config),
+        fineweb=part("fineweb", FineWebConfig),
+    )
     texts = list(iter_texts(args.inputs))
     verdicts = evaluate(texts, qc, all_reasons=False)
     reasons = Counter(v.reasons[0] for v in verdicts if v.reasons)

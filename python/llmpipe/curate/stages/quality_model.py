@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmpipe import _core
-from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, word_counts
+from llmpipe.curate.stage import DROPS_SCHEMA, Executor, GlobalStage, word_counts
 
 REASON = "low_quality_score"
 
@@ -72,7 +72,7 @@ class QualityModelFilter(GlobalStage):
 
     @cached_property
     def model(self) -> Any:
-        return _core.QualityModel.load(self.cfg.model)
+        return _core.QualityModel.load(str(self.cfg.model))
 
     def prepare(self, batch: pa.RecordBatch) -> pa.Table:
         scores = self.model.score(batch.column("text").to_pylist())
@@ -93,7 +93,7 @@ class QualityModelFilter(GlobalStage):
         scores = keys["score"].to_numpy()
         return calibrate(scores, keys["words"].to_numpy(), self.cfg.target_retention)
 
-    def resolve(self, key_files: Sequence[Path], workdir: Path) -> pa.Table:
+    def resolve(self, key_files: Sequence[Path], workdir: Path, executor: Executor | None = None) -> pa.Table:
         tables = [pq.read_table(f) for f in key_files]
         if not tables:
             return DROPS_SCHEMA.empty_table()
