@@ -26,11 +26,36 @@ fn perm(x: u32, xk: u32, mk: u32) -> u32 {
     (x ^ xk).wrapping_mul(mk)
 }
 
+/// `L` permutations over all shingles with the running minima in registers (`L` a multiple of the
+/// vector width: the loop over lanes unrolls into whole-vector xor, multiply and min).
+#[inline(always)]
+fn fill_block<const L: usize>(xk: &[u32], mk: &[u32], shingles: &[u32], out: &mut [u32]) {
+    let xk: &[u32; L] = xk.try_into().expect("L keys");
+    let mk: &[u32; L] = mk.try_into().expect("L keys");
+    let mut acc = [u32::MAX; L];
+    for &x in shingles {
+        for ((o, &a), &m) in acc.iter_mut().zip(xk).zip(mk) {
+            *o = (*o).min(perm(x, a, m));
+        }
+    }
+    out.copy_from_slice(&acc);
+}
+
 #[inline(always)]
 fn fill(xk: &[u32], mk: &[u32], shingles: &[u32], out: &mut [u32]) {
-    out.fill(u32::MAX);
     let n = out.len().min(xk.len()).min(mk.len());
-    let (out, xk, mk) = (&mut out[..n], &xk[..n], &mk[..n]);
+    let mut j = 0;
+    // blocks of 32 then 16 then 8 permutations: each block reads the shingles once (from L1)
+    while j + 32 <= n {
+        fill_block::<32>(&xk[j..j + 32], &mk[j..j + 32], shingles, &mut out[j..j + 32]);
+        j += 32;
+    }
+    while j + 8 <= n {
+        fill_block::<8>(&xk[j..j + 8], &mk[j..j + 8], shingles, &mut out[j..j + 8]);
+        j += 8;
+    }
+    let (out, xk, mk) = (&mut out[j..n], &xk[j..n], &mk[j..n]);
+    out.fill(u32::MAX);
     for &x in shingles {
         for ((o, &a), &m) in out.iter_mut().zip(xk).zip(mk) {
             let h = perm(x, a, m);
@@ -115,6 +140,19 @@ mod tests {
         let mut a = vec![0; 112];
         fill(&m.xor_keys, &m.mul_keys, &sh, &mut a);
         assert_eq!(a, m.signature(&sh));
+        // the definition, one permutation at a time
+        let expect: Vec<u32> = (0..112)
+            .map(|i| sh.iter().map(|&x| perm(x, m.xor_keys[i], m.mul_keys[i])).min().unwrap_or(u32::MAX))
+            .collect();
+        assert_eq!(a, expect);
+        for p in [1, 7, 8, 33, 100, 256] {
+            let m = MinHasher::new(p, 3);
+            let sig = m.signature(&sh[..37]);
+            for i in 0..p {
+                let e = sh[..37].iter().map(|&x| perm(x, m.xor_keys[i], m.mul_keys[i])).min();
+                assert_eq!(Some(sig[i]), e, "num_perm {p} lane {i}");
+            }
+        }
     }
 
     #[test]

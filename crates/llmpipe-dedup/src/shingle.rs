@@ -10,6 +10,9 @@
 //! Jaccard verification intersects two of them.
 
 use llmpipe_text::{normalize, Normalization};
+use std::sync::OnceLock;
+
+use unicode_normalization::char::canonical_combining_class;
 use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -74,7 +77,7 @@ const MULS: [u64; 8] = [
 ///
 /// The unit hashes are already uniform 64-bit values, so a sum of products with distinct odd
 /// constants (independent multiplies, cheap) followed by a finaliser is enough.
-#[inline]
+#[inline(always)]
 fn combine(window: &[u64], seed: u64) -> u32 {
     let mut h = seed ^ (window.len() as u64).wrapping_mul(K1);
     for (j, &w) in window.iter().enumerate() {
@@ -115,6 +118,15 @@ pub fn sort_dedup(v: &mut Vec<u32>, scratch: &mut Vec<u32>) {
     v.dedup();
 }
 
+/// `combine` over every window of `N` units, with `N` known at compile time (the loop unrolls:
+/// `N` independent multiplies and a finaliser per shingle).
+fn windows_fixed<const N: usize>(units: &[u64], seed: u64, out: &mut Vec<u32>) {
+    out.extend(units.windows(N).map(|w| {
+        let w: &[u64; N] = w.try_into().expect("windows of N");
+        combine(w, seed)
+    }));
+}
+
 /// Hashes of the n-gram windows over `units` (unsorted, may repeat), written to `out`.
 fn windows_into(units: &[u64], n: usize, seed: u64, out: &mut Vec<u32>) {
     out.clear();
@@ -125,7 +137,18 @@ fn windows_into(units: &[u64], n: usize, seed: u64, out: &mut Vec<u32>) {
         out.push(combine(units, seed));
         return;
     }
-    out.extend(units.windows(n).map(|w| combine(w, seed)));
+    out.reserve(units.len() + 1 - n);
+    match n {
+        1 => windows_fixed::<1>(units, seed, out),
+        2 => windows_fixed::<2>(units, seed, out),
+        3 => windows_fixed::<3>(units, seed, out),
+        4 => windows_fixed::<4>(units, seed, out),
+        5 => windows_fixed::<5>(units, seed, out),
+        6 => windows_fixed::<6>(units, seed, out),
+        7 => windows_fixed::<7>(units, seed, out),
+        8 => windows_fixed::<8>(units, seed, out),
+        _ => out.extend(units.windows(n).map(|w| combine(w, seed))),
+    }
 }
 
 const SEP: u8 = 0xFF;
@@ -161,6 +184,53 @@ fn is_unicode_punct(c: char) -> bool {
 /// CJK, kana, Yi and Hangul blocks: no case mapping (skips the lookup on the hot path).
 fn caseless(c: char) -> bool {
     matches!(c, '\u{2E80}'..='\u{A63F}' | '\u{AC00}'..='\u{D7FF}')
+}
+
+/// `to_lowercase` of the character is the character itself.
+const LOWER_ID: u8 = 1;
+/// `char::is_whitespace`.
+const WS: u8 = 2;
+/// Stripped by `is_unicode_punct`.
+const PUNCT: u8 = 4;
+/// NFC quick check `Yes` and canonical combining class 0: a word made of such characters (and
+/// ASCII) passes the NFC quick check, so NFC leaves it unchanged.
+const NFC_SAFE: u8 = 8;
+
+/// Properties of every Basic Multilingual Plane character (64 KiB, built once per process in a
+/// few milliseconds): replaces a case-mapping search, a whitespace test and an NFC quick check
+/// per character by one load.
+fn bmp_props() -> &'static [u8] {
+    static PROPS: OnceLock<Box<[u8]>> = OnceLock::new();
+    PROPS.get_or_init(|| {
+        (0..0x1_0000u32)
+            .map(|u| {
+                let Some(c) = char::from_u32(u) else { return 0 };
+                let mut lower = c.to_lowercase();
+                let mut p = 0;
+                if lower.next() == Some(c) && lower.next().is_none() {
+                    p |= LOWER_ID;
+                }
+                if c.is_whitespace() {
+                    p |= WS;
+                }
+                if is_unicode_punct(c) {
+                    p |= PUNCT;
+                }
+                if is_nfc_quick(std::iter::once(c)) == IsNormalized::Yes && canonical_combining_class(c) == 0
+                {
+                    p |= NFC_SAFE;
+                }
+                p
+            })
+            .collect()
+    })
+}
+
+/// Decodes the character starting at byte `i` of `text` (a char boundary) and its length.
+#[inline]
+fn decode_at(text: &str, i: usize) -> (char, usize) {
+    let c = text[i..].chars().next().unwrap_or(char::REPLACEMENT_CHARACTER);
+    (c, c.len_utf8())
 }
 
 /// Appends the normalised form of one character (punctuation stripped, lower-cased) to `word`.
@@ -208,12 +278,13 @@ fn flush(
 /// Word hashes, identical to `normalize(text, norm)` split on whitespace, in one pass over the
 /// bytes without building the normalised text.
 ///
-/// ASCII bytes are classified and lower-cased by one table lookup; a run of bytes that
-/// normalisation leaves unchanged is hashed in place when it is a whole word (no copy), else
-/// copied into `word` at once. Characters outside ASCII are decoded where they occur, so a mostly
-/// ASCII document with a few curly quotes stays on the byte loop. NFC composition never crosses
-/// whitespace, so it is applied per word, and only to words with a character at or above U+0300
-/// that fail the quick check (NFC of ASCII is the identity).
+/// A run of characters that normalisation leaves unchanged (ASCII by one table lookup, other Basic
+/// Multilingual Plane characters by one property load) is not copied: a whole word of them is
+/// hashed in place, otherwise the run is copied into `word` at once. Characters outside ASCII are
+/// decoded where they occur, so a mostly ASCII document with a few curly quotes stays on the fast
+/// loop. NFC composition never crosses whitespace, so it is applied per word, and only to words
+/// with a character that is not NFC-safe (quick check `Yes`, combining class 0) and whose quick
+/// check fails (NFC of ASCII is the identity).
 fn words(
     text: &str,
     norm: Normalization,
@@ -224,61 +295,74 @@ fn words(
 ) {
     let bytes = text.as_bytes();
     let n = bytes.len();
+    let props = bmp_props();
+    // a BMP character is kept as it is when it is none of: a separator, stripped, changed by
+    // lower-casing, a reason to run NFC
+    let strip = if norm.strip_punctuation { PUNCT } else { 0 };
+    let (keep_mask, keep_want) = (
+        WS | strip | NFC_SAFE | if norm.lowercase { LOWER_ID } else { 0 },
+        NFC_SAFE | if norm.lowercase { LOWER_ID } else { 0 },
+    );
     word.clear();
-    // start of the current token in `text` (for per-word NFC) and whether it needs NFC checking
-    let (mut start, mut exotic) = (0usize, false);
+    // `start`: the current token in `text` (for per-word NFC); `run`: the first byte not yet
+    // copied into `word` (bytes in `run..i` are kept unchanged)
+    let (mut start, mut run, mut exotic) = (0usize, 0usize, false);
     let mut i = 0usize;
     while i < n {
-        // a run of bytes kept as they are
-        let run = i;
-        while i < n && table[bytes[i] as usize] == bytes[i] {
+        let b = bytes[i];
+        let t = table[b as usize];
+        if t == b {
             i += 1;
+            continue;
         }
-        if i > run {
-            let next = if i < n { table[bytes[i] as usize] } else { SEP };
-            if next == SEP && word.is_empty() {
-                // a whole word that normalisation does not change: hash it in place
-                out.push(xxh3_64_with_seed(&bytes[run..i], seed));
-                start = i + 1;
-                exotic = false;
-                i += 1;
+        let (len, sep) = if t == WIDE {
+            let (c, len) = decode_at(text, i);
+            let p = if (c as u32) < 0x1_0000 { props[c as usize] } else { 0xFF };
+            if p != 0xFF && p & keep_mask == keep_want {
+                i += len;
                 continue;
             }
+            let punct = norm.strip_punctuation && is_unicode_punct(c);
+            if c.is_whitespace() && !punct {
+                (len, true)
+            } else {
+                word.extend_from_slice(&bytes[run..i]);
+                exotic |= c >= '\u{300}' && !punct && p & NFC_SAFE == 0;
+                push_char(c, norm, table, word);
+                (len, false)
+            }
+        } else if t == SEP {
+            (1, true)
+        } else {
             word.extend_from_slice(&bytes[run..i]);
-            if i >= n {
-                break;
+            if t != SKIP {
+                word.push(t);
             }
-        }
-        let b = bytes[i];
-        match table[b as usize] {
-            SEP => {
-                flush(&text[start..i], exotic, norm, seed, table, word, out);
-                i += 1;
-                start = i;
-                exotic = false;
-            }
-            SKIP => i += 1,
-            WIDE => {
-                let c = text[i..].chars().next().unwrap_or(char::REPLACEMENT_CHARACTER);
-                let len = c.len_utf8();
-                let punct = norm.strip_punctuation && is_unicode_punct(c);
-                if c.is_whitespace() && !punct {
-                    flush(&text[start..i], exotic, norm, seed, table, word, out);
-                    start = i + len;
-                    exotic = false;
-                } else {
-                    exotic |= c >= '\u{300}' && !punct;
-                    push_char(c, norm, table, word);
+            (1, false)
+        };
+        if sep {
+            if word.is_empty() && !exotic {
+                if i > run {
+                    out.push(xxh3_64_with_seed(&bytes[run..i], seed));
                 }
-                i += len;
+            } else {
+                word.extend_from_slice(&bytes[run..i]);
+                flush(&text[start..i], exotic, norm, seed, table, word, out);
             }
-            m => {
-                word.push(m);
-                i += 1;
-            }
+            start = i + len;
+            exotic = false;
         }
+        i += len;
+        run = i;
     }
-    flush(&text[start.min(n)..], exotic, norm, seed, table, word, out);
+    if word.is_empty() && !exotic {
+        if n > run {
+            out.push(xxh3_64_with_seed(&bytes[run..n], seed));
+        }
+    } else {
+        word.extend_from_slice(&bytes[run..n]);
+        flush(&text[start..n], exotic, norm, seed, table, word, out);
+    }
 }
 
 /// Unit hashes of `text` (words or characters), in text order.
