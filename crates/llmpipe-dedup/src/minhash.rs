@@ -148,9 +148,9 @@ mod tests {
         for p in [1, 7, 8, 33, 100, 256] {
             let m = MinHasher::new(p, 3);
             let sig = m.signature(&sh[..37]);
-            for i in 0..p {
-                let e = sh[..37].iter().map(|&x| perm(x, m.xor_keys[i], m.mul_keys[i])).min();
-                assert_eq!(Some(sig[i]), e, "num_perm {p} lane {i}");
+            for (i, (&s, (&a, &k))) in sig.iter().zip(m.xor_keys.iter().zip(&m.mul_keys)).enumerate() {
+                let e = sh[..37].iter().map(|&x| perm(x, a, k)).min();
+                assert_eq!(Some(s), e, "num_perm {p} lane {i}");
             }
         }
     }
