@@ -137,6 +137,9 @@ class UnionFind:
 
 # -- text (crates/llmpipe-text, crates/llmpipe-py/src/text.rs) -----------------------------------
 
+def word_counts(offsets: object, data: object) -> bytes:
+    """``len(text.split())`` per row of an Arrow string column (int64 offsets, data): u32 LE bytes."""
+
 def normalize_batch(
     texts: Sequence[str],
     lowercase: bool = True,

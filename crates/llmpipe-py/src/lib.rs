@@ -7,6 +7,7 @@
 use pyo3::prelude::*;
 
 mod bpe;
+mod buffers;
 mod dedup;
 mod errors;
 mod quality;

@@ -1,9 +1,13 @@
 //! Text normalisation and 128-bit content hashes, whole batches at a time.
 
-use llmpipe_text::{content_hash, normalize, Normalization};
+use llmpipe_text::{content_hash, count_words_arrow, normalize, Normalization};
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyBytes;
+
+use crate::buffers::{to_bytes, view};
+use crate::errors::ConfigError;
 
 fn how(lowercase: bool, collapse_whitespace: bool, strip_punctuation: bool, nfc: bool) -> Normalization {
     Normalization { nfc, lowercase, collapse_whitespace, strip_punctuation }
@@ -47,7 +51,21 @@ fn content_hashes<'py>(
     PyBytes::new(py, &out)
 }
 
+/// Words per document (`len(text.split())`) of an Arrow string column given as its int64 offsets
+/// and data buffer; returns `4 * n` bytes of little-endian u32 counts. One call per batch.
+#[pyfunction]
+fn word_counts<'py>(
+    py: Python<'py>,
+    offsets: PyBuffer<i64>,
+    data: PyBuffer<u8>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
+    let counts = py.detach(|| count_words_arrow(o, d)).map_err(ConfigError::new_err)?;
+    Ok(to_bytes(py, &counts))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(word_counts, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_batch, m)?)?;
     m.add_function(wrap_pyfunction!(content_hashes, m)?)?;
     Ok(())

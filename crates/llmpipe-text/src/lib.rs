@@ -73,6 +73,53 @@ pub fn hash128(bytes: &[u8], seed: u64) -> u128 {
     xxh3_128_with_seed(bytes, seed)
 }
 
+/// Whitespace exactly as Python's `str.split()` sees it: Unicode White_Space plus the ASCII
+/// information separators U+001C..U+001F.
+#[inline]
+pub fn is_split_whitespace(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// Number of whitespace-separated words, equal to `len(text.split())` in Python.
+pub fn count_words(text: &str) -> u32 {
+    let mut n = 0u32;
+    let mut in_word = false;
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let space = if b < 0x80 {
+            i += 1;
+            matches!(b, b' ' | b'\t'..=b'\r' | 0x1c..=0x1f)
+        } else {
+            let c = text[i..].chars().next().unwrap_or(' ');
+            i += c.len_utf8();
+            is_split_whitespace(c)
+        };
+        if !space && !in_word {
+            n += 1;
+        }
+        in_word = !space;
+    }
+    n
+}
+
+/// Word counts of an Arrow string column given as its offsets and data buffer (one call per batch).
+/// Offsets out of range, or a string that is not valid UTF-8, is an error naming the row.
+pub fn count_words_arrow(offsets: &[i64], data: &[u8]) -> Result<Vec<u32>, String> {
+    let mut out = Vec::with_capacity(offsets.len().saturating_sub(1));
+    for (row, w) in offsets.windows(2).enumerate() {
+        let (s, e) = (w[0], w[1]);
+        if s < 0 || e < s || e as usize > data.len() {
+            return Err(format!("row {row}: string offsets out of range: {s}..{e}"));
+        }
+        let t = std::str::from_utf8(&data[s as usize..e as usize])
+            .map_err(|err| format!("row {row}: text is not valid UTF-8: {err}"))?;
+        out.push(count_words(t));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +144,29 @@ mod tests {
         assert_eq!(normalize("a, b!", how), "a, b!");
         how.strip_punctuation = true;
         assert_eq!(normalize("a, b!", how), "a b");
+    }
+
+    #[test]
+    fn word_counts_match_python_str_split() {
+        // expected values are len(s.split()) in CPython 3.11
+        for (s, want) in [
+            ("", 0),
+            ("   ", 0),
+            ("a", 1),
+            (" a  b\tc\n", 3),
+            ("a\u{a0}b\u{3000}c", 3),
+            ("x\u{1c}y\u{1f}z", 3),
+            ("caf\u{e9} na\u{ef}ve", 2),
+            ("\u{200b}", 1), // zero-width space is not whitespace for Python either
+        ] {
+            assert_eq!(count_words(s), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn arrow_buffers_are_checked() {
+        let data = b"ab cd e";
+        assert_eq!(count_words_arrow(&[0, 5, 7], data).unwrap(), vec![2, 1]);
+        assert!(count_words_arrow(&[0, 9], data).is_err());
     }
 }

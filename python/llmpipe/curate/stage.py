@@ -50,11 +50,14 @@ DOC_SCHEMA = pa.schema(
 
 
 def word_counts(batch: pa.RecordBatch) -> np.ndarray:
-    """Whitespace-separated words per document (the funnel's token unit before BPE)."""
+    """Words per document, ``len(text.split())`` (the funnel's token unit before BPE); one Rust call."""
     if batch.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
-    lengths = pc.list_value_length(pc.utf8_split_whitespace(batch.column("text")))
-    return np.asarray(lengths.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    from llmpipe import _core
+    from llmpipe.buffers import string_buffers
+
+    offsets, data = string_buffers(batch.column("text"))
+    return np.frombuffer(_core.word_counts(offsets, data), dtype=np.uint32).astype(np.int64)
 
 
 @dataclass
