@@ -451,6 +451,27 @@ mod tests {
     }
 
     #[test]
+    fn lookbehind_suffixes_units_and_currencies() {
+        // expected splits from spacy.blank("en") (3.8.18); the long units check SUFFIX_TAIL
+        let t = EnglishTokenizer::get();
+        let cases: [(&str, &[&str]); 10] = [
+            ("10km", &["10", "km"]),
+            ("3اكواب", &["3", "اكواب"]),
+            ("5кПа", &["5", "кПа"]),
+            ("20US$", &["20", "US$"]),
+            ("100km/h.", &["100", "km/h", "."]),
+            ("30°C.", &["30", "°", "C", "."]),
+            ("(12kg).", &["(", "12", "kg", ")", "."]),
+            ("U.S.A.", &["U.S.A."]),
+            ("e.g.,", &["e.g.", ","]),
+            ("Mr.Smith", &["Mr.", "Smith"]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(t.split(text), want.to_vec(), "{text}");
+        }
+    }
+
+    #[test]
     fn sentences() {
         let t = EnglishTokenizer::get();
         assert_eq!(t.count_sentences("One. Two! Three?"), 3);
