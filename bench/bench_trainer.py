@@ -41,7 +41,7 @@ def bare(data: Path, steps: int) -> dict[str, float]:
     cfg = ModelConfig(**MODEL, vocab_size=ds.vocab_size, max_seq_len=ds.seq_len)  # type: ignore[arg-type]
     torch.manual_seed(0)
     model = Transformer(cfg)
-    model.init_weights()
+    model.init_weights(seed=0)  # the trainer's default seed: the same initial weights
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
     rng = np.random.default_rng(0)
     warm = steps // 2

@@ -5,7 +5,8 @@ Read top to bottom: ``ModelConfig`` -> ``RMSNorm`` -> rotary helpers -> ``Attent
 ``LlamaForCausalLM``) are chosen so that export to transformers is a renaming, never a permutation.
 
 The model is built on the meta device by the trainer, sharded, then materialised with ``to_empty`` and
-``init_weights`` so that no rank ever holds the full unsharded weights in memory.
+``init_weights``: no rank ever holds the full model, only one full parameter at a time, and the
+weights depend on the seed alone, not on the number of ranks.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.utils.checkpoint import checkpoint
 
 
@@ -69,9 +71,6 @@ class RMSNorm(nn.Module):
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (xf * self.weight.float()).type_as(x)
-
-    def init_weights(self) -> None:
-        nn.init.ones_(self.weight)
 
 
 def rope_tables(head_dim: int, seq_len: int, theta: float, device: torch.device) -> torch.Tensor:
@@ -164,25 +163,23 @@ class Transformer(nn.Module):
         self.activation_checkpointing = False
 
     @torch.no_grad()
-    def init_weights(self) -> None:
-        """Fill every parameter and buffer (after ``to_empty``): N(0, std), output projections scaled
-        down by sqrt(2 * n_layers) as in GPT-2, norms at one, rotary tables recomputed."""
-        std = self.cfg.init_std
+    def init_weights(self, seed: int = 0) -> None:
+        """Fill every parameter and buffer (after ``to_empty``): N(0, std), the output projections of
+        each block scaled down by sqrt(2 * n_layers) as in GPT-2, norms at one, rotary tables recomputed.
+        The values depend on the seed only, not on how the parameters are sharded (see ``_fill``)."""
         self.rope.copy_(
             rope_tables(self.cfg.head_dim, self.cfg.max_seq_len or 0, self.cfg.rope_theta, self.rope.device)
         )
-        nn.init.normal_(self.tok_embeddings.weight, std=std)
-        for block in self.layers:
-            assert isinstance(block, Block)
-            for lin in (block.attn.wq, block.attn.wk, block.attn.wv, block.ffn.w1, block.ffn.w3):
-                nn.init.normal_(lin.weight, std=std)
-            for lin in (block.attn.wo, block.ffn.w2):
-                nn.init.normal_(lin.weight, std=std / math.sqrt(2 * self.cfg.n_layers))
-            block.attn_norm.init_weights()
-            block.ffn_norm.init_weights()
-        self.norm.init_weights()
-        if not self.cfg.tie_embeddings:
-            nn.init.normal_(self.output.weight, std=std)
+        gen: torch.Generator | None = None
+        for name, p in self.named_parameters():  # a tied output matrix is the embedding: filled once
+            if gen is None:
+                gen = torch.Generator(device=_local(p).device).manual_seed(seed)
+            if name.endswith("norm.weight"):
+                _fill(p, None, gen)
+            elif name.endswith(("attn.wo.weight", "ffn.w2.weight")):
+                _fill(p, self.cfg.init_std / math.sqrt(2 * self.cfg.n_layers), gen)
+            else:
+                _fill(p, self.cfg.init_std, gen)
 
     def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         """tokens [B, L] -> logits [B, L, vocab] (fp32). ``doc_ids`` masks attention across documents."""
@@ -200,6 +197,24 @@ class Transformer(nn.Module):
             else:
                 h = block(h, rope, mask)
         return self.output(self.norm(h)).float()
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    return p.to_local() if isinstance(p, DTensor) else p
+
+
+def _fill(p: torch.Tensor, std: float | None, gen: torch.Generator) -> None:
+    """N(0, std) (ones when std is None) drawn for the whole tensor, then this rank's shard kept: the
+    same weights on any number of ranks and in a plain unsharded model. Only one full parameter is
+    held at a time."""
+    full = torch.empty(p.shape, dtype=p.dtype, device=_local(p).device)
+    if std is None:
+        full.fill_(1.0)
+    else:
+        full.normal_(0.0, std, generator=gen)
+    if isinstance(p, DTensor):  # every rank drew the same values: slice locally, no communication
+        full = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
+    p.copy_(full)
 
 
 def count_params(model: nn.Module, *, exclude_embeddings: bool = False) -> int:

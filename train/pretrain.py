@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script (torchrun train/pretrain.py): import `train` from the repo
@@ -37,10 +36,7 @@ def build_model(cfg: RunConfig, d: Dist) -> Transformer:
         model = Transformer(cfg.model)
     apply_fsdp(model, cfg.parallel, d.mesh)
     model.to_empty(device=d.device)
-    torch.manual_seed(cfg.train.seed)
-    with warnings.catch_warnings():  # DTensor's RNG on a CPU mesh: fine for init (same seed everywhere)
-        warnings.filterwarnings("ignore", message="DTensor random operators")
-        model.init_weights()
+    model.init_weights(seed=cfg.train.seed)
     return model
 
 

@@ -46,6 +46,9 @@ def main(shards: str) -> int:
         d.mesh = build_mesh(cfg.parallel, d.world_size, "cpu")
         model = build_model(cfg, d)
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+        plain = Transformer(cfg.model)
+        plain.init_weights(seed=cfg.train.seed)  # the same weights as the sharded init, whatever the mesh
+        init_equal = all(torch.equal(full[k], v) for k, v in plain.state_dict().items())
         forward_backward(model, mine, tokens, d.world_size)
         grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
         ref = Transformer(cfg.model)
@@ -59,7 +62,8 @@ def main(shards: str) -> int:
         print(
             f"rank {d.rank} {sharding}: mesh {tuple(d.mesh.shape)}, {len(grads)} parameters, worst rel diff {worst:.3g}"
         )
-        if not worst <= 1e-5:
+        print(f"rank {d.rank} {sharding}: sharded init equals unsharded init: {init_equal}")
+        if not worst <= 1e-5 or not init_equal:
             failures += 1
     dist.destroy_process_group()
     return 1 if failures else 0
