@@ -11,11 +11,38 @@ use std::collections::BinaryHeap;
 const SCAN_MAX: usize = 48;
 /// Pieces up to this length are memoised in the per-call cache.
 const CACHE_MAX_PIECE: usize = 128;
-const CACHE_MAX_ENTRIES: usize = 1 << 16;
+/// The cache is emptied when it holds this many pieces or this many ids.
+const CACHE_MAX_ENTRIES: usize = 1 << 17;
+const CACHE_MAX_IDS: usize = 1 << 21;
+/// Pieces up to this many bytes are looked up by an integer key (bytes and length in a u128):
+/// one hash of two words and no byte comparison. That is nearly every piece of real text.
+const SHORT: usize = 15;
 
 #[inline]
 fn key(a: u32, b: u32) -> u64 {
     ((a as u64) << 32) | b as u64
+}
+
+/// The bytes of a piece of 2 to [`SHORT`] bytes (little-endian, from byte 0) and its length
+/// (byte 15), as one integer. Built from overlapping word loads: a byte-wise copy into a stack
+/// buffer followed by a wide load stalls on store forwarding, and this is the hottest line of
+/// encoding.
+#[inline(always)]
+fn short_key(p: &[u8]) -> u128 {
+    let n = p.len();
+    debug_assert!((2..=SHORT).contains(&n));
+    let rd4 = |i: usize| u32::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]) as u64;
+    let rd8 = |i: usize| u64::from_le_bytes(p[i..i + 8].try_into().expect("8 bytes"));
+    let (lo, hi) = if n > 8 {
+        // the last 8 bytes overlap the first 8 by 16 - n bytes: shift those out
+        (rd8(0), rd8(n - 8) >> ((16 - n) * 8))
+    } else if n >= 4 {
+        // overlapping bytes sit at the same positions with the same values
+        (rd4(0) | (rd4(n - 4) << ((n - 4) * 8)), 0)
+    } else {
+        (p[0] as u64 | ((p[1] as u64) << 8) | ((p[n - 1] as u64) << ((n - 1) * 8)), 0)
+    };
+    ((hi | ((n as u64) << 56)) as u128) << 64 | lo as u128
 }
 
 /// A special (added) token: matched in text only when the caller allows it.
@@ -51,6 +78,8 @@ pub struct Tokenizer {
     byte_ids: [u32; 256],
     /// token id -> BPE of its own bytes gives exactly that token, so a whole piece may be looked up.
     whole_ok: Vec<bool>,
+    /// short_key(bytes) -> id for the tokens of at most [`SHORT`] bytes that are `whole_ok`.
+    short_whole: AHashMap<u128, u32>,
     /// tiktoken semantics (HF `ignore_merges`): a piece that is a token is that token.
     pub(crate) ignore_merges: bool,
     pub(crate) add_prefix_space: bool,
@@ -59,10 +88,36 @@ pub struct Tokenizer {
     pub(crate) pre: PreTokenizer,
 }
 
-/// Reusable per-thread state for encoding: the piece cache.
+/// Reusable per-thread state for encoding: the cache of the BPE of recent pieces. The ids of
+/// all cached pieces live in one arena, so caching a piece allocates nothing (short pieces)
+/// or only its key (longer ones); the cache is emptied when full.
 #[derive(Debug, Default)]
 pub struct EncodeState {
-    cache: AHashMap<Box<[u8]>, Box<[u32]>>,
+    short: AHashMap<u128, (u32, u32)>,
+    long: AHashMap<Box<[u8]>, (u32, u32)>,
+    ids: Vec<u32>,
+}
+
+impl EncodeState {
+    #[inline]
+    fn get(&self, range: (u32, u32)) -> &[u32] {
+        &self.ids[range.0 as usize..(range.0 + range.1) as usize]
+    }
+
+    /// Store `ids` in the arena and return their range, emptying the cache first if it is full.
+    #[inline]
+    fn push(&mut self, ids: &[u32]) -> (u32, u32) {
+        if self.ids.len() + ids.len() > CACHE_MAX_IDS
+            || self.short.len() + self.long.len() >= CACHE_MAX_ENTRIES
+        {
+            self.short.clear();
+            self.long.clear();
+            self.ids.clear();
+        }
+        let start = self.ids.len() as u32;
+        self.ids.extend_from_slice(ids);
+        (start, ids.len() as u32)
+    }
 }
 
 impl Tokenizer {
@@ -116,6 +171,7 @@ impl Tokenizer {
         }
         let mut t = Tokenizer {
             whole_ok: vec![false; tokens.len()],
+            short_whole: AHashMap::new(),
             tokens,
             token_ids,
             merges,
@@ -169,6 +225,17 @@ impl Tokenizer {
     }
 
     fn compute_whole_ok(&mut self) {
+        self.compute_whole_ok_flags();
+        let mut short = AHashMap::with_capacity(self.token_ids.len());
+        for (t, &id) in &self.token_ids {
+            if (2..=SHORT).contains(&t.len()) && self.whole_ok[id as usize] {
+                short.insert(short_key(t), id);
+            }
+        }
+        self.short_whole = short;
+    }
+
+    fn compute_whole_ok_flags(&mut self) {
         if self.ignore_merges {
             self.whole_ok = vec![true; self.tokens.len()];
             return;
@@ -329,9 +396,26 @@ impl Tokenizer {
     }
 
     /// Encode one piece with the whole-token shortcut and the cache.
+    #[inline]
     fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>, st: &mut EncodeState) {
         if piece.len() == 1 {
             out.push(self.byte_ids[piece[0] as usize]);
+            return;
+        }
+        if piece.len() <= SHORT {
+            let k = short_key(piece);
+            if let Some(&id) = self.short_whole.get(&k) {
+                out.push(id);
+                return;
+            }
+            if let Some(&r) = st.short.get(&k) {
+                out.extend_from_slice(st.get(r));
+                return;
+            }
+            let start = out.len();
+            self.bpe(piece, out);
+            let r = st.push(&out[start..]);
+            st.short.insert(k, r);
             return;
         }
         if let Some(&id) = self.token_ids.get(piece) {
@@ -344,16 +428,14 @@ impl Tokenizer {
             self.bpe(piece, out);
             return;
         }
-        if let Some(ids) = st.cache.get(piece) {
-            out.extend_from_slice(ids);
+        if let Some(&r) = st.long.get(piece) {
+            out.extend_from_slice(st.get(r));
             return;
         }
         let start = out.len();
         self.bpe(piece, out);
-        if st.cache.len() >= CACHE_MAX_ENTRIES {
-            st.cache.clear();
-        }
-        st.cache.insert(piece.into(), out[start..].into());
+        let r = st.push(&out[start..]);
+        st.long.insert(piece.into(), r);
     }
 
     /// Encode text with no special tokens recognised.
@@ -484,4 +566,23 @@ impl Tokenizer {
 
 fn tok(tokens: &[Option<Vec<u8>>], id: u32) -> Option<&[u8]> {
     tokens.get(id as usize).and_then(|t| t.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_key_is_bytes_and_length() {
+        let data: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(37).wrapping_add(1)).collect();
+        for start in 0..8 {
+            for n in 2..=SHORT {
+                let p = &data[start..start + n];
+                let mut b = [0u8; 16];
+                b[..n].copy_from_slice(p);
+                b[15] = n as u8;
+                assert_eq!(short_key(p), u128::from_le_bytes(b), "{p:?}");
+            }
+        }
+    }
 }

@@ -4,7 +4,8 @@ use crate::errors::TokenizerError;
 use llmpipe_bpe::{hfjson, pattern, tiktoken, train, Allowed, PreTokenizer, Special, Tokenizer, TrainConfig};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
-use pyo3::types::PyBytes;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyInt, PyList};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -31,6 +32,29 @@ fn allowed(a: Option<Vec<String>>) -> Allowed {
 #[pyclass(frozen, module = "llmpipe._core")]
 pub struct BpeTokenizer {
     inner: Arc<Tokenizer>,
+    /// One Python int per id, made on first use: result lists hold references to these instead
+    /// of a new int object per token (allocating and freeing those was ~half of `encode`).
+    ints: PyOnceLock<Vec<Py<PyInt>>>,
+}
+
+impl BpeTokenizer {
+    fn wrap(t: Tokenizer) -> Self {
+        BpeTokenizer { inner: Arc::new(t), ints: PyOnceLock::new() }
+    }
+
+    /// `ids` as a Python list of ints.
+    fn id_list<'py>(&self, py: Python<'py>, ids: &[u32]) -> PyResult<Bound<'py, PyList>> {
+        let ints = self.ints.get_or_init(py, || {
+            (0..self.inner.vocab_size() as u32).map(|i| PyInt::new(py, i).unbind()).collect()
+        });
+        PyList::new(
+            py,
+            ids.iter().map(|&i| match ints.get(i as usize) {
+                Some(x) => x.bind(py).clone(),
+                None => PyInt::new(py, i),
+            }),
+        )
+    }
 }
 
 #[pymethods]
@@ -50,7 +74,7 @@ impl BpeTokenizer {
         let pre = pre_for(pattern).map_err(err)?;
         let cfg = TrainConfig { vocab_size, min_frequency, max_token_length, special_tokens };
         let t = py.detach(|| train::train_files(&files, &cfg, pre)).map_err(err)?;
-        Ok(BpeTokenizer { inner: Arc::new(t) })
+        Ok(BpeTokenizer::wrap(t))
     }
 
     /// Train on in-memory texts (each split into lines like a file).
@@ -73,14 +97,14 @@ impl BpeTokenizer {
                 train::train_from_counts(words, &cfg, pre)
             })
             .map_err(err)?;
-        Ok(BpeTokenizer { inner: Arc::new(t) })
+        Ok(BpeTokenizer::wrap(t))
     }
 
     /// Load an HF tokenizer.json (byte-level BPE).
     #[staticmethod]
     fn from_file(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
         let t = py.detach(|| Tokenizer::from_json_file(&path)).map_err(err)?;
-        Ok(BpeTokenizer { inner: Arc::new(t) })
+        Ok(BpeTokenizer::wrap(t))
     }
 
     /// Parse tokenizer.json text.
@@ -88,7 +112,7 @@ impl BpeTokenizer {
     fn from_json(py: Python<'_>, text: &str) -> PyResult<Self> {
         let text = text.to_string();
         let t = py.detach(|| hfjson::from_json(&text)).map_err(err)?;
-        Ok(BpeTokenizer { inner: Arc::new(t) })
+        Ok(BpeTokenizer::wrap(t))
     }
 
     /// Load a tiktoken rank file with a pattern (name or regex) and special tokens (content, id).
@@ -109,7 +133,7 @@ impl BpeTokenizer {
                 tiktoken::from_ranks_text(&text, pre, specials)
             })
             .map_err(err)?;
-        Ok(BpeTokenizer { inner: Arc::new(t) })
+        Ok(BpeTokenizer::wrap(t))
     }
 
     /// Write tokenizer.json.
@@ -131,25 +155,28 @@ impl BpeTokenizer {
     }
 
     #[pyo3(signature = (text, allowed_special=None))]
-    fn encode(
+    fn encode<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         text: PyBackedStr,
         allowed_special: Option<Vec<String>>,
-    ) -> PyResult<Vec<u32>> {
+    ) -> PyResult<Bound<'py, PyList>> {
         let a = allowed(allowed_special);
-        py.detach(|| self.inner.encode(&text, &a)).map_err(err)
+        let ids = py.detach(|| self.inner.encode(&text, &a)).map_err(err)?;
+        self.id_list(py, &ids)
     }
 
     #[pyo3(signature = (texts, allowed_special=None))]
-    fn encode_batch(
+    fn encode_batch<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         texts: Vec<PyBackedStr>,
         allowed_special: Option<Vec<String>>,
-    ) -> PyResult<Vec<Vec<u32>>> {
+    ) -> PyResult<Bound<'py, PyList>> {
         let a = allowed(allowed_special);
-        py.detach(|| self.inner.encode_batch(&texts, &a)).map_err(err)
+        let seqs = py.detach(|| self.inner.encode_batch(&texts, &a)).map_err(err)?;
+        let lists = seqs.iter().map(|ids| self.id_list(py, ids)).collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, lists)
     }
 
     /// (ids as little-endian u32 bytes, n + 1 offsets as little-endian i64 bytes).
@@ -202,6 +229,12 @@ impl BpeTokenizer {
     /// The pieces the pre-tokenizer cuts `text` into.
     fn pre_tokenize(&self, text: &str) -> Vec<String> {
         self.inner.pre_tokenizer().pieces(text).into_iter().map(str::to_string).collect()
+    }
+
+    /// The pieces the regex engine (fancy-regex) gives, also for the built-in patterns that
+    /// normally run through hand-written scanners: the reference they are tested against.
+    fn pre_tokenize_regex(&self, text: &str) -> Vec<String> {
+        self.inner.pre_tokenizer().regex_pieces(text).into_iter().map(str::to_string).collect()
     }
 
     fn token_to_id(&self, token: &str) -> Option<u32> {
