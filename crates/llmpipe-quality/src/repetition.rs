@@ -3,8 +3,9 @@
 //! n-grams are compared through 64-bit polynomial hashes of their text (plus its length), computed
 //! from prefix sums, so each n-gram costs O(1) instead of a joined string.
 
-use ahash::AHashMap;
 use serde::Deserialize;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::pycompat::{len, strip};
 
@@ -51,6 +52,32 @@ fn on(x: Option<f64>) -> Option<f64> {
     x.filter(|v| *v != 0.0)
 }
 
+/// The keys are already uniform 61-bit hashes: hash maps use them as they are.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = x;
+    }
+}
+
+type IdBuild = BuildHasherDefault<IdHasher>;
+
+/// One 64-bit key from a substring hash and its length.
+#[inline]
+fn key((h, n): (u64, usize)) -> u64 {
+    h ^ (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 const MOD: u64 = (1 << 61) - 1;
 const BASE: u64 = 1_000_003;
 
@@ -68,29 +95,37 @@ fn mulmod(a: u64, b: u64) -> u64 {
 }
 
 /// Prefix hashes of a byte string, for O(1) substring hashes.
-struct Prefix {
+struct Prefix<'p> {
     h: Vec<u64>,
-    pw: Vec<u64>,
+    pw: &'p [u64],
 }
 
-impl Prefix {
-    fn new(bytes: &[u8]) -> Self {
+/// BASE^0 .. BASE^n
+fn powers(n: usize) -> Vec<u64> {
+    let mut pw = Vec::with_capacity(n + 1);
+    pw.push(1);
+    for i in 0..n {
+        pw.push(mulmod(pw[i], BASE));
+    }
+    pw
+}
+
+impl<'p> Prefix<'p> {
+    fn new(bytes: &[u8], pw: &'p [u64]) -> Self {
         let mut h = Vec::with_capacity(bytes.len() + 1);
-        let mut pw = Vec::with_capacity(bytes.len() + 1);
         h.push(0);
-        pw.push(1);
+        let mut last = 0u64;
         for &b in bytes {
-            let last = *h.last().expect("non-empty");
             let v = mulmod(last, BASE) + b as u64 + 1;
-            h.push(if v >= MOD { v - MOD } else { v });
-            pw.push(mulmod(*pw.last().expect("non-empty"), BASE));
+            last = if v >= MOD { v - MOD } else { v };
+            h.push(last);
         }
         Self { h, pw }
     }
     #[inline]
-    fn get(&self, a: usize, b: usize) -> (u64, usize) {
+    fn get(&self, a: usize, b: usize) -> u64 {
         let x = self.h[b] + MOD - mulmod(self.h[a], self.pw[b - a]);
-        (if x >= MOD { x - MOD } else { x }, b - a)
+        key((if x >= MOD { x - MOD } else { x }, b - a))
     }
 }
 
@@ -148,14 +183,16 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
     sp_off.push(spaced.len() + 1);
     gl_off.push(glued.len());
 
+    let pw = powers(spaced.len());
     if !cfg.top_n_grams.is_empty() {
-        let hs = Prefix::new(spaced.as_bytes());
+        let hs = Prefix::new(spaced.as_bytes(), &pw);
         for &(n, t) in &cfg.top_n_grams {
             if n == 0 || nw < n {
                 continue;
             }
             // most_common(1): highest count, ties -> first seen
-            let mut counts: AHashMap<(u64, usize), (u32, u32)> = AHashMap::with_capacity(nw);
+            let mut counts: HashMap<u64, (u32, u32), IdBuild> =
+                HashMap::with_capacity_and_hasher(nw, IdBuild::default());
             for i in 0..=nw - n {
                 let key = hs.get(sp_off[i], sp_off[i + n] - 1);
                 let e = counts.entry(key).or_insert((0, i as u32));
@@ -173,22 +210,21 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
         }
     }
     if !cfg.dup_n_grams.is_empty() {
-        let hg = Prefix::new(glued.as_bytes());
+        let hg = Prefix::new(glued.as_bytes(), &pw);
         for &(n, t) in &cfg.dup_n_grams {
             if n == 0 {
                 continue;
             }
-            let mut unique: ahash::AHashSet<(u64, usize)> = ahash::AHashSet::with_capacity(nw);
+            let mut unique: HashSet<u64, IdBuild> = HashSet::with_capacity_and_hasher(nw, IdBuild::default());
             let mut repeated = 0usize;
             let mut idx = 0usize;
             while idx + n <= nw {
                 let key = hg.get(gl_off[idx], gl_off[idx + n]);
-                if unique.contains(&key) {
+                if unique.insert(key) {
+                    idx += 1;
+                } else {
                     repeated += cp[idx + n] - cp[idx];
                     idx += n;
-                } else {
-                    unique.insert(key);
-                    idx += 1;
                 }
             }
             if frac(repeated) > t {
