@@ -285,7 +285,13 @@ fn flush(
 /// loop. NFC composition never crosses whitespace, so it is applied per word, and only to words
 /// with a character that is not NFC-safe (quick check `Yes`, combining class 0) and whose quick
 /// check fails (NFC of ASCII is the identity).
-fn words(
+///
+/// With `SIMD` (AVX2, checked at run time by the caller), the end of a run of bytes that are surely
+/// kept (`[a-z0-9]`, and `[A-Z]` without lower-casing) is found from a 64-byte bitmap (compare,
+/// movemask, trailing zeros) instead of a branch per byte; any other byte goes through the same
+/// per-character logic as without it, so both give the same hashes.
+#[inline(always)]
+fn words<const SIMD: bool>(
     text: &str,
     norm: Normalization,
     seed: u64,
@@ -295,6 +301,7 @@ fn words(
 ) {
     let bytes = text.as_bytes();
     let n = bytes.len();
+    let mut scan = Scan { base: 0, end: 0, mask: 0 };
     let props = bmp_props();
     // a BMP character is kept as it is when it is none of: a separator, stripped, changed by
     // lower-casing, a reason to run NFC
@@ -309,6 +316,12 @@ fn words(
     let (mut start, mut run, mut exotic) = (0usize, 0usize, false);
     let mut i = 0usize;
     while i < n {
+        if SIMD {
+            i = scan.next_break(bytes, i, !norm.lowercase);
+            if i >= n {
+                break;
+            }
+        }
         let b = bytes[i];
         let t = table[b as usize];
         if t == b {
@@ -365,6 +378,109 @@ fn words(
     }
 }
 
+/// `words` with the AVX2 run scanner.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn words_avx2(
+    text: &str,
+    norm: Normalization,
+    seed: u64,
+    table: &[u8; 256],
+    word: &mut Vec<u8>,
+    out: &mut Vec<u64>,
+) {
+    words::<true>(text, norm, seed, table, word, out)
+}
+
+/// Bitmap of the bytes `base..end` (`end <= base + 64`) that are not surely kept unchanged.
+struct Scan {
+    base: usize,
+    end: usize,
+    mask: u64,
+}
+
+impl Scan {
+    /// The first position at or after `i` that is not surely kept unchanged (`bytes.len()` if none).
+    /// Only called from `words::<true>`, which runs only where AVX2 is present.
+    #[inline(always)]
+    fn next_break(&mut self, bytes: &[u8], mut i: usize, upper: bool) -> usize {
+        loop {
+            if i >= self.end {
+                if i >= bytes.len() {
+                    return bytes.len();
+                }
+                let mut block = [0xFFu8; 64];
+                let take = (bytes.len() - i).min(64);
+                let src: &[u8; 64] = if take == 64 {
+                    bytes[i..i + 64].try_into().expect("64 bytes")
+                } else {
+                    // the tail, padded with bytes that are never kept (0xFF is not in any run)
+                    block[..take].copy_from_slice(&bytes[i..]);
+                    &block
+                };
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `next_break` is reached only through `words_avx2` (AVX2 checked).
+                let mask = unsafe { unkept64_avx2(src, upper) };
+                #[cfg(not(target_arch = "x86_64"))]
+                let mask = unkept64(src, upper);
+                self.base = i;
+                self.end = i + take;
+                self.mask = mask;
+            }
+            let m = self.mask >> (i - self.base);
+            if m != 0 {
+                return (i + m.trailing_zeros() as usize).min(bytes.len());
+            }
+            i = self.end;
+        }
+    }
+}
+
+/// Portable `unkept64_avx2` (non-x86 targets).
+#[cfg(not(target_arch = "x86_64"))]
+fn unkept64(block: &[u8; 64], upper: bool) -> u64 {
+    let mut m = 0u64;
+    for (k, &b) in block.iter().enumerate() {
+        let keep = b.is_ascii_lowercase() || b.is_ascii_digit() || (upper && b.is_ascii_uppercase());
+        m |= u64::from(!keep) << k;
+    }
+    m
+}
+
+/// Bit `k`: byte `k` of the block is not in `[a-z0-9]` (nor `[A-Z]` when `upper`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn unkept64_avx2(block: &[u8; 64], upper: bool) -> u64 {
+    let lo = unkept32_avx2(&block[..32], upper);
+    let hi = unkept32_avx2(&block[32..], upper);
+    u64::from(lo) | (u64::from(hi) << 32)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn in_range_avx2(x: std::arch::x86_64::__m256i, lo: u8, hi: u8) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let clamped = _mm256_min_epu8(_mm256_max_epu8(x, _mm256_set1_epi8(lo as i8)), _mm256_set1_epi8(hi as i8));
+    _mm256_cmpeq_epi8(clamped, x)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn unkept32_avx2(half: &[u8], upper: bool) -> u32 {
+    use std::arch::x86_64::*;
+    assert!(half.len() >= 32);
+    // SAFETY: `half` has at least 32 readable bytes (asserted); the load is unaligned.
+    let x = unsafe { _mm256_loadu_si256(half.as_ptr().cast()) };
+    let mut keep = _mm256_or_si256(in_range_avx2(x, b'a', b'z'), in_range_avx2(x, b'0', b'9'));
+    if upper {
+        keep = _mm256_or_si256(keep, in_range_avx2(x, b'A', b'Z'));
+    }
+    !(_mm256_movemask_epi8(keep) as u32)
+}
+
 /// Unit hashes of `text` (words or characters), in text order.
 pub fn unit_hashes(text: &str, cfg: &ShingleConfig, out: &mut Vec<u64>) {
     Shingler::default().unit_hashes(text, cfg, out);
@@ -392,7 +508,13 @@ impl Shingler {
                     self.table_norm = Some(cfg.norm);
                 }
                 let table = self.table.as_deref().expect("set just above");
-                words(text, cfg.norm, cfg.seed, table, &mut self.word, out);
+                #[cfg(target_arch = "x86_64")]
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU supports AVX2 (checked just above).
+                    unsafe { words_avx2(text, cfg.norm, cfg.seed, table, &mut self.word, out) };
+                    return;
+                }
+                words::<false>(text, cfg.norm, cfg.seed, table, &mut self.word, out);
             }
             ShingleUnit::Chars => {
                 let mut norm = cfg.norm;
@@ -499,6 +621,55 @@ mod tests {
                 unit_hashes(t, &cfg, &mut fast);
                 assert_eq!(fast, slow_words(t, &cfg), "{t:?}");
             }
+        }
+    }
+
+    #[test]
+    fn long_mixed_text_matches_normalisation_across_blocks() {
+        // words of every length crossing the 64-byte blocks of the run scanner, mixed scripts
+        let pieces = [
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+            "Hello,",
+            "x",
+            "déjà",
+            "caf\u{65}\u{301}",
+            "Straße\u{00A0}ПРИВЕТ мир",
+            "東京タワー、",
+            "it\u{2019}s",
+            "a\tb\r\nc",
+            "UPPER lower",
+            "\u{1F600}emoji",
+        ];
+        let mut text = String::new();
+        for k in 0..400usize {
+            text.push_str(pieces[k * 7 % pieces.len()]);
+            text.push_str(if k % 5 == 0 { "  " } else { " " });
+            text.push_str(&"q".repeat(k % 19));
+        }
+        for cfg in [
+            ShingleConfig::default(),
+            ShingleConfig {
+                norm: Normalization {
+                    nfc: true,
+                    lowercase: false,
+                    collapse_whitespace: true,
+                    strip_punctuation: false,
+                },
+                ..Default::default()
+            },
+        ] {
+            let table = byte_table(cfg.norm);
+            let expect = slow_words(&text, &cfg);
+            for cut in [0, 1, 5, 63, 64, 65, 200] {
+                let t = &text[text.char_indices().nth(cut).map_or(0, |(i, _)| i)..];
+                let (mut fast, mut plain, mut word) = (Vec::new(), Vec::new(), Vec::new());
+                unit_hashes(t, &cfg, &mut fast);
+                words::<false>(t, cfg.norm, cfg.seed, &table, &mut word, &mut plain);
+                let slow = slow_words(t, &cfg);
+                assert_eq!(fast, slow, "cut {cut}");
+                assert_eq!(plain, slow, "cut {cut}");
+            }
+            assert!(expect.len() > 400, "{}", expect.len());
         }
     }
 
