@@ -6,9 +6,11 @@
 
 use std::time::Instant;
 
-use llmpipe_dedup::{shingle::unit_hashes, MinHasher, Normalization, ShingleConfig, Shingler};
+use llmpipe_dedup::{
+    shingle::{unit_hashes, word_hash},
+    MinHasher, Normalization, ShingleConfig, Shingler,
+};
 use llmpipe_text::normalize;
-use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Every document's word hashes must equal those of `normalize` split on spaces (the definition).
 fn check_words(docs: &[&str]) {
@@ -23,7 +25,7 @@ fn check_words(docs: &[&str]) {
             let slow: Vec<u64> = normalize(d, norm)
                 .split(' ')
                 .filter(|w| !w.is_empty())
-                .map(|w| xxh3_64_with_seed(w.as_bytes(), cfg.seed))
+                .map(|w| word_hash(w.as_bytes(), cfg.seed))
                 .collect();
             assert_eq!(units, slow, "{norm:?} {d:?}");
         }

@@ -151,6 +151,53 @@ fn windows_into(units: &[u64], n: usize, seed: u64, out: &mut Vec<u32>) {
     }
 }
 
+/// `MASKS[k]`: the low `k` bytes of a little-endian `u64`.
+const MASKS: [u64; 9] = [
+    0,
+    0xFF,
+    0xFFFF,
+    0xFF_FFFF,
+    0xFFFF_FFFF,
+    0xFF_FFFF_FFFF,
+    0xFFFF_FFFF_FFFF,
+    0xFF_FFFF_FFFF_FFFF,
+    u64::MAX,
+];
+
+/// 64-bit hash of one normalised word: a deterministic function of its bytes and the seed.
+///
+/// Words of at most 16 bytes (nearly all) take no branch on their length: two 8-byte loads masked
+/// to the word, a 64 x 64 -> 128-bit multiply of the two halves keyed by the seed and the length
+/// (folded), and a 64-bit finaliser. Longer words use xxh3-64.
+pub fn word_hash(word: &[u8], seed: u64) -> u64 {
+    word_hash_at(word, 0, word.len(), seed)
+}
+
+/// `word_hash(&buf[start..start + len], seed)`, reading up to 16 bytes from `start` when `buf`
+/// has them (the bytes after the word are masked off).
+#[inline(always)]
+fn word_hash_at(buf: &[u8], start: usize, len: usize, seed: u64) -> u64 {
+    if len > 16 {
+        return xxh3_64_with_seed(&buf[start..start + len], seed);
+    }
+    let mut pad = [0u8; 16];
+    let src: &[u8; 16] = match buf.get(start..start + 16) {
+        Some(s) => s.try_into().expect("16 bytes"),
+        None => {
+            pad[..len].copy_from_slice(&buf[start..start + len]);
+            &pad
+        }
+    };
+    let (lo, hi) = src.split_at(8);
+    let la = len.min(8);
+    let a = u64::from_le_bytes(lo.try_into().expect("8 bytes")) & MASKS[la];
+    let b = u64::from_le_bytes(hi.try_into().expect("8 bytes")) & MASKS[len - la];
+    let ka = seed ^ 0x243F_6A88_85A3_08D3;
+    let kb = seed.rotate_left(32) ^ 0x1319_8A2E_0370_7344 ^ (len as u64).wrapping_mul(K1);
+    let x = u128::from(a ^ ka) * u128::from(b ^ kb);
+    fmix64(x as u64 ^ (x >> 64) as u64)
+}
+
 const SEP: u8 = 0xFF;
 const SKIP: u8 = 0xFE;
 /// Class of every byte >= 0x80 (the start or continuation of a multi-byte character).
@@ -270,7 +317,7 @@ fn flush(
         }
     }
     if !word.is_empty() {
-        out.push(xxh3_64_with_seed(word, seed));
+        out.push(word_hash(word, seed));
         word.clear();
     }
 }
@@ -356,7 +403,7 @@ fn words<const SIMD: bool>(
         if sep {
             if word.is_empty() && !exotic {
                 if i > run {
-                    out.push(xxh3_64_with_seed(&bytes[run..i], seed));
+                    out.push(word_hash_at(bytes, run, i - run, seed));
                 }
             } else {
                 word.extend_from_slice(&bytes[run..i]);
@@ -370,7 +417,7 @@ fn words<const SIMD: bool>(
     }
     if word.is_empty() && !exotic {
         if n > run {
-            out.push(xxh3_64_with_seed(&bytes[run..n], seed));
+            out.push(word_hash_at(bytes, run, n - run, seed));
         }
     } else {
         word.extend_from_slice(&bytes[run..n]);
@@ -583,7 +630,7 @@ mod tests {
         normalize(text, norm)
             .split(' ')
             .filter(|w| !w.is_empty())
-            .map(|w| xxh3_64_with_seed(w.as_bytes(), cfg.seed))
+            .map(|w| word_hash(w.as_bytes(), cfg.seed))
             .collect()
     }
 
@@ -671,6 +718,48 @@ mod tests {
             }
             assert!(expect.len() > 400, "{}", expect.len());
         }
+    }
+
+    #[test]
+    fn word_hash_separates_words() {
+        // every word of 1-3 letters over a small alphabet, and longer ones around the 8/16 limits
+        let mut words: Vec<Vec<u8>> = Vec::new();
+        let alpha = b"ab0z\xc3\xa9";
+        for len in 1..=4usize {
+            let mut idx = vec![0usize; len];
+            loop {
+                words.push(idx.iter().map(|&k| alpha[k]).collect());
+                let mut p = 0;
+                while p < len && idx[p] == alpha.len() - 1 {
+                    idx[p] = 0;
+                    p += 1;
+                }
+                if p == len {
+                    break;
+                }
+                idx[p] += 1;
+            }
+        }
+        for len in [7usize, 8, 9, 15, 16, 17, 40] {
+            for k in 0..50u8 {
+                let mut w = vec![b'q'; len];
+                w[usize::from(k) % len] = b'a' + k % 26;
+                w[len - 1] = b'0' + k % 10;
+                words.push(w);
+            }
+        }
+        words.sort();
+        words.dedup();
+        let mut hashes: Vec<u64> = words.iter().map(|w| word_hash(w, 1)).collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        assert_eq!(hashes.len(), words.len());
+        // in place (bytes after the word are ignored) equals the copied word
+        let text = b"abc defghijklmnopq rs";
+        assert_eq!(word_hash_at(text, 0, 3, 1), word_hash(b"abc", 1));
+        assert_eq!(word_hash_at(text, 4, 14, 1), word_hash(b"defghijklmnopq", 1));
+        assert_eq!(word_hash_at(text, 19, 2, 1), word_hash(b"rs", 1));
+        assert_ne!(word_hash(b"abc", 1), word_hash(b"abc", 2));
     }
 
     #[test]
