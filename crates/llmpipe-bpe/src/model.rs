@@ -6,6 +6,7 @@ use ahash::AHashMap;
 use rayon::prelude::*;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::Mutex;
 
 /// Pieces longer than this (in bytes) use the heap-based merge; shorter ones a linear rescan.
 const SCAN_MAX: usize = 48;
@@ -96,6 +97,24 @@ pub struct EncodeState {
     short: AHashMap<u128, (u32, u32)>,
     long: AHashMap<Box<[u8]>, (u32, u32)>,
     ids: Vec<u32>,
+}
+
+/// One [`EncodeState`] per worker thread of the rayon pool for one batch call, so each thread's
+/// piece cache stays warm across all the texts it encodes (a state per rayon job started cold
+/// many times per call: more BPE work and rehashing than one thread encoding everything).
+struct States(Vec<Mutex<EncodeState>>);
+
+impl States {
+    fn new() -> Self {
+        States((0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect())
+    }
+
+    /// Run `f` with the calling worker's state (uncontended: a worker runs one job at a time).
+    fn with<R>(&self, f: impl FnOnce(&mut EncodeState) -> R) -> R {
+        let i = rayon::current_thread_index().unwrap_or(0) % self.0.len();
+        let mut g = self.0[i].lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut g)
+    }
 }
 
 impl EncodeState {
@@ -506,13 +525,14 @@ impl Tokenizer {
         allowed: &Allowed,
     ) -> Result<Vec<Vec<u32>>, Error> {
         let re = self.allowed_regex(allowed)?;
+        let states = States::new();
         Ok(texts
             .par_iter()
             .with_min_len(8)
-            .map_init(EncodeState::default, |st, t| {
+            .map(|t| {
                 let t = t.as_ref();
                 let mut out = Vec::with_capacity(t.len() / 3 + 1);
-                self.encode_into(t, re.as_ref(), &mut out, st);
+                states.with(|st| self.encode_into(t, re.as_ref(), &mut out, st));
                 out
             })
             .collect())
@@ -524,14 +544,33 @@ impl Tokenizer {
         texts: &[S],
         allowed: &Allowed,
     ) -> Result<(Vec<u32>, Vec<i64>), Error> {
-        let parts = self.encode_batch(texts, allowed)?;
-        let total: usize = parts.iter().map(Vec::len).sum();
+        let re = self.allowed_regex(allowed)?;
+        let states = States::new();
+        // Contiguous chunks of texts, each encoded into one flat buffer (no vector per text).
+        let chunk = (texts.len() / (rayon::current_num_threads() * 16)).clamp(1, 256);
+        let parts: Vec<(Vec<u32>, Vec<i64>)> = texts
+            .par_chunks(chunk)
+            .map(|c| {
+                let bytes: usize = c.iter().map(|t| t.as_ref().len()).sum();
+                let mut flat = Vec::with_capacity(bytes / 3 + 1);
+                let mut ends = Vec::with_capacity(c.len());
+                states.with(|st| {
+                    for t in c {
+                        self.encode_into(t.as_ref(), re.as_ref(), &mut flat, st);
+                        ends.push(flat.len() as i64);
+                    }
+                });
+                (flat, ends)
+            })
+            .collect();
+        let total: usize = parts.iter().map(|p| p.0.len()).sum();
         let mut flat = Vec::with_capacity(total);
-        let mut offsets = Vec::with_capacity(parts.len() + 1);
+        let mut offsets = Vec::with_capacity(texts.len() + 1);
         offsets.push(0i64);
-        for p in &parts {
-            flat.extend_from_slice(p);
-            offsets.push(flat.len() as i64);
+        for (ids, ends) in &parts {
+            let base = flat.len() as i64;
+            flat.extend_from_slice(ids);
+            offsets.extend(ends.iter().map(|e| base + e));
         }
         Ok((flat, offsets))
     }

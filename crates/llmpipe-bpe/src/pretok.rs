@@ -398,10 +398,10 @@ impl Scan<'_> {
 impl Builtin {
     /// The scanner for a pattern source, if it is one of the built-in patterns.
     pub fn for_source(src: &str) -> Option<Builtin> {
-        use crate::pattern::{CL100K, GPT2, O200K};
+        use crate::pattern::{CL100K, CL100K_TIKTOKEN, GPT2, O200K};
         match src {
             GPT2 => Some(Builtin::Gpt2),
-            CL100K => Some(Builtin::Cl100k),
+            CL100K | CL100K_TIKTOKEN => Some(Builtin::Cl100k),
             O200K => Some(Builtin::O200k),
             _ => None,
         }

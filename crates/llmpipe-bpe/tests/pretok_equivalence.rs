@@ -2,13 +2,16 @@
 //! the engine tiktoken uses): identical pieces on real text in many languages, on generated
 //! adversarial strings and on random Unicode, for gpt2, cl100k and o200k.
 
+use llmpipe_bpe::pattern::CL100K_TIKTOKEN;
 use llmpipe_bpe::{pattern_by_name, PreTokenizer};
 use std::path::PathBuf;
 
-const PATTERNS: [&str; 3] = ["gpt2", "cl100k", "o200k"];
+/// The three names, and tiktoken's own cl100k source (`\p{N}{1,3}+`), which shares cl100k's scanner.
+const PATTERNS: [&str; 4] = ["gpt2", "cl100k", "o200k", "cl100k-tiktoken"];
 
 fn pre(name: &str) -> PreTokenizer {
-    let p = PreTokenizer::new(pattern_by_name(name).unwrap()).unwrap();
+    let src = if name == "cl100k-tiktoken" { CL100K_TIKTOKEN } else { pattern_by_name(name).unwrap() };
+    let p = PreTokenizer::new(src).unwrap();
     assert!(p.is_builtin(), "{name} should use the hand-written scanner");
     p
 }
