@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
 
-Texts = pa.Array | pa.ChunkedArray | Iterable[str]
+Texts: TypeAlias = Sequence[str] | pa.Array | pa.ChunkedArray
 
 
 def string_buffers(texts: Texts) -> tuple[np.ndarray, np.ndarray]:
