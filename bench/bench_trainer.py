@@ -5,8 +5,10 @@ same batch shape and the same data, measured in the same run with the same threa
     python bench/bench_trainer.py [--quick] [--threads 2] [--data SHARDS]
 
 Both sides run fp32 so that the compute is identical (bf16 on CPU varies with the kernel library);
-each runs in its own fresh process, the first half of the steps is warm-up, and the sides alternate
-over several runs (best of each), since this machine may be shared.
+each runs in its own fresh process, the first half of the steps is warm-up, the sides alternate over
+--repeats runs, and each step is timed on its own: the best step is the least disturbed by other work
+on a shared machine (the median is printed too). Tokens per CPU-second (process
+CPU time, all threads, the loader's included) is steadier than wall time when other work competes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +31,7 @@ MODEL = {"dim": 256, "n_layers": 4, "n_heads": 8}
 SEQ_LEN, BATCH = 256, 8
 
 
-def bare(data: Path, steps: int) -> dict[str, float]:
+def bare(data: Path, steps: int) -> dict[str, list[float]]:
     """The reference: model, AdamW, clipping, a random batch per step; nothing else."""
     import numpy as np
     import torch
@@ -44,11 +47,9 @@ def bare(data: Path, steps: int) -> dict[str, float]:
     model.init_weights(seed=0)  # the trainer's default seed: the same initial weights
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
     rng = np.random.default_rng(0)
-    warm = steps // 2
-    t0 = 0.0
-    for i in range(steps):
-        if i == warm:
-            t0 = time.perf_counter()
+    wall, cpu = [], []
+    for _ in range(steps):
+        t0, c0 = time.perf_counter(), time.process_time()
         rows, _ = ds.gather(rng.integers(0, len(ds), BATCH))
         x, y = torch.from_numpy(rows[:, :-1]), torch.from_numpy(rows[:, 1:].copy())
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
@@ -56,11 +57,14 @@ def bare(data: Path, steps: int) -> dict[str, float]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-    dt = time.perf_counter() - t0
-    return {"tokens_per_s": (steps - warm) * BATCH * SEQ_LEN / dt, "final_loss": float(loss)}
+        float(loss)  # the trainer reads its loss every step too (for the spike guard)
+        wall.append(BATCH * SEQ_LEN / (time.perf_counter() - t0))
+        cpu.append(BATCH * SEQ_LEN / (time.process_time() - c0))
+    warm = steps // 2
+    return {"tokens_per_s": wall[warm:], "tokens_per_cpu_s": cpu[warm:]}
 
 
-def trainer(data: Path, steps: int, nproc: int, out: Path, env: dict[str, str]) -> dict[str, float]:
+def trainer(data: Path, steps: int, nproc: int, out: Path, env: dict[str, str]) -> dict[str, list[float]]:
     warm = steps // 2
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,7 +73,7 @@ def trainer(data: Path, steps: int, nproc: int, out: Path, env: dict[str, str]) 
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
         f"--master_port={port}", str(ROOT / "train/pretrain.py"), "--data", str(data), "--out", str(out),
         *(f"--model.{k}={v}" for k, v in MODEL.items()), f"--data.batch_size={BATCH // nproc}",
-        f"--train.steps={steps}", f"--train.log_every={warm}", "--train.val_every=0",
+        f"--train.steps={steps}", "--train.log_every=1", "--train.val_every=0",
         "--parallel.mixed_precision=fp32", "--metrics.tensorboard=false", "--optim.warmup_steps=10",
         "--model.doc_mask=false", "--checkpoint.every=0",
     ]  # fmt: skip
@@ -77,8 +81,9 @@ def trainer(data: Path, steps: int, nproc: int, out: Path, env: dict[str, str]) 
     if proc.returncode != 0:
         raise SystemExit(f"trainer failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
     recs = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
-    last = [r for r in recs if r.get("step") == steps and "tokens_per_s" in r][0]
-    return {"tokens_per_s": last["tokens_per_s"], "final_loss": last["loss"]}
+    timed = [r for r in recs if "tokens_per_s" in r and r["step"] > warm]
+    assert len(timed) == steps - warm, timed
+    return {k: [r[k] for r in timed] for k in ("tokens_per_s", "tokens_per_cpu_s")}
 
 
 def main() -> int:
@@ -89,6 +94,7 @@ def main() -> int:
     ap.add_argument(
         "--data", type=Path, default=None, help="shards with seq_len 256 (default: bytes of text)"
     )
+    ap.add_argument("--repeats", type=int, default=0, help="alternating runs per side (default 3, quick 1)")
     ap.add_argument("--bare-worker", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     steps = args.steps or (20 if args.quick else 60)
@@ -109,14 +115,18 @@ def main() -> int:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
             refs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
             ours.append(trainer(data, steps, 1, Path(tmp) / f"run{i}", env))
-    ref = max(refs, key=lambda r: r["tokens_per_s"])
-    best = max(ours, key=lambda r: r["tokens_per_s"])
-    ratio = best["tokens_per_s"] / ref["tokens_per_s"]
     print(f"model {MODEL}, batch {BATCH} x {SEQ_LEN} tokens, {steps} steps ({steps // 2} timed), "
-          f"{args.threads} threads, fp32, CPU, best of {args.repeats} alternating runs")  # fmt: skip
-    print("bare PyTorch loop : " + ", ".join(f"{r['tokens_per_s']:.0f}" for r in refs) + " tokens/s")
-    print("llmpipe trainer   : " + ", ".join(f"{r['tokens_per_s']:.0f}" for r in ours) + " tokens/s")
-    print(f"trainer / bare    : {ratio:.3f}  (overhead {100 * (1 - ratio):+.1f}%, best against best)")
+          f"{args.threads} threads, fp32, CPU, {args.repeats} alternating run(s) per side")  # fmt: skip
+    for key, label in (("tokens_per_s", "tokens/s (wall)"), ("tokens_per_cpu_s", "tokens per CPU-second")):
+        a = [v for r in refs for v in r[key]]
+        b = [v for r in ours for v in r[key]]
+        print(f"{label}, per step: best | median")
+        print(f"  bare PyTorch loop : {max(a):8.0f} | {statistics.median(a):8.0f}")
+        print(f"  llmpipe trainer   : {max(b):8.0f} | {statistics.median(b):8.0f}")
+        best, med = max(b) / max(a), statistics.median(b) / statistics.median(a)
+        print(
+            f"  trainer / bare    : {best:8.3f} | {med:8.3f}   (overhead {100 * (1 - best):+.1f}% best-step)"
+        )
     return 0
 
 

@@ -58,25 +58,32 @@ def peak_memory_mib(device: torch.device) -> float:
 
 
 class Throughput:
-    """Tokens per second (all ranks) and MFU between two ``tick`` calls."""
+    """Tokens per second (all ranks), MFU and tokens per CPU-second (this rank) between two ``tick``s."""
 
     def __init__(self, flops_token: float, world: int, peak: float | None) -> None:
         self.flops_token = flops_token
         self.world = world
         self.peak = peak
         self.t = time.perf_counter()
+        self.cpu = time.process_time()
         self.tokens = 0
 
     def add(self, tokens: int) -> None:
         self.tokens += tokens
 
     def tick(self) -> dict[str, float | None]:
-        now = time.perf_counter()
-        dt, tokens = max(now - self.t, 1e-9), self.tokens
-        self.t, self.tokens = now, 0
+        now, cpu = time.perf_counter(), time.process_time()
+        dt, dcpu, tokens = max(now - self.t, 1e-9), max(cpu - self.cpu, 1e-9), self.tokens
+        self.t, self.cpu, self.tokens = now, cpu, 0
         tps = tokens / dt
         mfu = None if self.peak is None else tps * self.flops_token / (self.peak * 1e12 * self.world)
-        return {"tokens_per_s": tps, "tokens_per_s_per_device": tps / self.world, "mfu": mfu}
+        return {
+            "tokens_per_s": tps,
+            "tokens_per_s_per_device": tps / self.world,
+            "mfu": mfu,
+            # this process's CPU time (all its threads): steadier than wall time on a shared machine
+            "tokens_per_cpu_s": tokens / self.world / dcpu,
+        }
 
 
 class MetricsWriter:

@@ -12,6 +12,7 @@ reduction, fp32 master weights and optimizer state.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -75,22 +76,37 @@ def build_mesh(cfg: ParallelConfig, world: int, device_type: str) -> DeviceMesh:
 
 
 def apply_fsdp(model: nn.Module, cfg: ParallelConfig, mesh: DeviceMesh) -> nn.Module:
-    """Optionally compile each block, then ``fully_shard`` each block and the root."""
+    """Optionally compile each block, then ``fully_shard`` each block and the root.
+
+    On a single rank there is nothing to shard: the model stays a plain module (FSDP would only copy
+    parameters and gradients through its buffers) and bf16 comes from ``autocast`` instead."""
+    layers = model.get_submodule("layers")
+    assert isinstance(layers, nn.ModuleList)
+    if hasattr(model, "activation_checkpointing"):
+        model.activation_checkpointing = cfg.activation_checkpointing
+    if mesh.size() == 1:
+        if cfg.compile:
+            for block in layers:
+                block.compile()
+        return model
     if cfg.mixed_precision == "bf16":
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     else:
         mp = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
-    layers = model.get_submodule("layers")
-    assert isinstance(layers, nn.ModuleList)
     for i, block in enumerate(layers):
         if cfg.compile:
             block.compile()  # in place: parameter names (and so checkpoints) stay the same
         # the last block's parameters are needed again at once by backward: keep them gathered
         fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=i < len(layers) - 1)
     fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
-    if hasattr(model, "activation_checkpointing"):
-        model.activation_checkpointing = cfg.activation_checkpointing
     return model
+
+
+def autocast(cfg: ParallelConfig, d: Dist) -> contextlib.AbstractContextManager[None]:
+    """bf16 compute on a single rank (with several, FSDP's MixedPrecisionPolicy does it)."""
+    if d.world_size == 1 and cfg.mixed_precision == "bf16":
+        return torch.autocast(d.device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def all_reduce_(t: torch.Tensor) -> torch.Tensor:

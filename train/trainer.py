@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ from train.config import RunConfig
 from train.guard import SpikeGuard
 from train.metrics import MetricsWriter, Throughput, peak_memory_mib
 from train.optim import clip_grad_norm
-from train.parallel import Dist, all_reduce_, all_reduce_sum
+from train.parallel import Dist, all_reduce_, all_reduce_sum, autocast
 
 SPIKE_SCALE = 1000.0  # debug.inject_spike_at_step multiplies the loss by this
 
@@ -41,6 +44,7 @@ def forward_backward(
     global_tokens: float | torch.Tensor,
     world_size: int,
     scale: float = 1.0,
+    amp: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
 ) -> torch.Tensor:
     """Accumulate gradients of the mean loss over all ``global_tokens`` target tokens of the step
     (every rank, every micro-batch). FSDP averages gradients over ranks, so each rank's summed loss is
@@ -52,7 +56,8 @@ def forward_backward(
         norm = torch.tensor(world_size / max(global_tokens, 1.0))
     loss_sum = torch.zeros((), dtype=torch.float64, device=batches[0].input.device)
     for b in batches:
-        logits = model(b.input, b.doc_ids)
+        with amp():  # forward only; backward runs outside autocast
+            logits = model(b.input, b.doc_ids)
         loss = F.cross_entropy(logits.flatten(0, 1), b.target.flatten(), ignore_index=-100, reduction="sum")
         loss = loss * scale
         (loss * norm.to(loss.device)).backward()
@@ -113,7 +118,8 @@ class Trainer:
     def train_step(self, batches: list[Batch]) -> StepResult:
         # token count and loss are reduced as device tensors: one host sync per step, for the guard
         tokens = all_reduce_(torch.stack([(b.target != -100).sum() for b in batches]).sum().double())
-        loss_sum = forward_backward(self.model, batches, tokens, self.d.world_size, self._loss_scale())
+        amp = functools.partial(autocast, self.cfg.parallel, self.d)
+        loss_sum = forward_backward(self.model, batches, tokens, self.d.world_size, self._loss_scale(), amp)
         total, global_tokens = torch.stack([all_reduce_(loss_sum), tokens]).tolist()
         mean = total / max(global_tokens, 1.0)
         decision = self.guard.check(mean)
@@ -148,7 +154,8 @@ class Trainer:
         for i, b in enumerate(loader):
             if i >= self.cfg.train.val_batches:
                 break
-            logits = self.model(b.input, b.doc_ids)
+            with autocast(self.cfg.parallel, self.d):
+                logits = self.model(b.input, b.doc_ids)
             loss += float(F.cross_entropy(logits.flatten(0, 1), b.target.flatten(), reduction="sum"))
             tokens += count_targets(b)
         self.model.train()
