@@ -10,7 +10,9 @@
 ``doc`` is the position of a document in the concatenated key files; ``idh`` (a hash of the id)
 orders documents inside a bucket and the cluster keeps the smallest id, so the drops depend only on
 the set of documents, never on input order, batch size or worker count. Every step writes through
-a temporary file and a rename and is skipped when its output exists, so a killed run resumes.
+a temporary file and a rename and is skipped when its output exists, so a killed run resumes and a
+retried task (a lost Ray node) is safe. shuffle, groups and edges run through an executor (``map``
+of these module-level functions: Ray tasks on a cluster); only cluster and drops run on the driver.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmpipe import _core
-from llmpipe.curate.stage import DROPS_SCHEMA
+from llmpipe.curate.stage import DROPS_SCHEMA, Executor, executor_workers, map_with
 from llmpipe.dedup import Shingling, string_buffers
 
 ROW_BYTES = 20  # one shuffled band row: bucket u64 + idh u64 + doc u32
@@ -179,10 +181,41 @@ def _ids_of(
             row += m
 
 
+def edges_task(
+    groups_files: Sequence[Path],
+    key_files: Sequence[Path],
+    bases: Sequence[int],
+    n: int,
+    verify_threshold: float | None,
+    outs: Sequence[Path],
+) -> list[Path]:
+    """Edges of a run of partitions: one shingle store for their candidates, one edge file each.
+
+    Locally one task covers every partition (the store is loaded once); on a cluster each task
+    covers ``parts / workers`` partitions and reads the shingles of its own candidates only.
+    """
+    if all(o.exists() for o in outs):
+        return list(outs)
+    store = None
+    if verify_threshold is not None:
+        wanted = np.zeros(n, dtype=bool)
+        for g in groups_files:
+            wanted[_groups(g)[1]] = True
+        store = load_shingles(key_files, bases, wanted)
+        del wanted
+    return [
+        partition_edges(g, store, verify_threshold or 0.0, o) for g, o in zip(groups_files, outs, strict=True)
+    ]
+
+
 def resolve(
-    key_files: Sequence[Path], workdir: Path, verify_threshold: float | None, partition_bytes: int
+    key_files: Sequence[Path],
+    workdir: Path,
+    verify_threshold: float | None,
+    partition_bytes: int,
+    executor: Executor | None = None,
 ) -> pa.Table:
-    """Run shuffle -> groups -> edges -> cluster -> drops over the key files of every input."""
+    """Run shuffle -> groups -> edges (through ``executor``) -> cluster -> drops (here)."""
     key_files = [f for f in key_files if pq.read_metadata(f).num_rows > 0]
     counts = [pq.read_metadata(f).num_rows for f in key_files]
     bases = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -194,21 +227,31 @@ def resolve(
     width = pq.read_schema(key_files[0]).field("bands").type.list_size
     parts = num_partitions(n, width, partition_bytes)
     shuffle = workdir / "shuffle"
-    for i, f in enumerate(key_files):
-        shuffle_file(f, i, int(bases[i]), parts, shuffle)
-    groups = [
-        partition_groups(shuffle / f"part-{p:05d}", workdir / "groups" / f"{p:05d}.parquet")
-        for p in range(parts)
-    ]
-    store = None
-    if verify_threshold is not None:
-        wanted = np.zeros(n, dtype=bool)
-        for g in groups:
-            wanted[_groups(g)[1]] = True
-        store = load_shingles(key_files, bases[:-1].tolist(), wanted)
-        del wanted
-    edges = [partition_edges(g, store, verify_threshold or 0.0, workdir / "edges" / g.name) for g in groups]
-    del store
+    map_with(
+        executor,
+        shuffle_file,
+        [(f, i, int(bases[i]), parts, shuffle) for i, f in enumerate(key_files)],
+        "near_dedup shuffle",
+    )
+    groups: list[Path] = map_with(
+        executor,
+        partition_groups,
+        [(shuffle / f"part-{p:05d}", workdir / "groups" / f"{p:05d}.parquet") for p in range(parts)],
+        "near_dedup groups",
+    )
+    tasks = min(parts, executor_workers(executor))
+    runs = [groups[t * parts // tasks : (t + 1) * parts // tasks] for t in range(tasks)]
+    base_list = bases[:-1].tolist()
+    edge_runs = map_with(
+        executor,
+        edges_task,
+        [
+            (r, key_files, base_list, n, verify_threshold, [workdir / "edges" / g.name for g in r])
+            for r in runs
+        ],
+        "near_dedup edges",
+    )
+    edges = [e for r in edge_runs for e in r]
     uf = _core.UnionFind(n)
     for e in edges:
         t = pq.read_table(e)

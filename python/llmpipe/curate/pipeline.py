@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +25,15 @@ import pyarrow.parquet as pq
 
 from llmpipe import __version__
 from llmpipe.curate.settings import CurateConfig
-from llmpipe.curate.stage import DOC_SCHEMA, DocStage, GlobalStage, StageCounts, apply_reasons, word_counts
+from llmpipe.curate.stage import (
+    DOC_SCHEMA,
+    DocStage,
+    Executor,
+    GlobalStage,
+    StageCounts,
+    apply_reasons,
+    word_counts,
+)
 from llmpipe.curate.workdir import AtomicParquetWriter, WorkDir, fault_point, fingerprint, write_table_atomic
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, atomic_write_json, sha256_file
 from llmpipe.errors import InputError
@@ -78,12 +86,10 @@ def segments_of(stages: Sequence[Any]) -> list[Segment]:
     return segs
 
 
-class Executor(Protocol):
-    def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str) -> list[Any]: ...
-
-
 class LocalExecutor:
     """Runs per-input steps one after another in this process (Rust threads use every core)."""
+
+    workers = 1  # one task at a time: a global stage's partition phases share one process
 
     def __init__(self, progress: bool = True) -> None:
         self.progress = progress
@@ -180,7 +186,8 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     return json.loads(marker.read_text())  # exactly what a resumed run reads: same bytes out
 
 
-def resolve_global(job: Job, k: int) -> None:
+def resolve_global(job: Job, k: int, executor: Executor | None = None) -> None:
+    """Run global stage ``k``'s resolve here; its partition phases go through ``executor`` (Ray tasks)."""
     work = WorkDir.open(Path(job.work_root))
     if work.drops(k).exists():
         return
@@ -188,7 +195,9 @@ def resolve_global(job: Job, k: int) -> None:
     assert stage is not None
     shutil.rmtree(work.global_dir(k))  # leftovers of a killed resolve are not inputs to this one
     files = [work.keys(k, i) for i in range(len(job.files))]
-    drops = stage.resolve([f for f in files if pq.read_metadata(f).num_rows > 0], work.global_dir(k))
+    drops = stage.resolve(
+        [f for f in files if pq.read_metadata(f).num_rows > 0], work.global_dir(k), executor
+    )
     write_table_atomic(work.drops(k), drops)
 
 
@@ -303,7 +312,7 @@ def run_curate(
                 quarantine.extend(m["quarantine"])
                 formats[m["format"]] = formats.get(m["format"], 0) + 1
         if seg.ends_with is not None:
-            resolve_global(job, k)
+            resolve_global(job, k, executor)
     k_last = len(segments) - 1
 
     tok_path = work.root / TOKENIZER_FILE

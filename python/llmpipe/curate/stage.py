@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -226,6 +226,24 @@ class Mapper(DocStage):
         return apply_reasons(out, reasons, counts, words)
 
 
+class Executor(Protocol):
+    """Runs ``fn(*a)`` for every ``a`` of ``args`` (here or on a cluster); results in argument order."""
+
+    def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str) -> list[Any]: ...
+
+
+def map_with(
+    executor: Executor | None, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str
+) -> list[Any]:
+    """``executor.map``, or a plain loop in this process without an executor."""
+    return [fn(*a) for a in args] if executor is None else executor.map(fn, args, desc)
+
+
+def executor_workers(executor: Executor | None) -> int:
+    """How many tasks the executor runs at once (``workers`` attribute; 1 in this process)."""
+    return max(1, int(getattr(executor, "workers", 1))) if executor is not None else 1
+
+
 class GlobalStage(Stage):
     """A stage that needs every surviving document of the run before it decides (dedup).
 
@@ -233,6 +251,9 @@ class GlobalStage(Stage):
     the ``id`` column; the executor writes these tables to disk. ``resolve`` reads all of them
     (for Ray: a shuffle by key) and returns a table ``(id: string, reason: string, dup_of: string)``
     of the documents to drop. The result must not depend on input order, batching or worker count.
+    ``resolve`` may run its partitionable phases through ``executor.map`` (module-level functions
+    that write their outputs by atomic rename and skip them when present, so a retried task is
+    safe); without an executor they run in this process.
     """
 
     @abstractmethod
@@ -240,7 +261,7 @@ class GlobalStage(Stage):
         """Per-batch keys for ``resolve`` (must include ``id``)."""
 
     @abstractmethod
-    def resolve(self, key_files: Sequence[Path], workdir: Path) -> pa.Table:
+    def resolve(self, key_files: Sequence[Path], workdir: Path, executor: Executor | None = None) -> pa.Table:
         """Decide globally: the ids to drop, with reason and the id they duplicate."""
 
 

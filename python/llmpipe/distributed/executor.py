@@ -4,7 +4,9 @@ The steps (``map_segment``, ``tokenize_input``) are plain picklable functions of
 their outputs and a completion marker by atomic rename under ``--out``; a retried task (lost node,
 killed worker) finds the marker or rewrites the same bytes, so retries neither lose nor duplicate
 anything. ``--out`` must be on storage every node sees (one machine, NFS, an object-store mount).
-The global steps (dedup resolve, tokenizer training, packing) run on the driver, as in a local run.
+The global dedup stages hand their partition phases (shuffle, per-partition groups and verified
+edges, hash group-by) to ``map`` as well; only their union-find and the final drop list, tokenizer
+training and packing run on the driver, as in a local run. Tasks are named after ``desc``.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class RayExecutor:
             raise InputError(f"RayExecutor: num_cpus must be >= 1, got {num_cpus}")
         self.progress = progress
         self._ray = ray
+        self._num_cpus = num_cpus
         if not ray.is_initialized():
             try:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
@@ -54,11 +57,17 @@ class RayExecutor:
             runtime_env={"env_vars": {"RAYON_NUM_THREADS": str(num_cpus)}},
         )
 
+    @property
+    def workers(self) -> int:
+        """Tasks the cluster runs at once: its CPUs over the CPUs of one task."""
+        return max(1, int(self._ray.cluster_resources().get("CPU", 1)) // self._num_cpus)
+
     def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str) -> list[Any]:
         from tqdm import tqdm
 
         ray = self._ray
-        refs = [self._task.remote(fn, *a) for a in args]
+        task = self._task.options(name=desc)
+        refs = [task.remote(fn, *a) for a in args]
         pending = list(refs)
         with tqdm(total=len(refs), desc=desc, unit="file", disable=not self.progress, leave=False) as bar:
             while pending:

@@ -1,18 +1,27 @@
-"""Exact deduplication: 128-bit hash of the normalised text, global over every input of the run."""
+"""Exact deduplication: 128-bit hash of the normalised text, global over every input of the run.
+
+``resolve`` is a hash-partitioned group-by: a shuffle of the (id, hash) rows by hash (one map task
+per key file), then one group-by per partition (every copy of a text lands in the same one), both
+through the executor; the driver only concatenates the drops and sorts them by id.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmpipe import _core
-from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage
+from llmpipe.curate.stage import DROPS_SCHEMA, Executor, GlobalStage, map_with
+
+KEY_SCHEMA = pa.schema([("id", pa.string()), ("hash", pa.binary(16))])
 
 
 class ExactDedup(GlobalStage):
@@ -45,21 +54,79 @@ class ExactDedup(GlobalStage):
         hashes = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(texts), [None, pa.py_buffer(raw)])
         return pa.table({"id": batch.column("id"), "hash": hashes})
 
-    def resolve(self, key_files: Sequence[Path], workdir: Path) -> pa.Table:
-        tables = [pq.read_table(f) for f in key_files]
-        if not tables:
-            return DROPS_SCHEMA.empty_table()
-        keys = pa.concat_tables(tables)
-        keep = keys.group_by("hash").aggregate([("id", "min"), ("id", "count")])
-        keep = keep.filter(pc.greater(keep["id_count"], 1)).select(["hash", "id_min"])
-        joined = keys.join(keep, "hash", join_type="inner")
-        drops = joined.filter(pc.not_equal(joined["id"], joined["id_min"]))
-        drops = drops.sort_by("id")
-        return pa.table(
-            {
-                "id": drops["id"],
-                "reason": pa.array(["exact_duplicate"] * drops.num_rows, pa.string()),
-                "dup_of": drops["id_min"],
-            },
-            schema=DROPS_SCHEMA,
+    def resolve(self, key_files: Sequence[Path], workdir: Path, executor: Executor | None = None) -> pa.Table:
+        rows = sum(pq.read_metadata(f).num_rows for f in key_files)
+        return resolve_partitioned(key_files, workdir, max(1, -(-rows // ROWS_PER_PARTITION)), executor)
+
+
+#: key rows (16-byte hash + id, ~60 bytes in memory) grouped by one partition task: ~256 MB
+ROWS_PER_PARTITION = 4_000_000
+
+
+def _atomic_parquet(path: Path, table: pa.Table) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+def shuffle_keys(key_file: Path, file_no: int, parts: int, out: Path) -> None:
+    """Map step: route the (id, hash) rows of one key file to partition ``hash % parts``."""
+    done = out / f"{file_no:06d}.done"
+    if done.exists():
+        return
+    t = pq.read_table(key_file, columns=["id", "hash"])
+    h = t.column("hash").combine_chunks()
+    raw = np.frombuffer(h.buffers()[1], np.uint8)[h.offset * 16 : (h.offset + len(h)) * 16]
+    part = raw.reshape(-1, 16)[:, :8].copy().view("<u8").ravel() % np.uint64(parts)
+    for p in range(parts):
+        _atomic_parquet(out / f"part-{p:05d}" / f"{file_no:06d}.parquet", t.filter(pa.array(part == p)))
+    done.touch()
+
+
+def partition_drops(files: Sequence[Path], out: Path) -> Path:
+    """Per partition (every row of a hash is in one): (id, dup_of) for all but the smallest id."""
+    if out.exists():
+        return out
+    tables = [pq.read_table(f, columns=["id", "hash"]) for f in files]
+    keys = pa.concat_tables(tables) if tables else KEY_SCHEMA.empty_table()
+    keep = keys.group_by("hash").aggregate([("id", "min"), ("id", "count")])
+    keep = keep.filter(pc.greater(keep["id_count"], 1)).select(["hash", "id_min"])
+    joined = keys.join(keep, "hash", join_type="inner")
+    drops = joined.filter(pc.not_equal(joined["id"], joined["id_min"]))
+    _atomic_parquet(out, pa.table({"id": drops["id"], "dup_of": drops["id_min"]}))
+    return out
+
+
+def resolve_partitioned(
+    key_files: Sequence[Path], workdir: Path, parts: int, executor: Executor | None = None
+) -> pa.Table:
+    """Group by hash in ``parts`` hash partitions (tasks of ``executor``), then sort the drops by id."""
+    if not key_files:
+        return DROPS_SCHEMA.empty_table()
+    if parts == 1:
+        inputs = [list(key_files)]
+    else:
+        shuffle = workdir / "shuffle"
+        map_with(
+            executor,
+            shuffle_keys,
+            [(f, i, parts, shuffle) for i, f in enumerate(key_files)],
+            "exact_dedup shuffle",
         )
+        inputs = [sorted((shuffle / f"part-{p:05d}").glob("*.parquet")) for p in range(parts)]
+    outs = map_with(
+        executor,
+        partition_drops,
+        [(fs, workdir / "drops" / f"{p:05d}.parquet") for p, fs in enumerate(inputs)],
+        "exact_dedup groups",
+    )
+    drops = pa.concat_tables([pq.read_table(o) for o in outs]).sort_by("id")
+    return pa.table(
+        {
+            "id": drops["id"],
+            "reason": pa.array(["exact_duplicate"] * drops.num_rows, pa.string()),
+            "dup_of": drops["dup_of"],
+        },
+        schema=DROPS_SCHEMA,
+    )

@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 import pyarrow as pa
 
 from llmpipe.curate import near_dup_phases
-from llmpipe.curate.stage import GlobalStage
+from llmpipe.curate.stage import Executor, GlobalStage
 from llmpipe.dedup import DEFAULT_VERIFY_THRESHOLD, Shingling, lsh_shape
 from llmpipe.errors import ConfigError
 
@@ -72,7 +72,7 @@ class NearDedup(GlobalStage):
             batch, self.shingling, self.bands, self.rows, keep_shingles=self.verify_threshold is not None
         )
 
-    def resolve(self, key_files: Sequence[Path], workdir: Path) -> pa.Table:
+    def resolve(self, key_files: Sequence[Path], workdir: Path, executor: Executor | None = None) -> pa.Table:
         return near_dup_phases.resolve(
-            key_files, workdir, self.verify_threshold, int(self.cfg.partition_mb * 1024 * 1024)
+            key_files, workdir, self.verify_threshold, int(self.cfg.partition_mb * 1024 * 1024), executor
         )
