@@ -29,8 +29,10 @@ from conftest import ROOT, run_cli
 
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
+# near dedup on (the default) with small shuffle partitions, so its per-partition phases are many tasks
 SMALL = (
     "pack:\n  seq_len: 128\n  samples_per_shard: 200\n  val_fraction: 0.1\ntokenizer:\n  vocab_size: 300\n"
+    "near_dedup:\n  enabled: true\n  partition_mb: 0.005\n"
 )
 INPUTS = (
     "cc-en-head-0091.jsonl",
@@ -212,6 +214,16 @@ def test_job_submit_matches_local(
     # the per-input steps really ran on both nodes
     nodes = {t["node_id"] for t in _tasks(cluster) if t["state"] == "FINISHED"}
     assert len(nodes) == 2, nodes
+    # near dedup's partition phases ran as cluster tasks: shuffle per input, groups per partition,
+    # edges per worker CPU (2); the exact dedup group-by too; only the union-find ran on the driver
+    done: dict[str, int] = {}
+    for t in _tasks(cluster):
+        if t["state"] == "FINISHED":
+            done[str(t["name"])] = done.get(str(t["name"]), 0) + 1
+    assert done.get("near_dedup shuffle", 0) >= len(INPUTS) - 1, done
+    assert done.get("near_dedup groups", 0) >= 3, done
+    assert done.get("near_dedup edges", 0) == 2, done
+    assert done.get("exact_dedup groups", 0) >= 1, done
 
 
 def test_launcher_entry_script_with_relative_paths(
@@ -258,6 +270,7 @@ def test_worker_node_lost_mid_job(
                 t
                 for t in _tasks(cluster)
                 if t["task_id"] not in seen
+                and t["name"] == "segment 0"  # reading and extracting an input: seconds, not ms
                 and t["node_id"] == worker_node
                 and t["state"] not in ("FINISHED", "FAILED")
             ),
@@ -279,4 +292,9 @@ def test_worker_node_lost_mid_job(
     _same_tree(local, out)
     retried = [t for t in _tasks(cluster) if t["task_id"] not in seen and t["attempt_number"] > 0]
     assert retried, "the killed node's task was not retried"
-    assert worker_node not in {n["node_id"] for n in _nodes(cluster) if n["state"] == "ALIVE"}
+    # the node is really gone (the GCS marks it dead after its health checks fail: seconds)
+    alive = lambda: {n["node_id"] for n in _nodes(cluster) if n["state"] == "ALIVE"}  # noqa: E731
+    deadline = time.time() + 90
+    while worker_node in alive() and time.time() < deadline:
+        time.sleep(1)
+    assert worker_node not in alive()

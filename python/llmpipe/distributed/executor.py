@@ -51,11 +51,12 @@ class RayExecutor:
                 raise InputError(f"--ray {address}: cannot connect to a Ray cluster ({e})") from e
         # The Rust stages use rayon: as many threads as CPUs Ray reserved for the task, not every core
         # of the node. Task env_vars are merged with the job's runtime env (working_dir is inherited).
-        self._task = ray.remote(_call).options(
-            num_cpus=num_cpus,
-            max_retries=max_retries,
-            runtime_env={"env_vars": {"RAYON_NUM_THREADS": str(num_cpus)}},
-        )
+        self._remote = ray.remote(_call)
+        self._options: dict[str, Any] = {
+            "num_cpus": num_cpus,
+            "max_retries": max_retries,
+            "runtime_env": {"env_vars": {"RAYON_NUM_THREADS": str(num_cpus)}},
+        }
 
     @property
     def workers(self) -> int:
@@ -66,7 +67,7 @@ class RayExecutor:
         from tqdm import tqdm
 
         ray = self._ray
-        task = self._task.options(name=desc)
+        task = self._remote.options(**self._options, name=desc)
         refs = [task.remote(fn, *a) for a in args]
         pending = list(refs)
         with tqdm(total=len(refs), desc=desc, unit="file", disable=not self.progress, leave=False) as bar:
