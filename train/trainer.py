@@ -14,7 +14,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from llmpipe.data import Batch, ShardDataset, TokenLoader
+from llmpipe.errors import LlmpipeError
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 
 from train.checkpoint import Checkpointer
 from train.config import RunConfig
@@ -97,12 +99,24 @@ class Trainer:
         }
 
     def restore(self, path: Path, *, rollback: bool = False) -> None:
-        saved = self.ckpt.load(path, self.model, self.optimizer, restore_rng=not rollback)
+        try:
+            saved = self.ckpt.load(path, self.model, self.optimizer, restore_rng=not rollback)
+        except (ValueError, RuntimeError, CheckpointException) as e:
+            raise LlmpipeError(
+                f"{path} does not fit this run's model ({str(e).splitlines()[0][:300]}); "
+                "train into a new --out directory or pass --checkpoint.resume=false"
+            ) from e
         self.step = saved["step"]
         self.scheduler.load_state_dict(saved["scheduler"])
         self.guard.load_state_dict(saved["guard"])
         if not rollback:  # a rollback keeps the loader where it is: the data after the spike is skipped
-            self.loader.load_state_dict(saved["loader"])
+            try:
+                self.loader.load_state_dict(saved["loader"])
+            except ValueError as e:
+                raise LlmpipeError(
+                    f"{path} was written for other shards or another data order ({e}); "
+                    "train into a new --out directory or pass --checkpoint.resume=false"
+                ) from e
 
     def save(self, *, blocking: bool) -> None:
         self.ckpt.save(self.step, self.model, self.optimizer, self.train_state(), blocking=blocking)
