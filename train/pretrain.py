@@ -103,6 +103,7 @@ def run(cfg: RunConfig, out: Path) -> None:
         seed=cfg.data.seed,
         device=d.device,
         prefetch=cfg.data.prefetch,
+        doc_ids=cfg.model.doc_mask,  # per-token document ids only when the model masks with them
     )
     ckpt = Checkpointer(out, cfg.checkpoint, rank=d.rank, world_size=d.world_size)
     fpt = flops_per_token(cfg.model, n_params, train_ds.seq_len)
