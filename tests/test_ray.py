@@ -118,6 +118,9 @@ def cluster() -> Iterator[Cluster]:
     port, dash = _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env |= {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0"}
+    # task states reach the state API within 0.1 s (default 1 s): the fault test must see a task
+    # running on the worker while it still runs
+    env |= {"RAY_task_events_report_interval_ms": "100"}
     c = Cluster(temp_dir, port, f"http://127.0.0.1:{dash}", env, 0)
     try:
         common = ["--num-cpus", "1", "--memory", MEMORY, "--object-store-memory", OBJECT_STORE]
@@ -260,7 +263,11 @@ def test_worker_node_lost_mid_job(
     worker_node = next(n["node_id"] for n in _nodes(cluster) if not n["is_head_node"])
     seen = {t["task_id"] for t in _tasks(cluster)}
     sid = f"fault-{os.getpid()}-{int(time.time())}"
-    p = cluster.submit(out, cfg, data_dir / "web", "--no-wait", "--submission-id", sid)
+    # every input's first step sleeps 5 s on the cluster: the worker surely runs one when it is killed
+    slow = json.dumps({"env_vars": {"LLMPIPE_DELAY_AT": "segment 0:5"}})
+    p = cluster.submit(
+        out, cfg, data_dir / "web", "--no-wait", "--submission-id", sid, "--runtime-env-json", slow
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     deadline = time.time() + 300
     busy = None
@@ -270,7 +277,7 @@ def test_worker_node_lost_mid_job(
                 t
                 for t in _tasks(cluster)
                 if t["task_id"] not in seen
-                and t["name"] == "segment 0"  # reading and extracting an input: seconds, not ms
+                and t["name"] == "segment 0"
                 and t["node_id"] == worker_node
                 and t["state"] not in ("FINISHED", "FAILED")
             ),

@@ -34,7 +34,14 @@ from llmpipe.curate.stage import (
     apply_reasons,
     word_counts,
 )
-from llmpipe.curate.workdir import AtomicParquetWriter, WorkDir, fault_point, fingerprint, write_table_atomic
+from llmpipe.curate.workdir import (
+    AtomicParquetWriter,
+    WorkDir,
+    delay_point,
+    fault_point,
+    fingerprint,
+    write_table_atomic,
+)
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, atomic_write_json, sha256_file
 from llmpipe.errors import InputError
 from llmpipe.io.discover import discover
@@ -156,6 +163,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     marker = work.marker(k, i)
     if marker.exists():
         return json.loads(marker.read_text())
+    delay_point(f"segment {k}")
     seg = segments_of(stages_of(job))[k]
     counts: list[StageCounts] = []
     bad: list[dict[str, Any]] = []

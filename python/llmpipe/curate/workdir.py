@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,18 @@ def fault_point(name: str) -> None:
     """Crash-safety test hook: ``LLMPIPE_FAULT_AFTER=<name>`` SIGKILLs this process when it gets here."""
     if os.environ.get(FAULT_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+DELAY_ENV = "LLMPIPE_DELAY_AT"
+
+
+def delay_point(name: str) -> None:
+    """Fault-tolerance test hook: ``LLMPIPE_DELAY_AT=<name>:<seconds>`` sleeps when a step gets here,
+    so a test can kill a cluster node while that step is surely running on it."""
+    spec = os.environ.get(DELAY_ENV, "")
+    where, _, seconds = spec.rpartition(":")
+    if where == name:
+        time.sleep(float(seconds))
 
 
 def fingerprint(files: list[Path], keys: list[str], config: dict[str, Any], extra: dict[str, Any]) -> str:
