@@ -19,6 +19,8 @@ import torch
 
 from llmpipe.data.dataset import ShardDataset
 
+CHUNK = 4  # batches per hand-off from the prefetch thread
+
 
 @dataclass
 class Batch:
@@ -104,28 +106,38 @@ class TokenLoader:
 
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
-        q: queue.Queue[Any] = queue.Queue(maxsize=max(1, self.prefetch))
+        # batches cross from the prefetch thread in groups of CHUNK: one queue hand-off (thread wake-up
+        # and GIL transfer, ~0.2 ms) per group instead of per batch
+        chunk = max(1, min(CHUNK, self.prefetch))
+        q: queue.Queue[Any] = queue.Queue(maxsize=max(1, -(-self.prefetch // chunk)))
         stop = threading.Event()
         epoch, consumed = self.epoch, self.consumed
+
+        def put(item: Any) -> None:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
 
         def produce() -> None:
             e, c = epoch, consumed
             try:
                 while not stop.is_set():
-                    if not self.infinite and c + self.global_batch > len(self.ds):
-                        q.put(None)
-                        return
-                    idx, e2, c2 = self._indices_at(e, c)
-                    item = (self._make(idx), e2, c2)
-                    while not stop.is_set():
-                        try:
-                            q.put(item, timeout=0.1)
+                    group = []
+                    while len(group) < chunk:
+                        if not self.infinite and c + self.global_batch > len(self.ds):
                             break
-                        except queue.Full:
-                            continue
-                    e, c = e2, c2
+                        idx, e, c = self._indices_at(e, c)
+                        group.append((self._make(idx), e, c))
+                    if group:
+                        put(group)
+                    if len(group) < chunk:
+                        put(None)
+                        return
             except BaseException as exc:  # surface loader errors in the consumer
-                q.put(exc)
+                put(exc)
 
         t = threading.Thread(target=produce, name="llmpipe-prefetch", daemon=True)
         t.start()
@@ -136,10 +148,10 @@ class TokenLoader:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                batch, e, c = item
-                # the state advances only when a batch is handed out, never when it is prefetched
-                self.epoch, self.consumed = e, c
-                yield batch
+                for batch, e, c in item:
+                    # the state advances only when a batch is handed out, never when it is prefetched
+                    self.epoch, self.consumed = e, c
+                    yield batch
         finally:
             stop.set()
             t.join(timeout=5)
