@@ -82,7 +82,7 @@ def test_cli_train_calibrate_and_a_run_at_target_retention(
     cfg.write_text(
         "pack: {seq_len: 128, samples_per_shard: 500}\ntokenizer: {vocab_size: 600}\n"
         "language: {enabled: false}\nc4: {enabled: false}\nfineweb: {enabled: false}\n"
-        f"quality_model: {{enabled: true, model: {model}, target_retention: {target}}}\n"
+        f"quality_model: {{enabled: true, model: {model}, target_retention: {target}, target_of: stage}}\n"
     )
     out = tmp_path / "shards"
     run_cli("curate", str(src), "--out", str(out), "--config", str(cfg))
@@ -91,3 +91,17 @@ def test_cli_train_calibrate_and_a_run_at_target_retention(
     kept = st["tokens_out"] / st["tokens_in"]
     assert abs(kept - target) <= 0.1 * target, (kept, st)
     assert set(st["dropped"]) == {"low_quality_score"}
+
+    # the default: the target is a fraction of the run's input words (what the funnel's first stage read)
+    run_target = 0.1
+    cfg.write_text(
+        cfg.read_text().replace(
+            f"target_retention: {target}, target_of: stage", f"target_retention: {run_target}"
+        )
+    )
+    out2 = tmp_path / "shards-input"
+    run_cli("curate", str(src), "--out", str(out2), "--config", str(cfg))
+    stats2 = json.loads((out2 / "stats.json").read_text())
+    st2 = next(s for s in stats2["stages"] if s["name"] == "quality_model")
+    run_kept = st2["tokens_out"] / stats2["stages"][0]["tokens_in"]
+    assert abs(run_kept - run_target) <= 0.1 * run_target, (run_kept, st2)

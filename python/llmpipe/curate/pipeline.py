@@ -203,6 +203,10 @@ def resolve_global(job: Job, k: int, executor: Executor | None = None) -> None:
     assert stage is not None
     shutil.rmtree(work.global_dir(k))  # leftovers of a killed resolve are not inputs to this one
     files = [work.keys(k, i) for i in range(len(job.files))]
+    markers = [json.loads(work.marker(0, i).read_text()) for i in range(len(job.files))]
+    stage.set_run_input_words(
+        sum(c["tokens_in"] for m in markers for c in m["counts"] if c["name"] == "read")
+    )
     drops = stage.resolve(
         [f for f in files if pq.read_metadata(f).num_rows > 0], work.global_dir(k), executor
     )

@@ -256,6 +256,9 @@ class GlobalStage(Stage):
     safe); without an executor they run in this process.
     """
 
+    def set_run_input_words(self, words: int) -> None:
+        """Told before ``resolve``: the words the run read (its funnel's input). Most stages ignore it."""
+
     @abstractmethod
     def prepare(self, batch: pa.RecordBatch) -> pa.Table:
         """Per-batch keys for ``resolve`` (must include ``id``)."""

@@ -52,8 +52,11 @@ class QualityModelFilter(GlobalStage):
         model: str | None = None
         #: keep documents whose score is >= threshold (ignored when target_retention is set)
         threshold: float = 0.5
-        #: keep this fraction of the words entering the stage (e.g. 0.3); calibrated per run
+        #: keep this fraction of words, calibrated per run (e.g. 0.02): of the run's input words
+        #: (``target_of: input``, the funnel's first stage: raw HTML words for WARC) or of the words
+        #: entering this stage (``target_of: stage``)
         target_retention: float | None = None
+        target_of: str = "input"
         #: calibration sample size (documents, chosen by a hash of their id)
         sample_docs: int = 200_000
 
@@ -64,7 +67,13 @@ class QualityModelFilter(GlobalStage):
             raise ValueError(f"quality_model.model: {cfg.model} does not exist")
         if cfg.target_retention is not None and not 0.0 < cfg.target_retention <= 1.0:
             raise ValueError(f"target_retention must be in (0, 1], not {cfg.target_retention}")
+        if cfg.target_of not in ("input", "stage"):
+            raise ValueError(f"target_of must be 'input' or 'stage', not {cfg.target_of!r}")
         self.cfg = cfg
+        self.run_input_words: int | None = None
+
+    def set_run_input_words(self, words: int) -> None:
+        self.run_input_words = words
 
     @classmethod
     def from_config(cls, cfg: Config) -> QualityModelFilter | None:
@@ -84,14 +93,24 @@ class QualityModelFilter(GlobalStage):
             }
         )
 
+    def stage_fraction(self, stage_words: int) -> float:
+        """``target_retention`` as a fraction of the words entering this stage."""
+        target = float(self.cfg.target_retention or 1.0)
+        if self.cfg.target_of == "stage" or not self.run_input_words or stage_words <= 0:
+            return target
+        return min(1.0, target * self.run_input_words / stage_words)
+
     def threshold_for(self, keys: pa.Table) -> float:
         if self.cfg.target_retention is None:
             return self.cfg.threshold
+        fraction = self.stage_fraction(int(pc.sum(keys["words"]).as_py() or 0))
+        if fraction >= 1.0:
+            return float("-inf")  # the stage gets no more than the target: keep everything
         if keys.num_rows > self.cfg.sample_docs:
             h = np.frombuffer(_core.content_hashes(keys["id"].to_pylist()), dtype="<u8")[::2]
             keys = keys.take(np.argsort(h, kind="stable")[: self.cfg.sample_docs])
         scores = keys["score"].to_numpy()
-        return calibrate(scores, keys["words"].to_numpy(), self.cfg.target_retention)
+        return calibrate(scores, keys["words"].to_numpy(), fraction)
 
     def resolve(self, key_files: Sequence[Path], workdir: Path, executor: Executor | None = None) -> pa.Table:
         tables = [pq.read_table(f) for f in key_files]
