@@ -10,12 +10,10 @@ and their descendants); nothing else using Ray on the machine is touched.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_cli
+from procs import free_port, kill_all, procs, with_descendants
 
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
@@ -46,30 +45,8 @@ MEMORY = str(1_500_000_000)
 OBJECT_STORE = str(150_000_000)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _procs() -> dict[int, tuple[int, str]]:
-    """pid -> (ppid, command line) for every process we can read."""
-    out: dict[int, tuple[int, str]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        out[int(d.name)] = (ppid, cmd)
-    return out
-
-
 def _raylets(temp_dir: Path) -> set[int]:
-    return {p for p, (_, c) in _procs().items() if "raylet/raylet " in c and str(temp_dir) in c}
+    return {p for p, (_, c) in procs().items() if "raylet/raylet " in c and str(temp_dir) in c}
 
 
 @dataclass
@@ -82,18 +59,13 @@ class Cluster:
 
     def owned(self) -> set[int]:
         """Processes this cluster started: those naming its temp dir or port, and their descendants."""
-        procs = _procs()
-        ours = {
+        table = procs()
+        roots = {
             p
-            for p, (_, c) in procs.items()
+            for p, (_, c) in table.items()
             if p != os.getpid() and (str(self.temp_dir) in c or re.search(rf":{self.port}\b", c))
         }
-        grew = True
-        while grew:
-            more = {p for p, (pp, _) in procs.items() if pp in ours and p not in ours}
-            ours |= more
-            grew = bool(more)
-        return ours
+        return with_descendants(roots, table)
 
     def submit(self, out: Path, cfg: Path, data: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         cmd = [RAY, "job", "submit", "--address", self.dashboard, "--working-dir", str(ROOT), *extra]
@@ -102,20 +74,10 @@ class Cluster:
         return subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=600)
 
 
-def _kill_all(pids: set[int]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for p in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p, sig)
-        deadline = time.time() + 10
-        while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-            time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     temp_dir = Path(tempfile.mkdtemp(prefix="llmray", dir="/tmp"))  # short: Ray's unix socket paths
-    port, dash = _free_port(), _free_port()
+    port, dash = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env |= {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0"}
     # task states reach the state API within 0.1 s (default 1 s): the fault test must see a task
@@ -133,7 +95,7 @@ def cluster() -> Iterator[Cluster]:
             "--include-dashboard",
             "true",
         ]
-        head += ["--ray-client-server-port", str(_free_port()), "--temp-dir", str(temp_dir)]
+        head += ["--ray-client-server-port", str(free_port()), "--temp-dir", str(temp_dir)]
         head += ["--disable-usage-stats", *common]
         subprocess.run(head, check=True, capture_output=True, env=env, timeout=300)
         before = _raylets(temp_dir)
@@ -145,7 +107,7 @@ def cluster() -> Iterator[Cluster]:
         _wait_nodes(c, 2)
         yield c
     finally:
-        _kill_all(c.owned())
+        kill_all(c.owned())
         subprocess.run(["rm", "-rf", str(temp_dir)], check=False)
 
 

@@ -17,8 +17,6 @@ import contextlib
 import getpass
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +26,7 @@ from pathlib import Path
 
 import yaml
 from conftest import ROOT, run_cli
+from procs import free_port, kill_all, procs, with_descendants
 
 BIN = Path(sys.executable).parent
 SMALL = (
@@ -69,30 +68,11 @@ print(f"stopped {len(ours)} processes of this cluster")
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _descendants(roots: set[int], mark: str) -> set[int]:
-    procs: dict[int, tuple[int, str]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-        procs[int(d.name)] = (ppid, cmd)
-    ours = set(roots) | {p for p, (_, c) in procs.items() if mark in c and p != os.getpid()}
-    grew = True
-    while grew:
-        more = {p for p, (pp, _) in procs.items() if pp in ours and p not in ours}
-        ours |= more
-        grew = bool(more)
-    return ours
+    table = procs()
+    return with_descendants(
+        set(roots) | {p for p, (_, c) in table.items() if mark in c and p != os.getpid()}, table
+    )
 
 
 def _raylets(mark: str) -> list[int]:
@@ -103,16 +83,6 @@ def _raylets(mark: str) -> list[int]:
             if "raylet" in cmd and mark in cmd:
                 out.append(int(d.name))
     return out
-
-
-def _kill(pids: set[int]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for p in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p, sig)
-        deadline = time.time() + 10
-        while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-            time.sleep(0.2)
 
 
 @contextlib.contextmanager
@@ -159,7 +129,7 @@ def test_ray_up_submit_down_over_ssh(data_dir: Path, tmp_path: Path) -> None:
     try:
         with _restored(*restore):
             # -- an ssh server on 127.0.0.1 for the current user, with a generated key
-            port = _free_port()
+            port = free_port()
             for key in ("key", "host_key"):
                 subprocess.run(
                     ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(t / key)], check=True
@@ -197,7 +167,7 @@ def test_ray_up_submit_down_over_ssh(data_dir: Path, tmp_path: Path) -> None:
 
             # -- the repo's cluster.yaml, pointed at 127.0.0.1
             cfg = yaml.safe_load((ROOT / "configs" / "ray" / "cluster.yaml").read_text())
-            gport, dport, cport = _free_port(), _free_port(), _free_port()
+            gport, dport, cport = free_port(), free_port(), free_port()
             activate = (
                 f"export PATH={t}/bin:{BIN}:$PATH VIRTUAL_ENV={BIN.parent} RAY_USAGE_STATS_ENABLED=0 "
                 f"LLMPIPE_REPO={ROOT}  # {mark}"
@@ -256,7 +226,7 @@ def test_ray_up_submit_down_over_ssh(data_dir: Path, tmp_path: Path) -> None:
             # `ray down` stopped this cluster's Ray processes (raylet, GCS) and nothing else
             assert not _raylets(f"{t}/raytmp"), "ray down left this cluster's raylet running"
     finally:
-        _kill(_descendants(started, mark))
+        kill_all(_descendants(started, mark))
         shutil.rmtree(t, ignore_errors=True)
         for p in launcher_tmp() - tmp_before:  # the launcher's config cache and ssh control sockets
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
