@@ -33,6 +33,39 @@ fn check_words(docs: &[&str]) {
     println!("word hashes of {} docs equal normalize + split under 4 normalisations", docs.len());
 }
 
+/// Configurations whose signatures `SIGS_OUT` writes and `SIGS_REF` compares (byte for byte).
+fn sig_configs() -> Vec<(ShingleConfig, usize)> {
+    use llmpipe_dedup::ShingleUnit::{Chars, Words};
+    let on = ShingleConfig::default().norm;
+    let off = Normalization { nfc: false, lowercase: false, collapse_whitespace: true, strip_punctuation: false };
+    let mixed = Normalization { nfc: true, lowercase: false, collapse_whitespace: true, strip_punctuation: true };
+    let mixed2 = Normalization { nfc: false, lowercase: true, collapse_whitespace: true, strip_punctuation: false };
+    let c = |unit, ngram, norm, seed| ShingleConfig { unit, ngram, norm, seed };
+    vec![
+        (c(Words, 5, on, 1), 112),
+        (c(Words, 1, on, 1), 112),
+        (c(Words, 5, off, 1), 112),
+        (c(Words, 3, mixed, 7), 128),
+        (c(Words, 2, mixed2, 3), 100),
+        (c(Words, 9, on, 1), 37),
+        (c(Words, 13, off, 2), 256),
+        (c(Chars, 5, on, 1), 112),
+        (c(Chars, 1, off, 1), 112),
+        (c(Chars, 4, mixed2, 5), 9),
+    ]
+}
+
+/// All signatures of `docs` under `sig_configs`, concatenated (little-endian `u32`).
+fn all_signatures(docs: &[&str]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (cfg, p) in sig_configs() {
+        let h = MinHasher::new(p, cfg.seed);
+        let sigs = llmpipe_dedup::signatures(docs, &cfg, &h);
+        out.extend(sigs.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    out
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let path = args.next().expect("usage: shingle_bench FILE [REPS]");
@@ -48,6 +81,19 @@ fn main() {
     let bytes: usize = docs.iter().map(|d| d.len()).sum();
     if std::env::var_os("CHECK").is_some() {
         check_words(&docs);
+    }
+    if let Some(p) = std::env::var_os("SIGS_OUT") {
+        std::fs::write(&p, all_signatures(&docs)).expect("write signatures");
+        println!("wrote signatures of {} configs to {p:?}", sig_configs().len());
+    }
+    if let Some(p) = std::env::var_os("SIGS_REF") {
+        let want = std::fs::read(&p).expect("read reference signatures");
+        let got = all_signatures(&docs);
+        assert_eq!(got.len(), want.len(), "signature bytes");
+        if let Some(k) = got.iter().zip(&want).position(|(a, b)| a != b) {
+            panic!("signatures differ from {p:?} at byte {k}");
+        }
+        println!("signatures of {} configs equal {p:?}", sig_configs().len());
     }
     let cfg = ShingleConfig::default();
     let h = MinHasher::new(112, 1);
