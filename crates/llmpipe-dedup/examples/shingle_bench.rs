@@ -37,9 +37,12 @@ fn check_words(docs: &[&str]) {
 fn sig_configs() -> Vec<(ShingleConfig, usize)> {
     use llmpipe_dedup::ShingleUnit::{Chars, Words};
     let on = ShingleConfig::default().norm;
-    let off = Normalization { nfc: false, lowercase: false, collapse_whitespace: true, strip_punctuation: false };
-    let mixed = Normalization { nfc: true, lowercase: false, collapse_whitespace: true, strip_punctuation: true };
-    let mixed2 = Normalization { nfc: false, lowercase: true, collapse_whitespace: true, strip_punctuation: false };
+    let off =
+        Normalization { nfc: false, lowercase: false, collapse_whitespace: true, strip_punctuation: false };
+    let mixed =
+        Normalization { nfc: true, lowercase: false, collapse_whitespace: true, strip_punctuation: true };
+    let mixed2 =
+        Normalization { nfc: false, lowercase: true, collapse_whitespace: true, strip_punctuation: false };
     let c = |unit, ngram, norm, seed| ShingleConfig { unit, ngram, norm, seed };
     vec![
         (c(Words, 5, on, 1), 112),
