@@ -22,11 +22,21 @@ fn check_words(docs: &[&str]) {
         let cfg = ShingleConfig { norm, ..Default::default() };
         for d in docs {
             unit_hashes(d, &cfg, &mut units);
-            let slow: Vec<u64> = normalize(d, norm)
-                .split(' ')
-                .filter(|w| !w.is_empty())
-                .map(|w| word_hash(w.as_bytes(), cfg.seed))
-                .collect();
+            let normed = normalize(d, norm);
+            let ws: Vec<&str> = normed.split(' ').filter(|w| !w.is_empty()).collect();
+            let slow: Vec<u64> = ws.iter().map(|w| word_hash(w.as_bytes(), cfg.seed)).collect();
+            if let Some(k) = units
+                .iter()
+                .zip(&slow)
+                .position(|(a, b)| a != b)
+                .or((units.len() != slow.len()).then_some(units.len().min(slow.len())))
+            {
+                panic!(
+                    "{norm:?}: word {k} of {} differs, words {:?}",
+                    slow.len(),
+                    &ws[k.saturating_sub(3)..(k + 3).min(ws.len())]
+                );
+            }
             assert_eq!(units, slow, "{norm:?} {d:?}");
         }
     }

@@ -439,6 +439,169 @@ fn words_avx2(
     words::<true>(text, norm, seed, table, word, out)
 }
 
+/// NFC of an exotic token that just ended (`tok`: its text): if the token is not in NFC, its bytes
+/// in `buf` (everything after the last separator) are replaced by the normalised characters of
+/// its NFC form, exactly as `flush` does for `words`.
+#[inline(never)]
+fn renormalize_token(tok: &str, norm: Normalization, table: &[u8; 256], buf: &mut Vec<u8>) {
+    if is_nfc_quick(tok.chars()) != IsNormalized::Yes {
+        let start = buf.iter().rposition(|&b| b == b' ').map_or(0, |p| p + 1);
+        buf.truncate(start);
+        for c in tok.nfc() {
+            push_char(c, norm, table, buf);
+        }
+    }
+}
+
+/// `words` with AVX-512 (F, BW, VBMI, VBMI2), in two passes over each document.
+///
+/// Pass 1 writes the normalised text to `buf`, every separator as one space: 64 ASCII bytes at a
+/// time are mapped through the byte table with one permute (lower-casing, separators), stripped
+/// punctuation is squeezed out with one compress, and the block is stored whole; characters outside
+/// ASCII take the per-character logic of `words` (the same property table, `push_char`, and NFC of
+/// a token with a character that is not NFC-safe, redone from the token's text when it ends).
+/// Pass 2 splits `buf` at spaces from a 64-bit mask per block (the edges of the runs of non-space
+/// bytes, walked with trailing-zero counts) and hashes every word in place. No branch per byte and
+/// none per word on its bytes; the hashes equal those of `words` (same table, same word hash).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi1,popcnt")]
+fn words_avx512(
+    text: &str,
+    norm: Normalization,
+    seed: u64,
+    table: &[u8; 256],
+    buf: &mut Vec<u8>,
+    out: &mut Vec<u64>,
+) {
+    use std::arch::x86_64::*;
+    let bytes = text.as_bytes();
+    let n = bytes.len();
+    let props = bmp_props();
+    let strip = if norm.strip_punctuation { PUNCT } else { 0 };
+    let (keep_mask, keep_want) = (
+        WS | strip | NFC_SAFE | if norm.lowercase { LOWER_ID } else { 0 },
+        NFC_SAFE | if norm.lowercase { LOWER_ID } else { 0 },
+    );
+    // SAFETY: `table` has 256 readable bytes; both loads are unaligned.
+    let (tlo, thi) = unsafe {
+        (_mm512_loadu_si512(table.as_ptr().cast()), _mm512_loadu_si512(table[64..].as_ptr().cast()))
+    };
+    let sep_v = _mm512_set1_epi8(SEP as i8);
+    let skip_v = _mm512_set1_epi8(SKIP as i8);
+    let space = _mm512_set1_epi8(b' ' as i8);
+    buf.clear();
+    buf.reserve(n + 128);
+    // `tok`: start in `text` of the current token (for NFC); `exotic`: it needs the NFC check
+    let (mut i, mut tok, mut exotic) = (0usize, 0usize, false);
+    while i < n {
+        if !exotic {
+            let rem = n - i;
+            let lm = if rem >= 64 { u64::MAX } else { (1u64 << rem) - 1 };
+            // SAFETY: only the `rem.min(64)` bytes from `i` that `lm` selects are read (masked load).
+            let v = unsafe { _mm512_maskz_loadu_epi8(lm, bytes.as_ptr().add(i).cast()) };
+            let wide = _mm512_movepi8_mask(v);
+            let k = if wide == 0 { rem.min(64) } else { wide.trailing_zeros() as usize };
+            if k > 0 {
+                let vm = if k >= 64 { u64::MAX } else { (1u64 << k) - 1 };
+                let t = _mm512_permutex2var_epi8(tlo, v, thi);
+                let sep = _mm512_cmpeq_epi8_mask(t, sep_v) & vm;
+                let keep = _mm512_cmpneq_epi8_mask(t, skip_v) & vm;
+                let packed = _mm512_maskz_compress_epi8(keep, _mm512_mask_mov_epi8(t, sep, space));
+                buf.reserve(64);
+                // SAFETY: `buf` has at least 64 bytes of spare capacity (reserved just above); the
+                // first `keep.count_ones()` of them are the kept bytes, now initialised.
+                unsafe {
+                    _mm512_storeu_si512(buf.as_mut_ptr().add(buf.len()).cast(), packed);
+                    buf.set_len(buf.len() + keep.count_ones() as usize);
+                }
+                if sep != 0 {
+                    tok = i + 64 - sep.leading_zeros() as usize;
+                }
+                i += k;
+                if wide == 0 {
+                    continue;
+                }
+            }
+        }
+        // per character: a character outside ASCII, or any byte inside an exotic token
+        while i < n {
+            let b = bytes[i];
+            if b < 128 {
+                if !exotic {
+                    break;
+                }
+                let t = table[b as usize];
+                if t == SEP {
+                    renormalize_token(&text[tok..i], norm, table, buf);
+                    exotic = false;
+                    buf.push(b' ');
+                    tok = i + 1;
+                } else if t != SKIP {
+                    buf.push(t);
+                }
+                i += 1;
+                continue;
+            }
+            let (c, len) = decode_at(text, i);
+            let p = if (c as u32) < 0x1_0000 { props[c as usize] } else { 0xFF };
+            if p != 0xFF && p & keep_mask == keep_want {
+                buf.extend_from_slice(&bytes[i..i + len]);
+            } else {
+                let punct = norm.strip_punctuation && is_unicode_punct(c);
+                if c.is_whitespace() && !punct {
+                    if exotic {
+                        renormalize_token(&text[tok..i], norm, table, buf);
+                        exotic = false;
+                    }
+                    buf.push(b' ');
+                    tok = i + len;
+                } else {
+                    exotic |= norm.nfc && c >= '\u{300}' && !punct && p & NFC_SAFE == 0;
+                    push_char(c, norm, table, buf);
+                }
+            }
+            i += len;
+        }
+    }
+    if exotic {
+        renormalize_token(&text[tok..n], norm, table, buf);
+    }
+    // pass 2: words are the runs of non-space bytes; 64 spaces after the end close the last one
+    // and keep every 64-byte load and 16-byte word load inside `buf`
+    let len = buf.len();
+    buf.extend_from_slice(&[b' '; 64]);
+    out.reserve(len / 2 + 1);
+    let (mut start, mut open) = (0usize, false);
+    let mut base = 0usize;
+    while base <= len {
+        // SAFETY: `base <= len` and `buf` has 64 bytes after `len`, so 64 bytes from `base` are in it.
+        let v = unsafe { _mm512_loadu_si512(buf.as_ptr().add(base).cast()) };
+        let w = _mm512_cmpneq_epi8_mask(v, space);
+        let mut e = w ^ ((w << 1) | u64::from(open));
+        if open && e != 0 {
+            let end = base + e.trailing_zeros() as usize;
+            e &= e - 1;
+            out.push(word_hash_at(buf, start, end - start, seed));
+            open = false;
+        }
+        while e != 0 {
+            let s = base + e.trailing_zeros() as usize;
+            e &= e - 1;
+            if e == 0 {
+                start = s;
+                open = true;
+                break;
+            }
+            let end = base + e.trailing_zeros() as usize;
+            e &= e - 1;
+            out.push(word_hash_at(buf, s, end - s, seed));
+        }
+        base += 64;
+    }
+    debug_assert!(!open);
+    buf.truncate(len);
+}
+
 /// Bitmap of the bytes `base..end` (`end <= base + 64`) that are not surely kept unchanged.
 struct Scan {
     base: usize,
@@ -528,6 +691,18 @@ fn unkept32_avx2(half: &[u8], upper: bool) -> u32 {
     !(_mm256_movemask_epi8(keep) as u32)
 }
 
+/// The CPU has what `words_avx512` needs (checked once, cached by std).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_avx512_words() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vbmi")
+        && std::arch::is_x86_feature_detected!("avx512vbmi2")
+        && std::arch::is_x86_feature_detected!("bmi1")
+        && std::arch::is_x86_feature_detected!("popcnt")
+}
+
 /// Unit hashes of `text` (words or characters), in text order.
 pub fn unit_hashes(text: &str, cfg: &ShingleConfig, out: &mut Vec<u64>) {
     Shingler::default().unit_hashes(text, cfg, out);
@@ -555,6 +730,12 @@ impl Shingler {
                     self.table_norm = Some(cfg.norm);
                 }
                 let table = self.table.as_deref().expect("set just above");
+                #[cfg(target_arch = "x86_64")]
+                if has_avx512_words() {
+                    // SAFETY: the CPU supports every feature `words_avx512` enables (checked).
+                    unsafe { words_avx512(text, cfg.norm, cfg.seed, table, &mut self.word, out) };
+                    return;
+                }
                 #[cfg(target_arch = "x86_64")]
                 if std::arch::is_x86_feature_detected!("avx2") {
                     // SAFETY: the CPU supports AVX2 (checked just above).
@@ -717,6 +898,53 @@ mod tests {
                 assert_eq!(plain, slow, "cut {cut}");
             }
             assert!(expect.len() > 400, "{}", expect.len());
+        }
+    }
+
+    #[test]
+    fn every_path_matches_normalisation_at_every_length() {
+        // every prefix up to 300 bytes: words ending at, before and after each 64-byte block end
+        // of the text and of the normalised buffer, exotic tokens (NFC) cut anywhere
+        let text = "Hello, World! The quick-brown fox: caf\u{65}\u{301}s déjà  vu\t(ÉCOLE) it\u{2019}s \
+                    abcdefghijklmnopqrstuvwxyz0123 x\u{301}y ΣΊΣΥΦΟΣ... end.\r\n東京タワー、 ok; \u{1F600}z \
+                    A.B.C. d--e 'quoted' \u{00A0}nbsp last";
+        let norms = [
+            ShingleConfig::default().norm,
+            Normalization {
+                nfc: false,
+                lowercase: false,
+                collapse_whitespace: true,
+                strip_punctuation: false,
+            },
+            Normalization { nfc: true, lowercase: false, collapse_whitespace: true, strip_punctuation: true },
+        ];
+        for norm in norms {
+            let cfg = ShingleConfig { norm, ..Default::default() };
+            let table = byte_table(norm);
+            for end in (0..=text.len()).filter(|&e| text.is_char_boundary(e)) {
+                let t = &text[..end];
+                let slow = slow_words(t, &cfg);
+                let (mut got, mut word) = (Vec::new(), Vec::new());
+                unit_hashes(t, &cfg, &mut got);
+                assert_eq!(got, slow, "{norm:?} {t:?}");
+                got.clear();
+                words::<false>(t, norm, cfg.seed, &table, &mut word, &mut got);
+                assert_eq!(got, slow, "scalar {norm:?} {t:?}");
+                #[cfg(target_arch = "x86_64")]
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    got.clear();
+                    // SAFETY: AVX2 checked just above.
+                    unsafe { words_avx2(t, norm, cfg.seed, &table, &mut word, &mut got) };
+                    assert_eq!(got, slow, "avx2 {norm:?} {t:?}");
+                }
+                #[cfg(target_arch = "x86_64")]
+                if has_avx512_words() {
+                    got.clear();
+                    // SAFETY: the features were checked just above.
+                    unsafe { words_avx512(t, norm, cfg.seed, &table, &mut word, &mut got) };
+                    assert_eq!(got, slow, "avx512 {norm:?} {t:?}");
+                }
+            }
         }
     }
 
