@@ -127,6 +127,73 @@ fn windows_fixed<const N: usize>(units: &[u64], seed: u64, out: &mut Vec<u32>) {
     }));
 }
 
+/// The CPU has AVX-512 F and DQ (64-bit lane multiplies).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_avx512_windows() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq")
+}
+
+/// `combine` of eight consecutive windows of `N` units starting at `units[i]` (`i + 7 + N <=
+/// units.len()`), in the eight 64-bit lanes: the same sum of products and finaliser, lane-wise.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+#[inline]
+fn combine8<const N: usize>(units: &[u64], i: usize, seed: u64) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    assert!(i + 7 + N <= units.len() && N <= 8);
+    let mut h = _mm512_set1_epi64((seed ^ (N as u64).wrapping_mul(K1)) as i64);
+    for (j, &m) in MULS.iter().enumerate().take(N) {
+        // SAFETY: `i + j + 8 <= i + N + 7 <= units.len()` (asserted), an unaligned load of 8 lanes.
+        let u = unsafe { _mm512_loadu_si512(units.as_ptr().add(i + j).cast()) };
+        h = _mm512_add_epi64(h, _mm512_mullo_epi64(u, _mm512_set1_epi64(m as i64)));
+    }
+    h = _mm512_xor_si512(h, _mm512_srli_epi64::<33>(h));
+    h = _mm512_mullo_epi64(h, _mm512_set1_epi64(0xff51_afd7_ed55_8ccd_u64 as i64));
+    h = _mm512_xor_si512(h, _mm512_srli_epi64::<33>(h));
+    h = _mm512_mullo_epi64(h, _mm512_set1_epi64(0xc4ce_b9fe_1a85_ec53_u64 as i64));
+    h = _mm512_xor_si512(h, _mm512_srli_epi64::<33>(h));
+    _mm512_cvtepi64_epi32(_mm512_xor_si512(h, _mm512_srli_epi64::<32>(h)))
+}
+
+/// `windows_fixed::<N>` eight windows at a time with AVX-512 (the last few by `combine`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn windows_avx512_fixed<const N: usize>(units: &[u64], seed: u64, out: &mut Vec<u32>) {
+    use std::arch::x86_64::*;
+    let total = units.len() + 1 - N;
+    let start = out.len();
+    out.reserve(total + 8);
+    let mut i = 0;
+    while i + 7 + N <= units.len() {
+        let h = combine8::<N>(units, i, seed);
+        // SAFETY: `out` has room for `total + 8` values past `start` (reserved above) and
+        // `i + 8 <= total`; the 8 values written are initialised before `set_len` covers them.
+        unsafe {
+            _mm256_storeu_si256(out.as_mut_ptr().add(start + i).cast(), h);
+            out.set_len(start + i + 8);
+        }
+        i += 8;
+    }
+    out.extend(units[i..].windows(N).map(|w| combine(w, seed)));
+}
+
+/// `windows_into` for `n <= 8` windows with AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn windows_avx512(units: &[u64], n: usize, seed: u64, out: &mut Vec<u32>) {
+    match n {
+        1 => windows_avx512_fixed::<1>(units, seed, out),
+        2 => windows_avx512_fixed::<2>(units, seed, out),
+        3 => windows_avx512_fixed::<3>(units, seed, out),
+        4 => windows_avx512_fixed::<4>(units, seed, out),
+        5 => windows_avx512_fixed::<5>(units, seed, out),
+        6 => windows_avx512_fixed::<6>(units, seed, out),
+        7 => windows_avx512_fixed::<7>(units, seed, out),
+        _ => windows_avx512_fixed::<8>(units, seed, out),
+    }
+}
+
 /// Hashes of the n-gram windows over `units` (unsorted, may repeat), written to `out`.
 fn windows_into(units: &[u64], n: usize, seed: u64, out: &mut Vec<u32>) {
     out.clear();
@@ -138,6 +205,12 @@ fn windows_into(units: &[u64], n: usize, seed: u64, out: &mut Vec<u32>) {
         return;
     }
     out.reserve(units.len() + 1 - n);
+    #[cfg(target_arch = "x86_64")]
+    if n <= 8 && has_avx512_windows() {
+        // SAFETY: the CPU supports AVX-512 F and DQ (checked just above).
+        unsafe { windows_avx512(units, n, seed, out) };
+        return;
+    }
     match n {
         1 => windows_fixed::<1>(units, seed, out),
         2 => windows_fixed::<2>(units, seed, out),
@@ -944,6 +1017,26 @@ mod tests {
                     unsafe { words_avx512(t, norm, cfg.seed, &table, &mut word, &mut got) };
                     assert_eq!(got, slow, "avx512 {norm:?} {t:?}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn window_hashes_match_combine_for_every_length() {
+        let units: Vec<u64> = (0..40u64).map(|i| fmix64(i + 1)).collect();
+        for n in 1..=10usize {
+            for len in 0..units.len() {
+                let u = &units[..len];
+                let mut got = vec![7];
+                windows_into(u, n, 3, &mut got);
+                let want: Vec<u32> = if len == 0 {
+                    Vec::new()
+                } else if len < n {
+                    vec![combine(u, 3)]
+                } else {
+                    u.windows(n).map(|w| combine(w, 3)).collect()
+                };
+                assert_eq!(got, want, "n {n} len {len}");
             }
         }
     }
