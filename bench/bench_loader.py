@@ -1,5 +1,8 @@
 """Loader throughput: llmpipe's TokenLoader vs a numpy memmap reader, MosaicML streaming, and a raw copy.
 
+llmpipe's rows: the default loader (int32 ids; input and target are views of one [B, L+1] buffer),
+the same with per-token document ids, and with int64 ids.
+
 All four read the same tokens (real text from ../shared/data, UTF-8 bytes as token ids, uint16) in the
 same seeded random order of samples, one process, batches of ``--batch`` samples of ``--seq-len + 1``
 tokens. Reported: tokens/s and GB/s of token bytes, and each reader's ratio to llmpipe.
@@ -45,11 +48,12 @@ def write_llmpipe(out: Path, tokens: np.ndarray, seq_len: int) -> None:
     w.close()
 
 
-def bench_llmpipe(out: Path, batch: int, steps: int, doc_ids: bool) -> float:
+def bench_llmpipe(out: Path, batch: int, steps: int, doc_ids: bool, dtype: str = "int32") -> float:
+    import torch
     from llmpipe.data import ShardDataset, TokenLoader
 
     ds = ShardDataset(out, "train", verify="fast")
-    it = iter(TokenLoader(ds, batch, seed=0, prefetch=4, doc_ids=doc_ids))
+    it = iter(TokenLoader(ds, batch, seed=0, prefetch=4, doc_ids=doc_ids, dtype=getattr(torch, dtype)))
     next(it)
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -118,6 +122,7 @@ def main() -> None:
         results = {
             "llmpipe TokenLoader": bench_llmpipe(tmp / "shards", args.batch, steps, False),
             "llmpipe TokenLoader + doc ids": bench_llmpipe(tmp / "shards", args.batch, steps, True),
+            "llmpipe TokenLoader int64": bench_llmpipe(tmp / "shards", args.batch, steps, False, "int64"),
             "numpy memmap gather": bench_memmap(raw, n, width, args.batch, steps),
             "raw memory copy (np.take)": bench_copy(samples, args.batch, steps),
         }
@@ -130,7 +135,7 @@ def main() -> None:
     for name, t in results.items():
         tps = steps * tok_per_step / t
         print(
-            f"  {name:28s} {tps / 1e6:10.1f} M tokens/s  {tps * 2 / 1e9:6.2f} GB/s of uint16 tokens  "
+            f"  {name:30s} {tps / 1e6:10.1f} M tokens/s  {tps * 2 / 1e9:6.2f} GB/s of uint16 tokens  "
             f"llmpipe / this = {t / base:6.2f}x"
         )
 

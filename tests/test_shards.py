@@ -230,3 +230,122 @@ def test_mismatched_run_settings_are_clear_errors(tmp_path: Path, corpus: tuple[
         ShardDataset(tmp_path / "s", expect_tokenizer_sha256="0" * 64)
     with pytest.raises(ShardError, match="no manifest.json"):
         ShardDataset(tmp_path)
+
+
+def _reference_batch(ds: ShardDataset, idx: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inputs, targets (-100 at padding) and document ids of samples ``idx``, the slow obvious way."""
+    rows = np.stack([ds[i].astype(np.int64) for i in idx])
+    valid = np.array([ds.valid(i) for i in idx])
+    x, y = rows[:, :-1], rows[:, 1:].copy()
+    y[np.arange(ds.seq_len)[None, :] >= valid[:, None] - 1] = -100
+    is_eos = x == ds.eos_id
+    return x, y, np.cumsum(is_eos, axis=1) - is_eos
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_batches_hold_shifted_targets_masked_padding_and_document_ids(
+    tmp_path: Path, corpus: tuple[list[str], Path], dtype: str
+) -> None:
+    """Best-fit shards (nearly every row padded) and concat shards (no row padded but the last)."""
+    import torch
+
+    for packing in ("best_fit", "concat"):
+        _write(tmp_path / packing, corpus, packing=packing, val_fraction=0.0)
+        ds = ShardDataset(tmp_path / packing, "train")
+        loader = TokenLoader(ds, 5, seed=11, dtype=getattr(torch, dtype), infinite=False)
+        perm = np.random.default_rng([11, 0]).permutation(len(ds))
+        n = 0
+        for k, b in enumerate(loader):
+            x, y, d = _reference_batch(ds, perm[k * 5 : (k + 1) * 5].tolist())
+            assert b.input.dtype == b.target.dtype == getattr(torch, dtype)
+            assert b.doc_ids is not None and b.doc_ids.dtype == torch.int32
+            np.testing.assert_array_equal(b.input.numpy(), x)
+            np.testing.assert_array_equal(b.target.numpy(), y)
+            np.testing.assert_array_equal(b.doc_ids.numpy(), d)
+            n += 1
+        assert n == len(ds) // 5, "a finite loader gives every full batch of the epoch once"
+
+
+def test_uint32_shards_through_the_loader(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer.json").write_text("{}")
+    w = ShardWriter(
+        tmp_path, seq_len=8, vocab_size=70000, eos_id=69999, tokenizer_file=tmp_path / "t", val_fraction=0
+    )
+    w.add_documents([np.arange(65530, 65550), np.arange(3), np.arange(69990, 69999)])
+    w.close()
+    ds = ShardDataset(tmp_path, "train")
+    b = next(iter(TokenLoader(ds, len(ds), seed=0, infinite=False)))
+    x, y, d = _reference_batch(ds, np.random.default_rng([0, 0]).permutation(len(ds)).tolist())
+    np.testing.assert_array_equal(b.input.numpy(), x)
+    np.testing.assert_array_equal(b.target.numpy(), y)
+    assert b.doc_ids is not None
+    np.testing.assert_array_equal(b.doc_ids.numpy(), d)
+
+
+def _python_packing(
+    ids: list[np.ndarray], seq_len: int, eos: int, packing: str, window: int
+) -> list[np.ndarray]:
+    """The packing rules written plainly in Python (the first implementation of the writer): the
+    oracle for the Rust packer. Returns the rows, each cut to its valid tokens."""
+    import bisect
+
+    width = seq_len + 1
+    if packing == "concat":
+        stream = np.concatenate([np.append(d, eos) for d in ids])
+        n = (len(stream) - 1) // seq_len if len(stream) >= width else 0
+        rows = [stream[k * seq_len : k * seq_len + width] for k in range(n)]
+        tail = stream[n * seq_len :]
+        return rows + ([tail] if len(tail) > 1 else [])
+    rows, pool = [], []
+
+    def drain() -> None:
+        order = sorted(range(len(pool)), key=lambda i: (-len(pool[i]), i))
+        bins: list[list[int]] = []
+        free: list[tuple[int, int]] = []
+        for i in order:
+            n = len(pool[i])
+            at = bisect.bisect_left(free, (n, -1))
+            if at < len(free):
+                space, b = free.pop(at)
+                bins[b].append(i)
+                if space - n > 0:
+                    bisect.insort(free, (space - n, b))
+            else:
+                bins.append([i])
+                if width - n > 0:
+                    bisect.insort(free, (width - n, len(bins) - 1))
+        rows.extend(np.concatenate([pool[i] for i in sorted(m)]) for m in bins)
+        pool.clear()
+
+    for d in ids:
+        doc = np.append(d, eos)
+        pool.extend(doc[s : s + width] for s in range(0, len(doc), width))
+        if sum(len(p) for p in pool) >= window * width:
+            drain()
+    drain()
+    return rows
+
+
+@pytest.mark.parametrize("packing", ["concat", "best_fit"])
+def test_rust_packing_equals_the_plain_python_rules(
+    tmp_path: Path, corpus: tuple[list[str], Path], packing: str
+) -> None:
+    docs, tok_path = corpus
+    ids, eos, _ = _encode(docs, tok_path)
+    m = _write(tmp_path / "s", corpus, val_fraction=0.0, packing=packing, best_fit_window=16)
+    ds = ShardDataset(tmp_path / "s", "train")
+    want = _python_packing(ids, 64, eos, packing, 16)
+    assert len(ds) == len(want) == m["counts"]["samples"]
+    for i, row in enumerate(want):
+        assert ds.valid(i) == len(row)
+        np.testing.assert_array_equal(ds[i][: len(row)], row)
+        assert (ds[i][len(row) :] == eos).all()
+
+
+def test_ids_that_do_not_fit_the_shard_dtype_are_an_error(tmp_path: Path) -> None:
+    from llmpipe._core import LlmpipeCoreError
+
+    (tmp_path / "tokenizer.json").write_text("{}")
+    w = ShardWriter(tmp_path, seq_len=8, vocab_size=1000, eos_id=999, tokenizer_file=tmp_path / "t")
+    with pytest.raises(LlmpipeCoreError, match="token id 70000 does not fit"):
+        w.add_documents([np.array([1, 70000])])

@@ -60,7 +60,9 @@ def forward_backward(
     for b in batches:
         with amp():  # forward only; backward runs outside autocast
             logits = model(b.input, b.doc_ids)
-        loss = F.cross_entropy(logits.flatten(0, 1), b.target.flatten(), ignore_index=-100, reduction="sum")
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), b.target.long().flatten(), ignore_index=-100, reduction="sum"
+        )
         loss = loss * scale
         (loss * norm.to(loss.device)).backward()
         loss_sum += loss.detach().double()
@@ -170,7 +172,7 @@ class Trainer:
                 break
             with autocast(self.cfg.parallel, self.d):
                 logits = self.model(b.input, b.doc_ids)
-            loss += float(F.cross_entropy(logits.flatten(0, 1), b.target.flatten(), reduction="sum"))
+            loss += float(F.cross_entropy(logits.flatten(0, 1), b.target.long().flatten(), reduction="sum"))
             tokens += count_targets(b)
         self.model.train()
         total, count = all_reduce_sum([loss, tokens], self.d.device)

@@ -1,6 +1,10 @@
-//! Zero-copy access to buffers passed from Python (Arrow buffers, numpy arrays) and bytes out.
+//! Zero-copy access to buffers passed from Python (Arrow buffers, numpy arrays), and arrays out.
+
+use std::ffi::{c_int, CStr};
 
 use pyo3::buffer::{Element, PyBuffer};
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -24,4 +28,108 @@ pub(crate) fn to_bytes<'py, T: Copy>(py: Python<'py>, v: &[T]) -> Bound<'py, PyB
     // SAFETY: T is a plain integer type (u32/u64/i64) without padding; any byte pattern is valid.
     let bytes = unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) };
     PyBytes::new(py, bytes)
+}
+
+/// Arrays that leave Rust without a copy: owned memory exported through the buffer protocol
+/// (`numpy.frombuffer`, `torch.from_numpy`, `pyarrow.py_buffer` wrap it in place).
+pub(crate) enum Data {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+}
+
+/// An owned, writable 1-D array of integers exported through the buffer protocol.
+#[pyclass(module = "llmpipe._core")]
+pub struct IdBuffer {
+    data: Data,
+}
+
+impl IdBuffer {
+    fn raw(&self) -> (*const u8, usize, usize, &'static CStr) {
+        match &self.data {
+            Data::U8(v) => (v.as_ptr(), v.len(), 1, c"B"),
+            Data::U16(v) => (v.as_ptr().cast(), v.len(), 2, c"H"),
+            Data::U32(v) => (v.as_ptr().cast(), v.len(), 4, c"I"),
+            Data::I32(v) => (v.as_ptr().cast(), v.len(), 4, c"i"),
+            Data::I64(v) => (v.as_ptr().cast(), v.len(), 8, c"q"),
+        }
+    }
+}
+
+#[pymethods]
+impl IdBuffer {
+    /// numpy's name for the element type.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        match self.data {
+            Data::U8(_) => "uint8",
+            Data::U16(_) => "uint16",
+            Data::U32(_) => "uint32",
+            Data::I32(_) => "int32",
+            Data::I64(_) => "int64",
+        }
+    }
+
+    fn __len__(&self) -> usize {
+        self.raw().1
+    }
+
+    /// # Safety
+    /// Called by CPython with a valid `view`; the exported memory lives as long as `self`, which the
+    /// view keeps alive through `view.obj`. The Vec is never resized after construction.
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("View is null"));
+        }
+        let (ptr, len, itemsize, format) = slf.borrow().raw();
+        // SAFETY: `view` is non-null and owned by the caller for the duration of the export.
+        unsafe {
+            (*view).buf = ptr as *mut std::ffi::c_void;
+            (*view).len = (len * itemsize) as isize;
+            (*view).readonly = 0;
+            (*view).itemsize = itemsize as isize;
+            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
+                format.as_ptr() as *mut _
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
+                // one dimension of `len` items; the shape lives in a Box kept in `internal`
+                let shape = Box::into_raw(Box::new(len as isize));
+                (*view).internal = shape.cast();
+                shape
+            } else {
+                (*view).internal = std::ptr::null_mut();
+                std::ptr::null_mut()
+            };
+            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+                &mut (*view).itemsize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).obj = slf.into_any().into_ptr();
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// Called by CPython with a view filled by `__getbuffer__`.
+    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
+        // SAFETY: `internal` is null or the Box made in `__getbuffer__`.
+        unsafe {
+            let shape = (*view).internal.cast::<isize>();
+            if !shape.is_null() {
+                drop(Box::from_raw(shape));
+                (*view).internal = std::ptr::null_mut();
+            }
+        }
+    }
+}
+
+pub(crate) fn buffer(data: Data) -> IdBuffer {
+    IdBuffer { data }
 }

@@ -18,6 +18,7 @@ mod text;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
+    m.add_class::<buffers::IdBuffer>()?;
     text::register(m)?;
     bpe::register(m)?;
     dedup::register(m)?;

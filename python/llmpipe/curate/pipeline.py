@@ -428,13 +428,14 @@ def _pack(
     for i in range(len(files)):
         table = pq.read_table(work.root / "tokens" / f"{i:06d}.parquet")
         col = table.column("tokens").combine_chunks()
-        offsets = col.offsets.to_numpy()
+        offsets = col.offsets.to_numpy().astype(np.int64)
         flat = col.values.to_numpy(zero_copy_only=False)
-        docs = [flat[offsets[j] : offsets[j + 1]] for j in range(len(col))]
-        pack.docs_in += len(docs)
-        pack.docs_out += len(docs)
+        flat = flat[offsets[0] : offsets[-1]]  # a sliced column's offsets need not start at 0
+        offsets -= offsets[0]
+        pack.docs_in += len(col)
+        pack.docs_out += len(col)
         pack.tokens_in += len(flat)
-        writer.add_documents(docs)
+        writer.add_flat(flat, offsets)
     manifest = writer.close()
     pack.tokens_out = manifest["counts"]["tokens"]
     counts["pack"] = pack

@@ -87,6 +87,16 @@ class ShardDataset:
     def __len__(self) -> int:
         return int(self._offsets[-1])
 
+    @property
+    def token_buffers(self) -> list[np.ndarray]:
+        """Each shard's token ids, flat (``rows * (seq_len + 1)``), views into the memory maps."""
+        return [a.reshape(-1) for a in self._arrays]
+
+    @property
+    def valid_buffers(self) -> list[np.ndarray]:
+        """Each shard's int32 count of real tokens per row."""
+        return self._valid
+
     def _locate(self, i: int) -> tuple[int, int]:
         if not 0 <= i < len(self):
             raise IndexError(i)

@@ -8,8 +8,6 @@ another number of ranks continues the same global order: nothing repeated, nothi
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,15 +15,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from llmpipe import _core
 from llmpipe.data.dataset import ShardDataset
-
-CHUNK = 4  # batches per hand-off from the prefetch thread
 
 
 @dataclass
 class Batch:
-    input: torch.Tensor  # [B, L] int64
-    target: torch.Tensor  # [B, L] int64, -100 where the position is padding
+    # input and target are views of one [B, L + 1] buffer of ids (int32 by default: half the bytes of
+    # int64 through memory and PCIe; nn.Embedding takes int32, the loss widens targets on device);
+    # target is a separate masked copy only when a row of the batch is padded
+    input: torch.Tensor  # [B, L]
+    target: torch.Tensor  # [B, L], -100 where the position is padding
     doc_ids: torch.Tensor | None  # [B, L] int32 document index within the row (attention masking);
     # None when the loader was built with ``doc_ids=False`` (the model then masks nothing)
 
@@ -49,6 +49,7 @@ class TokenLoader:
         prefetch: int = 4,
         infinite: bool = True,
         doc_ids: bool = True,
+        dtype: torch.dtype = torch.int32,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
@@ -61,6 +62,9 @@ class TokenLoader:
         self.prefetch = prefetch
         self.infinite = infinite
         self.doc_ids = doc_ids
+        if dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"dtype must be torch.int64 or torch.int32, not {dtype}")
+        self.dtype = "int64" if dtype == torch.int64 else "int32"
         self.global_batch = batch_size * world_size
         if len(dataset) < self.global_batch:
             raise ValueError(
@@ -79,82 +83,68 @@ class TokenLoader:
             self._perm_epoch = epoch
         return self._perm
 
-    def _indices_at(self, epoch: int, consumed: int) -> tuple[np.ndarray, int, int]:
-        """This rank's indices for the global batch starting at ``consumed``; returns the next position."""
-        n = len(self.ds)
-        if consumed + self.global_batch > n:  # drop the ragged tail of an epoch, start the next
-            epoch, consumed = epoch + 1, 0
-        perm = self._permutation(epoch)
-        start = consumed + self.rank * self.batch_size
-        return perm[start : start + self.batch_size], epoch, consumed + self.global_batch
-
-    def _make(self, idx: np.ndarray) -> Batch:
-        # numpy, single-threaded: small element-wise work must not wake torch's intra-op thread pool,
-        # which competes with the training step for the same cores
-        rows, valid = self.ds.gather(idx)
-        x = rows[:, :-1]
-        y = rows[:, 1:].copy()
-        if valid.min() <= self.ds.seq_len:  # only padded rows need their targets masked
-            y[np.arange(self.ds.seq_len)[None, :] >= (valid[:, None] - 1)] = -100
-        out = [torch.from_numpy(x), torch.from_numpy(y)]
-        if self.doc_ids:
-            is_eos = x == self.ds.eos_id
-            out.append(torch.from_numpy(np.cumsum(is_eos, axis=1, dtype=np.int32) - is_eos))
-        if self.device.type == "cuda":
-            out = [t.contiguous().pin_memory().to(self.device, non_blocking=True) for t in out]
-        return Batch(out[0], out[1], out[2] if self.doc_ids else None)
-
     # -- iteration --------------------------------------------------------------------------------
+    def _plan(self, epoch: int, consumed: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """This rank's samples for the rest of ``epoch`` from ``consumed``, one row per batch, and the
+        global position after each batch; rolls to the next epoch when no full global batch is left."""
+        n, g, b = len(self.ds), self.global_batch, self.batch_size
+        if consumed + g > n:
+            epoch, consumed = epoch + 1, 0
+        starts = np.arange(consumed, n - g + 1, g, dtype=np.int64)
+        idx = starts[:, None] + (self.rank * b + np.arange(b, dtype=np.int64))[None, :]
+        return self._permutation(epoch)[idx], starts + g, epoch
+
+    def _tensors(self, raw: tuple[Any, Any, Any]) -> Batch:
+        b, w = self.batch_size, self.ds.seq_len + 1
+        rows_buf, tgt_buf, doc_buf = raw
+        rows = torch.from_numpy(np.frombuffer(rows_buf, dtype=rows_buf.dtype).reshape(b, w))
+        tgt = None if tgt_buf is None else torch.from_numpy(np.frombuffer(tgt_buf, dtype=tgt_buf.dtype))
+        docs = None if doc_buf is None else torch.from_numpy(np.frombuffer(doc_buf, dtype=np.int32))
+        if self.device.type == "cuda":  # one pinned copy of the rows serves inputs and targets
+            rows, tgt, docs = (
+                None if t is None else t.pin_memory().to(self.device, non_blocking=True)
+                for t in (rows, tgt, docs)
+            )
+            assert rows is not None
+        target = rows[:, 1:] if tgt is None else tgt.view(b, w - 1)
+        return Batch(rows[:, :-1], target, None if docs is None else docs.view(b, w - 1))
+
     def __iter__(self) -> Iterator[Batch]:
-        # batches cross from the prefetch thread in groups of CHUNK: one queue hand-off (thread wake-up
-        # and GIL transfer, ~0.2 ms) per group instead of per batch
-        chunk = max(1, min(CHUNK, self.prefetch))
-        q: queue.Queue[Any] = queue.Queue(maxsize=max(1, -(-self.prefetch // chunk)))
-        stop = threading.Event()
+        # Batches are built by a Rust thread (gather, widen, shift, mask, doc ids; no GIL) up to
+        # ``prefetch`` ahead; on CUDA the next batch's host-to-device copy is issued before the current
+        # one is handed out. The state advances only when a batch is handed out.
         epoch, consumed = self.epoch, self.consumed
-
-        def put(item: Any) -> None:
-            while not stop.is_set():
-                try:
-                    q.put(item, timeout=0.1)
-                    return
-                except queue.Full:
-                    continue
-
-        def produce() -> None:
-            e, c = epoch, consumed
-            try:
-                while not stop.is_set():
-                    group = []
-                    while len(group) < chunk:
-                        if not self.infinite and c + self.global_batch > len(self.ds):
-                            break
-                        idx, e, c = self._indices_at(e, c)
-                        group.append((self._make(idx), e, c))
-                    if group:
-                        put(group)
-                    if len(group) < chunk:
-                        put(None)
-                        return
-            except BaseException as exc:  # surface loader errors in the consumer
-                put(exc)
-
-        t = threading.Thread(target=produce, name="llmpipe-prefetch", daemon=True)
-        t.start()
-        try:
-            while True:
-                item = q.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                for batch, e, c in item:
-                    # the state advances only when a batch is handed out, never when it is prefetched
-                    self.epoch, self.consumed = e, c
+        while True:
+            if not self.infinite and consumed + self.global_batch > len(self.ds):
+                return
+            plan, after, epoch = self._plan(epoch, consumed)
+            stream = _core.BatchStream(
+                self.ds.token_buffers,
+                self.ds.valid_buffers,
+                self.ds.seq_len + 1,
+                np.ascontiguousarray(plan.reshape(-1)),
+                self.batch_size,
+                self.ds.eos_id,
+                dtype=self.dtype,
+                doc_ids=self.doc_ids,
+                depth=max(1, self.prefetch),
+            )
+            # on CUDA, hold one converted batch back so its copy overlaps the caller's step
+            hold = 1 if self.device.type == "cuda" else 0
+            ready: list[tuple[Batch, int]] = []
+            for k in range(len(plan)):
+                raw = stream.next()
+                if raw is None:
+                    raise RuntimeError("batch stream ended before its plan")  # a bug, not bad input
+                ready.append((self._tensors(raw), int(after[k])))
+                if len(ready) > hold:
+                    batch, pos = ready.pop(0)
+                    self.epoch, self.consumed = epoch, pos
                     yield batch
-        finally:
-            stop.set()
-            t.join(timeout=5)
+            for batch, pos in ready:
+                self.epoch, self.consumed = epoch, pos
+                yield batch
+            consumed = int(after[-1]) if len(after) else consumed
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

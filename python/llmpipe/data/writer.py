@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import math
 import os
 from collections.abc import Iterable
@@ -12,7 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from llmpipe import __version__
+from llmpipe import __version__, _core
 from llmpipe.data.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -38,7 +37,8 @@ class ShardWriter:
     longer than a sample; within a window of ``best_fit_window`` samples' worth of documents, pieces
     are placed best-fit decreasing into samples that are padded with EOS (deterministic; no overlap).
     Either way ``valid`` says how many tokens of a row are real. Every ``val_every``-th sample goes to
-    the validation split. Files appear by atomic rename; the manifest is written last.
+    the validation split. Files appear by atomic rename; the manifest is written last. Packing runs
+    in Rust (llmpipe-shard), one call per batch of documents.
     """
 
     def __init__(
@@ -61,8 +61,6 @@ class ShardWriter:
             raise ValueError(f"packing must be one of {PACKINGS}, not {packing!r}")
         self.packing = packing
         self.best_fit_window = max(1, best_fit_window)
-        self._pool: list[np.ndarray] = []
-        self._pool_tokens = 0
         self.out_dir = Path(out_dir)
         self.seq_len = seq_len
         self.vocab_size = vocab_size
@@ -73,95 +71,76 @@ class ShardWriter:
         self.samples_per_shard = samples_per_shard
         self.val_every = 0 if val_fraction <= 0 else max(2, round(1 / val_fraction))
         self.provenance = provenance or {}
-        self._buf = np.zeros(0, dtype=self.dtype)
+        self._packer = _core.SamplePacker(
+            seq_len, eos_id, self.dtype.name, packing=packing, best_fit_window=self.best_fit_window
+        )
         self._pending: dict[str, list[np.ndarray]] = {s: [] for s in ("train", "val")}
-        self._valid: dict[str, list[int]] = {s: [] for s in ("train", "val")}
+        self._valid: dict[str, list[np.ndarray]] = {s: [] for s in ("train", "val")}
+        self._pending_rows = {s: 0 for s in ("train", "val")}
         self._shards: dict[str, list[dict[str, Any]]] = {s: [] for s in ("train", "val")}
         self._sample_index = 0
-        self.documents = 0
-        self.tokens = 0
-        self.padding = 0
         self.out_dir.mkdir(parents=True, exist_ok=True)
 
     def add_documents(self, docs: Iterable[np.ndarray]) -> None:
         """Append documents (token ids without EOS) in order; EOS is added after each."""
-        if self.packing == "best_fit":
-            self._add_best_fit(docs)
-            return
-        parts = [self._buf]
-        eos = np.array([self.eos_id], dtype=self.dtype)
-        for d in docs:
-            parts.append(np.asarray(d).astype(self.dtype, copy=False))
-            parts.append(eos)
-            self.documents += 1
-            self.tokens += len(d) + 1
-        self._buf = np.concatenate(parts)
-        width = self.seq_len + 1
-        n = (len(self._buf) - 1) // self.seq_len if len(self._buf) >= width else 0
-        if n:
-            idx = np.arange(n)[:, None] * self.seq_len + np.arange(width)[None, :]
-            self._emit(self._buf[idx], np.full(n, width, dtype=np.int32))
-            self._buf = self._buf[n * self.seq_len :]
+        arrays = [np.asarray(d) for d in docs]
+        lengths = np.fromiter((len(d) for d in arrays), dtype=np.int64, count=len(arrays))
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint32)
+        self.add_flat(flat, offsets)
 
-    def _add_best_fit(self, docs: Iterable[np.ndarray]) -> None:
-        width = self.seq_len + 1
-        eos = np.array([self.eos_id], dtype=self.dtype)
-        for d in docs:
-            doc = np.concatenate([np.asarray(d).astype(self.dtype, copy=False), eos])
-            self.documents += 1
-            self.tokens += len(doc)
-            for start in range(0, len(doc), width):  # a document longer than a sample is cut
-                self._pool.append(doc[start : start + width])
-                self._pool_tokens += min(width, len(doc) - start)
-            if self._pool_tokens >= self.best_fit_window * width:
-                self._drain_pool()
-
-    def _drain_pool(self) -> None:
-        """Best-fit decreasing over the pooled pieces; bins are emitted in the order they opened."""
-        width = self.seq_len + 1
-        order = sorted(range(len(self._pool)), key=lambda i: (-len(self._pool[i]), i))
-        bins: list[list[int]] = []
-        free: list[tuple[int, int]] = []  # (space left, bin index), sorted
-        for i in order:
-            n = len(self._pool[i])
-            at = bisect.bisect_left(free, (n, -1))
-            if at < len(free):
-                space, b = free.pop(at)
-                bins[b].append(i)
-                if space - n > 0:
-                    bisect.insort(free, (space - n, b))
-            else:
-                bins.append([i])
-                if width - n > 0:
-                    bisect.insort(free, (width - n, len(bins) - 1))
-        rows = np.full((len(bins), width), self.eos_id, dtype=self.dtype)
-        valid = np.zeros(len(bins), dtype=np.int32)
-        for b, members in enumerate(bins):
-            row = np.concatenate([self._pool[i] for i in sorted(members)])
-            rows[b, : len(row)] = row
-            valid[b] = len(row)
-            self.padding += width - len(row)
-        self._pool, self._pool_tokens = [], 0
+    def add_flat(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+        """Append documents ``ids[offsets[i]:offsets[i + 1]]`` in order (one Rust call per batch)."""
+        ids = np.ascontiguousarray(ids)
+        if ids.size and (ids.min() < 0 or ids.max() >= 2**32):
+            raise ValueError("token ids must be in [0, 2**32)")
+        rows, valid = self._packer.add(
+            np.ascontiguousarray(ids, dtype=np.uint32), np.ascontiguousarray(offsets, dtype=np.int64)
+        )
         self._emit(rows, valid)
 
-    def _emit(self, samples: np.ndarray, valid: np.ndarray) -> None:
-        for row, v in zip(samples, valid, strict=True):
-            is_val = self.val_every and self._sample_index % self.val_every == self.val_every - 1
-            split = "val" if is_val else "train"
-            self._sample_index += 1
-            self._pending[split].append(row)
-            self._valid[split].append(int(v))
-            if len(self._pending[split]) >= self.samples_per_shard:
-                self._flush(split)
+    @property
+    def documents(self) -> int:
+        return int(self._packer.counts[0])
+
+    @property
+    def tokens(self) -> int:
+        return int(self._packer.counts[1])
+
+    @property
+    def padding(self) -> int:
+        return int(self._packer.counts[2])
+
+    def _emit(self, rows_buf: Any, valid_buf: Any) -> None:
+        """Route packed samples to the splits (every ``val_every``-th sample is validation)."""
+        valid = np.frombuffer(valid_buf, dtype=np.int32)
+        if not len(valid):
+            return
+        rows = np.frombuffer(rows_buf, dtype=self.dtype).reshape(len(valid), self.seq_len + 1)
+        index = self._sample_index + np.arange(len(valid))
+        self._sample_index += len(valid)
+        is_val = (
+            (index % self.val_every == self.val_every - 1) if self.val_every else np.zeros(len(valid), bool)
+        )
+        for split, sel in (("train", ~is_val), ("val", is_val)):
+            at = np.flatnonzero(sel)
+            while len(at):
+                room = self.samples_per_shard - self._pending_rows[split]
+                take, at = at[:room], at[room:]
+                self._pending[split].append(rows[take])
+                self._valid[split].append(valid[take])
+                self._pending_rows[split] += len(take)
+                if self._pending_rows[split] >= self.samples_per_shard:
+                    self._flush(split)
 
     def _flush(self, split: str) -> None:
-        rows = self._pending[split]
-        if not rows:
+        if not self._pending_rows[split]:
             return
-        valid = np.array(self._valid[split], dtype=np.int32)
-        tokens = np.stack(rows).astype(self.dtype, copy=False)
+        valid = np.concatenate(self._valid[split])
+        tokens = np.concatenate(self._pending[split])
         self._pending[split] = []
         self._valid[split] = []
+        self._pending_rows[split] = 0
         name = f"{split}-{len(self._shards[split]):05d}.arrow"
         path = self.out_dir / name
         flat = pa.array(tokens.reshape(-1), type=self.schema.field("tokens").type.value_type)
@@ -190,17 +169,8 @@ class ShardWriter:
         )
 
     def close(self) -> dict[str, Any]:
-        """Pad and write the last sample, flush every split, write manifest.json last."""
-        if self._pool:
-            self._drain_pool()
-        if len(self._buf) > 1:
-            width = self.seq_len + 1
-            valid = len(self._buf)
-            row = np.full(width, self.eos_id, dtype=self.dtype)
-            row[:valid] = self._buf
-            self.padding += width - valid
-            self._emit(row[None, :], np.array([valid], dtype=np.int32))
-        self._buf = np.zeros(0, dtype=self.dtype)
+        """Pack what is left (the last, padded sample), flush every split, write manifest.json last."""
+        self._emit(*self._packer.finish())
         for split in ("train", "val"):
             self._flush(split)
         tok_path = self.out_dir / TOKENIZER_FILE
