@@ -346,6 +346,25 @@ fn bmp_props() -> &'static [u8] {
     })
 }
 
+/// Lower case of every Basic Multilingual Plane character whose `to_lowercase` is one BMP
+/// character (0 otherwise: no case, several characters, or beyond the BMP), built once per
+/// process (128 KiB): replaces the case-mapping search in `push_char` by one load.
+fn bmp_lower() -> &'static [u16] {
+    static LOWER: OnceLock<Box<[u16]>> = OnceLock::new();
+    LOWER.get_or_init(|| {
+        (0..0x1_0000u32)
+            .map(|u| {
+                let Some(c) = char::from_u32(u) else { return 0 };
+                let mut lower = c.to_lowercase();
+                match (lower.next(), lower.next()) {
+                    (Some(l), None) if (l as u32) < 0x1_0000 => l as u16,
+                    _ => 0,
+                }
+            })
+            .collect()
+    })
+}
+
 /// Decodes the character starting at byte `i` of `text` (a char boundary) and its length.
 #[inline]
 fn decode_at(text: &str, i: usize) -> (char, usize) {
@@ -364,8 +383,13 @@ fn push_char(c: char, norm: Normalization, table: &[u8; 256], word: &mut Vec<u8>
         }
     } else if norm.strip_punctuation && is_unicode_punct(c) {
     } else if norm.lowercase && !caseless(c) {
-        for l in c.to_lowercase() {
-            word.extend_from_slice(l.encode_utf8(&mut buf).as_bytes());
+        match bmp_lower().get(c as usize).copied().and_then(|l| char::from_u32(u32::from(l))) {
+            Some(l) if l != '\0' => word.extend_from_slice(l.encode_utf8(&mut buf).as_bytes()),
+            _ => {
+                for l in c.to_lowercase() {
+                    word.extend_from_slice(l.encode_utf8(&mut buf).as_bytes());
+                }
+            }
         }
     } else {
         word.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
@@ -596,11 +620,15 @@ fn words_avx512(
                 }
             }
         }
-        // per character: a character outside ASCII, or any byte inside an exotic token
+        // per character: a character outside ASCII, or any byte inside an exotic token; characters
+        // kept unchanged are copied as one run (`run..i`) when something else comes
+        let mut run = i;
         while i < n {
             let b = bytes[i];
             if b < 128 {
+                buf.extend_from_slice(&bytes[run..i]);
                 if !exotic {
+                    run = i;
                     break;
                 }
                 let t = table[b as usize];
@@ -613,13 +641,17 @@ fn words_avx512(
                     buf.push(t);
                 }
                 i += 1;
+                run = i;
                 continue;
             }
             let (c, len) = decode_at(text, i);
             let p = if (c as u32) < 0x1_0000 { props[c as usize] } else { 0xFF };
             if p != 0xFF && p & keep_mask == keep_want {
-                buf.extend_from_slice(&bytes[i..i + len]);
-            } else {
+                i += len;
+                continue;
+            }
+            buf.extend_from_slice(&bytes[run..i]);
+            {
                 let punct = norm.strip_punctuation && is_unicode_punct(c);
                 if c.is_whitespace() && !punct {
                     if exotic {
@@ -634,7 +666,9 @@ fn words_avx512(
                 }
             }
             i += len;
+            run = i;
         }
+        buf.extend_from_slice(&bytes[run..i]);
     }
     if exotic {
         renormalize_token(&text[tok..n], norm, table, buf);
