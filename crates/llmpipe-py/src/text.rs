@@ -1,12 +1,13 @@
 //! Text normalisation and 128-bit content hashes, whole batches at a time.
 
+use llmpipe_text::clean::{clean_arrow, Form};
 use llmpipe_text::{content_hash, count_words_arrow, normalize, Normalization};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyBytes;
 
-use crate::buffers::{to_bytes, view};
+use crate::buffers::{buffer, to_bytes, view, Data, IdBuffer};
 use crate::errors::ConfigError;
 
 fn how(lowercase: bool, collapse_whitespace: bool, strip_punctuation: bool, nfc: bool) -> Normalization {
@@ -64,7 +65,24 @@ fn word_counts<'py>(
     Ok(to_bytes(py, &counts))
 }
 
+/// The normalize stage's cleaning (llmpipe_text::clean) of an Arrow string column given as int64
+/// offsets and data: `(offsets, data, changed)`, the new column's buffers and the rows that changed.
+#[pyfunction]
+#[pyo3(signature = (offsets, data, form="NFC"))]
+fn clean_texts(
+    py: Python<'_>,
+    offsets: PyBuffer<i64>,
+    data: PyBuffer<u8>,
+    form: &str,
+) -> PyResult<(IdBuffer, IdBuffer, usize)> {
+    let f = Form::parse(form).ok_or_else(|| ConfigError::new_err(format!("unknown normal form {form:?}")))?;
+    let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
+    let (offs, out, changed) = py.detach(|| clean_arrow(o, d, f)).map_err(ConfigError::new_err)?;
+    Ok((buffer(Data::I64(offs)), buffer(Data::U8(out)), changed))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(clean_texts, m)?)?;
     m.add_function(wrap_pyfunction!(word_counts, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_batch, m)?)?;
     m.add_function(wrap_pyfunction!(content_hashes, m)?)?;

@@ -1,14 +1,14 @@
-"""Unicode and whitespace normalisation of the stored text (vectorised in Arrow, no per-document Python)."""
+"""Unicode and whitespace normalisation of the stored text: one Rust pass per batch (llmpipe_text::clean)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from llmpipe import _core
+from llmpipe.buffers import string_buffers
 from llmpipe.curate.stage import Mapper
 
 
@@ -33,16 +33,10 @@ class Normalize(Mapper):
 
     def map(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, int]:
         text = batch.column("text")
-        out = pc.utf8_normalize(text, form=self.cfg.form)
-        out = pc.replace_substring_regex(out, pattern=r"\r\n?", replacement="\n")
-        out = pc.replace_substring_regex(
-            out, pattern=r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x{FEFF}]", replacement=""
-        )
-        out = pc.replace_substring_regex(out, pattern=r"[ \t]+\n", replacement="\n")
-        out = pc.replace_substring_regex(out, pattern=r"\n{3,}", replacement="\n\n")
-        out = pc.utf8_trim_whitespace(out)
-        changed = int(
-            np.asarray(pc.not_equal(text, out).fill_null(False).to_numpy(zero_copy_only=False)).sum()
-        )
+        offsets, data = string_buffers(text)
+        offs, out, changed = _core.clean_texts(offsets, data, self.cfg.form)
+        cleaned = pa.LargeStringArray.from_buffers(len(text), pa.py_buffer(offs), pa.py_buffer(out))
+        if cleaned.type != text.type:
+            cleaned = cleaned.cast(text.type)
         idx = batch.schema.get_field_index("text")
-        return batch.set_column(idx, "text", out), changed
+        return batch.set_column(idx, "text", cleaned), int(changed)
