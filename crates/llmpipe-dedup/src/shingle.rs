@@ -550,6 +550,95 @@ fn renormalize_token(tok: &str, norm: Normalization, table: &[u8; 256], buf: &mu
     }
 }
 
+/// `word_hash_at` of eight words (`buf[starts[k]..ends[k]]`, every word non-empty, `buf` readable
+/// 16 bytes past every start) in the eight 64-bit lanes: the two 8-byte halves gathered and masked
+/// to the word, the 64 x 64 -> 128-bit product from four 32 x 32 -> 64-bit ones, the same fold and
+/// finaliser. Words longer than 16 bytes (rare) are hashed one by one with xxh3.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+#[inline]
+fn word_hash8(buf: &[u8], starts: &[u32], ends: &[u32], seed: u64) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::*;
+    assert!(starts.len() >= 8 && ends.len() >= 8);
+    // SAFETY: 8 values each (asserted), unaligned loads.
+    let (s, e) = unsafe {
+        (
+            _mm512_cvtepu32_epi64(_mm256_loadu_si256(starts.as_ptr().cast())),
+            _mm512_cvtepu32_epi64(_mm256_loadu_si256(ends.as_ptr().cast())),
+        )
+    };
+    let len = _mm512_sub_epi64(e, s);
+    let max_start = starts[..8].iter().max().copied().unwrap_or(0) as usize;
+    assert!(max_start + 16 <= buf.len());
+    // SAFETY: every lane reads 16 bytes from a start, inside `buf` (asserted just above).
+    let (lo, hi) = unsafe {
+        (
+            _mm512_i64gather_epi64::<1>(s, buf.as_ptr().cast()),
+            _mm512_i64gather_epi64::<1>(_mm512_add_epi64(s, _mm512_set1_epi64(8)), buf.as_ptr().cast()),
+        )
+    };
+    let ones = _mm512_set1_epi64(-1);
+    let bits = _mm512_slli_epi64::<3>(len);
+    let bits_b = _mm512_sub_epi64(_mm512_max_epu64(bits, _mm512_set1_epi64(64)), _mm512_set1_epi64(64));
+    // shifts by 64 or more give 0: the masks of the low `len` bytes of the two halves
+    let a = _mm512_andnot_si512(_mm512_sllv_epi64(ones, bits), lo);
+    let b = _mm512_andnot_si512(_mm512_sllv_epi64(ones, bits_b), hi);
+    let ka = _mm512_set1_epi64((seed ^ 0x243F_6A88_85A3_08D3) as i64);
+    let kb0 = seed.rotate_left(32) ^ 0x1319_8A2E_0370_7344;
+    let kb_of = |l: u64| (kb0 ^ l.wrapping_mul(K1)) as i64;
+    let t0 =
+        _mm512_setr_epi64(kb_of(1), kb_of(2), kb_of(3), kb_of(4), kb_of(5), kb_of(6), kb_of(7), kb_of(8));
+    let t1 = _mm512_setr_epi64(
+        kb_of(9),
+        kb_of(10),
+        kb_of(11),
+        kb_of(12),
+        kb_of(13),
+        kb_of(14),
+        kb_of(15),
+        kb_of(16),
+    );
+    let kb = _mm512_permutex2var_epi64(t0, _mm512_sub_epi64(len, _mm512_set1_epi64(1)), t1);
+    let x = _mm512_xor_si512(a, ka);
+    let y = _mm512_xor_si512(b, kb);
+    // 128-bit product of x and y from 32-bit halves
+    let (xh, yh) = (_mm512_srli_epi64::<32>(x), _mm512_srli_epi64::<32>(y));
+    let ll = _mm512_mul_epu32(x, y);
+    let lh = _mm512_mul_epu32(x, yh);
+    let hl = _mm512_mul_epu32(xh, y);
+    let hh = _mm512_mul_epu32(xh, yh);
+    let m32 = _mm512_set1_epi64(0xFFFF_FFFF);
+    let mid = _mm512_add_epi64(
+        _mm512_srli_epi64::<32>(ll),
+        _mm512_add_epi64(_mm512_and_si512(lh, m32), _mm512_and_si512(hl, m32)),
+    );
+    let lo64 = _mm512_or_si512(_mm512_and_si512(ll, m32), _mm512_slli_epi64::<32>(mid));
+    let hi64 = _mm512_add_epi64(
+        _mm512_add_epi64(hh, _mm512_srli_epi64::<32>(mid)),
+        _mm512_add_epi64(_mm512_srli_epi64::<32>(lh), _mm512_srli_epi64::<32>(hl)),
+    );
+    let mut h = _mm512_xor_si512(lo64, hi64);
+    h = _mm512_xor_si512(h, _mm512_srli_epi64::<33>(h));
+    h = _mm512_mullo_epi64(h, _mm512_set1_epi64(0xff51_afd7_ed55_8ccd_u64 as i64));
+    h = _mm512_xor_si512(h, _mm512_srli_epi64::<33>(h));
+    h = _mm512_mullo_epi64(h, _mm512_set1_epi64(0xc4ce_b9fe_1a85_ec53_u64 as i64));
+    h = _mm512_xor_si512(h, _mm512_srli_epi64::<33>(h));
+    let long = _mm512_cmpgt_epu64_mask(len, _mm512_set1_epi64(16));
+    if long != 0 {
+        let mut lanes = [0u64; 8];
+        // SAFETY: `lanes` holds 8 values; unaligned store and load.
+        unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), h) };
+        for (j, lane) in lanes.iter_mut().enumerate() {
+            if long & (1 << j) != 0 {
+                *lane = xxh3_64_with_seed(&buf[starts[j] as usize..ends[j] as usize], seed);
+            }
+        }
+        // SAFETY: as above.
+        h = unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) };
+    }
+    h
+}
+
 /// `words` with AVX-512 (F, BW, VBMI, VBMI2), in two passes over each document.
 ///
 /// Pass 1 writes the normalised text to `buf`, every separator as one space: 64 ASCII bytes at a
@@ -561,13 +650,14 @@ fn renormalize_token(tok: &str, norm: Normalization, table: &[u8; 256], buf: &mu
 /// bytes, walked with trailing-zero counts) and hashes every word in place. No branch per byte and
 /// none per word on its bytes; the hashes equal those of `words` (same table, same word hash).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi1,popcnt")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx512vbmi2,bmi1,popcnt")]
 fn words_avx512(
     text: &str,
     norm: Normalization,
     seed: u64,
     table: &[u8; 256],
     buf: &mut Vec<u8>,
+    edges: &mut Vec<u32>,
     out: &mut Vec<u64>,
 ) {
     use std::arch::x86_64::*;
@@ -677,35 +767,55 @@ fn words_avx512(
     // and keep every 64-byte load and 16-byte word load inside `buf`
     let len = buf.len();
     buf.extend_from_slice(&[b' '; 64]);
-    out.reserve(len / 2 + 1);
-    let (mut start, mut open) = (0usize, false);
+    // the start and end of every word, by compressing the positions of the edges of the runs
+    // (no branch per word or per block); at most `len / 2 + 1` words, plus room for the 16 lanes
+    // every compressed store writes
+    let half = len / 2 + 1 + 16;
+    edges.clear();
+    edges.resize(2 * half, 0);
+    let (starts, ends) = edges.split_at_mut(half);
+    let (mut ns, mut ne) = (0usize, 0usize);
+    let mut carry = 0u64;
+    let iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     let mut base = 0usize;
     while base <= len {
         // SAFETY: `base <= len` and `buf` has 64 bytes after `len`, so 64 bytes from `base` are in it.
         let v = unsafe { _mm512_loadu_si512(buf.as_ptr().add(base).cast()) };
         let w = _mm512_cmpneq_epi8_mask(v, space);
-        let mut e = w ^ ((w << 1) | u64::from(open));
-        if open && e != 0 {
-            let end = base + e.trailing_zeros() as usize;
-            e &= e - 1;
-            out.push(word_hash_at(buf, start, end - start, seed));
-            open = false;
-        }
-        while e != 0 {
-            let s = base + e.trailing_zeros() as usize;
-            e &= e - 1;
-            if e == 0 {
-                start = s;
-                open = true;
-                break;
+        let before = (w << 1) | carry;
+        carry = w >> 63;
+        let (st, en) = (w & !before, !w & before);
+        for q in 0..4 {
+            let idx = _mm512_add_epi32(iota, _mm512_set1_epi32((base + 16 * q) as i32));
+            let (sq, eq) = ((st >> (16 * q)) as u16, (en >> (16 * q)) as u16);
+            // SAFETY: every start and end counted so far is a distinct word (`ns, ne <= len / 2 + 1`),
+            // so 16 lanes from `ns` / `ne` stay inside `starts` / `ends` (`len / 2 + 17` each).
+            unsafe {
+                _mm512_storeu_si512(starts.as_mut_ptr().add(ns).cast(), _mm512_maskz_compress_epi32(sq, idx));
+                _mm512_storeu_si512(ends.as_mut_ptr().add(ne).cast(), _mm512_maskz_compress_epi32(eq, idx));
             }
-            let end = base + e.trailing_zeros() as usize;
-            e &= e - 1;
-            out.push(word_hash_at(buf, s, end - s, seed));
+            ns += sq.count_ones() as usize;
+            ne += eq.count_ones() as usize;
         }
         base += 64;
     }
-    debug_assert!(!open);
+    debug_assert_eq!(ns, ne);
+    out.reserve(ns + 8);
+    let mut k = 0;
+    while k + 8 <= ns {
+        let h = word_hash8(buf, &starts[k..k + 8], &ends[k..k + 8], seed);
+        let at = out.len();
+        // SAFETY: `out` has room for `ns + 8` more values (reserved above), 8 are written.
+        unsafe {
+            _mm512_storeu_si512(out.as_mut_ptr().add(at).cast(), h);
+            out.set_len(at + 8);
+        }
+        k += 8;
+    }
+    for (&s, &e) in starts[k..ns].iter().zip(&ends[k..ns]) {
+        let (s, e) = (s as usize, e as usize);
+        out.push(word_hash_at(buf, s, e - s, seed));
+    }
     buf.truncate(len);
 }
 
@@ -804,6 +914,7 @@ fn unkept32_avx2(half: &[u8], upper: bool) -> u32 {
 fn has_avx512_words() -> bool {
     std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512dq")
         && std::arch::is_x86_feature_detected!("avx512vbmi")
         && std::arch::is_x86_feature_detected!("avx512vbmi2")
         && std::arch::is_x86_feature_detected!("bmi1")
@@ -838,9 +949,11 @@ impl Shingler {
                 }
                 let table = self.table.as_deref().expect("set just above");
                 #[cfg(target_arch = "x86_64")]
-                if has_avx512_words() {
+                if text.len() < u32::MAX as usize / 4 && has_avx512_words() {
                     // SAFETY: the CPU supports every feature `words_avx512` enables (checked).
-                    unsafe { words_avx512(text, cfg.norm, cfg.seed, table, &mut self.word, out) };
+                    unsafe {
+                        words_avx512(text, cfg.norm, cfg.seed, table, &mut self.word, &mut self.scratch, out)
+                    };
                     return;
                 }
                 #[cfg(target_arch = "x86_64")]
@@ -1048,7 +1161,7 @@ mod tests {
                 if has_avx512_words() {
                     got.clear();
                     // SAFETY: the features were checked just above.
-                    unsafe { words_avx512(t, norm, cfg.seed, &table, &mut word, &mut got) };
+                    unsafe { words_avx512(t, norm, cfg.seed, &table, &mut word, &mut Vec::new(), &mut got) };
                     assert_eq!(got, slow, "avx512 {norm:?} {t:?}");
                 }
             }
@@ -1071,6 +1184,30 @@ mod tests {
                     u.windows(n).map(|w| combine(w, 3)).collect()
                 };
                 assert_eq!(got, want, "n {n} len {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn eight_word_hashes_match_word_hash() {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx512_words() {
+            let mut buf: Vec<u8> = (0..400u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+            buf.extend_from_slice(&[b' '; 64]);
+            for round in 0..50usize {
+                let starts: Vec<u32> = (0..8).map(|j| ((round * 37 + j * 41) % 380) as u32).collect();
+                let ends: Vec<u32> =
+                    starts.iter().enumerate().map(|(j, &s)| s + 1 + ((round + 3 * j) % 24) as u32).collect();
+                let mut got = [0u64; 8];
+                // SAFETY: the features were checked above; `got` holds 8 values.
+                unsafe {
+                    let h = word_hash8(&buf, &starts, &ends, round as u64);
+                    std::arch::x86_64::_mm512_storeu_si512(got.as_mut_ptr().cast(), h);
+                }
+                for j in 0..8 {
+                    let w = &buf[starts[j] as usize..ends[j] as usize];
+                    assert_eq!(got[j], word_hash(w, round as u64), "round {round} lane {j} len {}", w.len());
+                }
             }
         }
     }
