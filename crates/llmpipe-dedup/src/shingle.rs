@@ -365,6 +365,22 @@ fn bmp_lower() -> &'static [u16] {
     })
 }
 
+/// The character starting at byte `i` of `bytes` (valid UTF-8, `bytes[i]` a leading byte >= 0x80)
+/// and its length: the decoding `str::chars` does, without its checks (a `&str` is valid).
+#[inline(always)]
+fn decode_utf8(bytes: &[u8], i: usize) -> (char, usize) {
+    let b0 = u32::from(bytes[i]);
+    let cont = |k: usize| u32::from(bytes[i + k]) & 0x3F;
+    let (u, len) = if b0 < 0xE0 {
+        (((b0 & 0x1F) << 6) | cont(1), 2)
+    } else if b0 < 0xF0 {
+        (((b0 & 0x0F) << 12) | (cont(1) << 6) | cont(2), 3)
+    } else {
+        (((b0 & 0x07) << 18) | (cont(1) << 12) | (cont(2) << 6) | cont(3), 4)
+    };
+    (char::from_u32(u).unwrap_or(char::REPLACEMENT_CHARACTER), len)
+}
+
 /// Decodes the character starting at byte `i` of `text` (a char boundary) and its length.
 #[inline]
 fn decode_at(text: &str, i: usize) -> (char, usize) {
@@ -712,19 +728,26 @@ fn words_avx512(
         }
         // per character: a character outside ASCII, or any byte inside an exotic token; characters
         // kept unchanged are copied as one run (`run..i`) when something else comes
+        // (a lone ASCII byte between them, like the space between two words of a non-Latin
+        // script, is handled here too rather than by a vector step of one byte)
         let mut run = i;
         while i < n {
             let b = bytes[i];
             if b < 128 {
-                buf.extend_from_slice(&bytes[run..i]);
-                if !exotic {
-                    run = i;
+                if !exotic && bytes.get(i + 1).is_some_and(|&c| c < 128) {
                     break;
                 }
                 let t = table[b as usize];
+                if t == b {
+                    i += 1;
+                    continue;
+                }
+                buf.extend_from_slice(&bytes[run..i]);
                 if t == SEP {
-                    renormalize_token(&text[tok..i], norm, table, buf);
-                    exotic = false;
+                    if exotic {
+                        renormalize_token(&text[tok..i], norm, table, buf);
+                        exotic = false;
+                    }
                     buf.push(b' ');
                     tok = i + 1;
                 } else if t != SKIP {
@@ -734,7 +757,7 @@ fn words_avx512(
                 run = i;
                 continue;
             }
-            let (c, len) = decode_at(text, i);
+            let (c, len) = decode_utf8(bytes, i);
             let p = if (c as u32) < 0x1_0000 { props[c as usize] } else { 0xFF };
             if p != 0xFF && p & keep_mask == keep_want {
                 i += len;
@@ -772,8 +795,11 @@ fn words_avx512(
     // every compressed store writes
     let half = len / 2 + 1 + 16;
     edges.clear();
-    edges.resize(2 * half, 0);
-    let (starts, ends) = edges.split_at_mut(half);
+    edges.reserve(2 * half);
+    // the spare capacity of `edges`, not zeroed first (every value read is written before)
+    let starts = edges.as_mut_ptr();
+    // SAFETY: `edges` has room for `2 * half` values (reserved just above).
+    let ends = unsafe { starts.add(half) };
     let (mut ns, mut ne) = (0usize, 0usize);
     let mut carry = 0u64;
     let iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -791,15 +817,19 @@ fn words_avx512(
             // SAFETY: every start and end counted so far is a distinct word (`ns, ne <= len / 2 + 1`),
             // so 16 lanes from `ns` / `ne` stay inside `starts` / `ends` (`len / 2 + 17` each).
             unsafe {
-                _mm512_storeu_si512(starts.as_mut_ptr().add(ns).cast(), _mm512_maskz_compress_epi32(sq, idx));
-                _mm512_storeu_si512(ends.as_mut_ptr().add(ne).cast(), _mm512_maskz_compress_epi32(eq, idx));
+                _mm512_storeu_si512(starts.add(ns).cast(), _mm512_maskz_compress_epi32(sq, idx));
+                _mm512_storeu_si512(ends.add(ne).cast(), _mm512_maskz_compress_epi32(eq, idx));
             }
             ns += sq.count_ones() as usize;
             ne += eq.count_ones() as usize;
         }
         base += 64;
     }
-    debug_assert_eq!(ns, ne);
+    assert_eq!(ns, ne, "every word has a start and an end");
+    // SAFETY: the first `ns` values from `starts` and from `ends` were written by the stores above
+    // (each store writes 16 values from the count so far), inside the reserved capacity.
+    let (starts, ends) =
+        unsafe { (std::slice::from_raw_parts(starts, ns), std::slice::from_raw_parts(ends, ns)) };
     out.reserve(ns + 8);
     let mut k = 0;
     while k + 8 <= ns {
