@@ -3,6 +3,12 @@
 //! Input: a file of length-prefixed UTF-8 documents (`u64` little-endian length, then the bytes),
 //! e.g. written from `/work/shared/data/web/cc-main-2019-30-extracted.jsonl.gz` by a few lines of
 //! Python. Usage: `cargo run --release -p llmpipe-dedup --example shingle_bench -- FILE [REPS]`.
+//!
+//! Environment: `ONLY=sig` times the signature loop only; `CHECK=1` checks every document's word
+//! hashes against `normalize` + split; `SIGS_OUT=PATH` writes the signatures of every document
+//! under `sig_configs` and `SIGS_REF=PATH` compares them byte for byte with such a file (written
+//! by an earlier build: speed-ups must not change a signature); `LLMPIPE_DEDUP_SIMD=scalar|avx2`
+//! caps the vector paths (all of them must give the same signatures).
 
 use std::time::Instant;
 

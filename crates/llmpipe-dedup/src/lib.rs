@@ -22,6 +22,26 @@ pub use lsh::{optimal_param, Lsh};
 pub use minhash::{estimate_jaccard, MinHasher};
 pub use shingle::{jaccard, shingles, ShingleConfig, ShingleUnit, Shingler};
 
+/// The widest vector code the dedup kernels may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SimdCap {
+    Scalar,
+    Avx2,
+    Avx512,
+}
+
+/// The cap on vector code: `LLMPIPE_DEDUP_SIMD=scalar` or `=avx2` in the environment (read once per
+/// process) keeps the kernels to the portable or AVX2 paths, to check that every path gives the
+/// same signatures; otherwise (the default) each kernel uses what the CPU has.
+pub fn simd_cap() -> SimdCap {
+    static CAP: std::sync::OnceLock<SimdCap> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| match std::env::var("LLMPIPE_DEDUP_SIMD").as_deref() {
+        Ok("scalar") => SimdCap::Scalar,
+        Ok("avx2") => SimdCap::Avx2,
+        _ => SimdCap::Avx512,
+    })
+}
+
 /// Errors of the dedup core.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DedupError {

@@ -119,12 +119,13 @@ impl MinHasher {
         assert_eq!(out.len(), self.num_perm(), "signature buffer has the wrong length");
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            let cap = crate::simd_cap();
+            if cap >= crate::SimdCap::Avx512 && std::arch::is_x86_feature_detected!("avx512f") {
                 // SAFETY: the CPU supports AVX-512F (checked just above).
                 unsafe { fill_avx512(&self.xor_keys, &self.mul_keys, shingles, out) };
                 return;
             }
-            if std::arch::is_x86_feature_detected!("avx2") {
+            if cap >= crate::SimdCap::Avx2 && std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU supports AVX2 (checked just above).
                 unsafe { fill_avx2(&self.xor_keys, &self.mul_keys, shingles, out) };
                 return;

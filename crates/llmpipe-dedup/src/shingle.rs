@@ -206,7 +206,7 @@ fn windows_into(units: &[u64], n: usize, seed: u64, out: &mut Vec<u32>) {
     }
     out.reserve(units.len() + 1 - n);
     #[cfg(target_arch = "x86_64")]
-    if n <= 8 && has_avx512_windows() {
+    if n <= 8 && crate::simd_cap() >= crate::SimdCap::Avx512 && has_avx512_windows() {
         // SAFETY: the CPU supports AVX-512 F and DQ (checked just above).
         unsafe { windows_avx512(units, n, seed, out) };
         return;
@@ -979,7 +979,9 @@ impl Shingler {
                 }
                 let table = self.table.as_deref().expect("set just above");
                 #[cfg(target_arch = "x86_64")]
-                if text.len() < u32::MAX as usize / 4 && has_avx512_words() {
+                let cap = crate::simd_cap();
+                #[cfg(target_arch = "x86_64")]
+                if cap >= crate::SimdCap::Avx512 && text.len() < u32::MAX as usize / 4 && has_avx512_words() {
                     // SAFETY: the CPU supports every feature `words_avx512` enables (checked).
                     unsafe {
                         words_avx512(text, cfg.norm, cfg.seed, table, &mut self.word, &mut self.scratch, out)
@@ -987,7 +989,7 @@ impl Shingler {
                     return;
                 }
                 #[cfg(target_arch = "x86_64")]
-                if std::arch::is_x86_feature_detected!("avx2") {
+                if cap >= crate::SimdCap::Avx2 && std::arch::is_x86_feature_detected!("avx2") {
                     // SAFETY: the CPU supports AVX2 (checked just above).
                     unsafe { words_avx2(text, cfg.norm, cfg.seed, table, &mut self.word, out) };
                     return;

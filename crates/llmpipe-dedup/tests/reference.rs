@@ -180,3 +180,22 @@ fn signatures_of_real_documents_match_the_definition() {
         }
     }
 }
+
+/// The same check with the vector kernels capped (AVX2 only, then portable code only), in a child
+/// process of this test binary: every path must give the same signatures.
+#[test]
+fn every_vector_path_gives_the_same_signatures() {
+    if std::env::var_os("LLMPIPE_DEDUP_SIMD").is_some() {
+        return; // this is the child run
+    }
+    for cap in ["avx2", "scalar"] {
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "signatures_of_real_documents_match_the_definition", "--nocapture"])
+            .env("LLMPIPE_DEDUP_SIMD", cap)
+            .output()
+            .expect("run the test binary");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{cap}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains("1 passed"), "{cap}: {text}");
+    }
+}
