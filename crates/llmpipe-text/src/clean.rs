@@ -37,17 +37,56 @@ impl Form {
     }
 }
 
-fn unicode_form(text: &str, form: Form) -> Cow<'_, str> {
-    if text.is_ascii() {
-        return Cow::Borrowed(text);
+/// The quick check of `form` run only over the non-ASCII runs of `text`. Exact: ASCII characters
+/// are always allowed and have combining class 0, which resets the check's state, so each run can
+/// be checked on its own; most web text is a few non-ASCII characters among ASCII.
+fn quick_check(text: &str, form: Form) -> IsNormalized {
+    let b = text.as_bytes();
+    let mut verdict = IsNormalized::Yes;
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] < 0x80 {
+            i = skip_ascii(b, i);
+            continue;
+        }
+        let s = i;
+        while i < b.len() && b[i] >= 0x80 {
+            i += 1;
+        }
+        let run = text[s..i].chars();
+        match match form {
+            Form::Nfc => is_nfc_quick(run),
+            Form::Nfkc => is_nfkc_quick(run),
+            Form::Nfd => is_nfd_quick(run),
+            Form::Nfkd => is_nfkd_quick(run),
+        } {
+            IsNormalized::No => return IsNormalized::No,
+            IsNormalized::Maybe => verdict = IsNormalized::Maybe,
+            IsNormalized::Yes => {}
+        }
     }
-    let quick = match form {
-        Form::Nfc => is_nfc_quick(text.chars()),
-        Form::Nfkc => is_nfkc_quick(text.chars()),
-        Form::Nfd => is_nfd_quick(text.chars()),
-        Form::Nfkd => is_nfkd_quick(text.chars()),
-    };
-    if quick == IsNormalized::Yes {
+    verdict
+}
+
+/// The first index `>= i` holding a non-ASCII byte (or `b.len()`), eight bytes at a time.
+#[inline]
+fn skip_ascii(b: &[u8], mut i: usize) -> usize {
+    while i + 8 <= b.len() {
+        let w = u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let high = w & 0x8080_8080_8080_8080;
+        if high != 0 {
+            return i + (high.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < b.len() && b[i] < 0x80 {
+        i += 1;
+    }
+    i
+}
+
+fn unicode_form(text: &str, form: Form) -> Cow<'_, str> {
+    if quick_check(text, form) == IsNormalized::Yes {
         return Cow::Borrowed(text);
     }
     Cow::Owned(match form {
@@ -58,56 +97,67 @@ fn unicode_form(text: &str, form: Form) -> Cow<'_, str> {
     })
 }
 
-#[inline]
-fn is_removed_control(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{7f}' | '\u{feff}')
+/// Bytes copied as they are: everything but ASCII controls, space, DEL, and the BOM (EF BB BF).
+#[inline(always)]
+fn plain_at(b: &[u8], i: usize) -> bool {
+    let c = b[i];
+    c > 0x20 && c != 0x7f && !(c == 0xef && b.get(i + 1) == Some(&0xbb) && b.get(i + 2) == Some(&0xbf))
 }
 
 /// Clean `text` into `out` (appended); see the module docs.
 pub fn clean_into(text: &str, form: Form, out: &mut String) {
     let text = unicode_form(text, form);
+    let b = text.as_bytes();
     let start = out.len();
-    let mut pending = 0usize; // spaces/tabs in `run`, not yet written (dropped before a newline)
-    let mut run = String::new();
+    let mut spaces = String::new(); // spaces/tabs not yet written (dropped before a newline)
     let mut newlines = 0usize; // newlines just written
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        let c = match c {
-            '\r' => {
-                if chars.peek() == Some(&'\n') {
-                    chars.next();
+    let mut i = 0;
+    while i < b.len() {
+        if plain_at(b, i) {
+            // a run of bytes kept as they are; it starts and ends on character boundaries (it
+            // stops only before ASCII bytes or a BOM's lead byte)
+            let s = i;
+            i += 1;
+            loop {
+                while i < b.len() && plain_at(b, i) {
+                    i += 1;
                 }
-                '\n'
+                // spaces and tabs followed by a kept byte stay in the run (between words)
+                let mut j = i;
+                while j < b.len() && (b[j] == b' ' || b[j] == b'\t') {
+                    j += 1;
+                }
+                if j > i && j < b.len() && plain_at(b, j) {
+                    i = j;
+                } else {
+                    break;
+                }
             }
-            c if is_removed_control(c) => continue,
-            c => c,
-        };
-        match c {
-            ' ' | '\t' => {
-                run.push(c);
-                pending += 1;
-            }
-            '\n' => {
-                run.clear();
-                pending = 0;
+            out.push_str(&spaces);
+            spaces.clear();
+            out.push_str(&text[s..i]);
+            newlines = 0;
+            continue;
+        }
+        match b[i] {
+            b'\r' | b'\n' => {
+                if b[i] == b'\r' && b.get(i + 1) == Some(&b'\n') {
+                    i += 1;
+                }
+                spaces.clear();
                 if newlines < 2 {
                     out.push('\n');
                 }
                 newlines += 1;
             }
-            c => {
-                if pending > 0 {
-                    out.push_str(&run);
-                    run.clear();
-                    pending = 0;
-                }
-                out.push(c);
-                newlines = 0;
-            }
+            c @ (b' ' | b'\t') => spaces.push(c as char),
+            0xef => i += 2, // the BOM: removed (3 bytes)
+            _ => {}         // other ASCII controls and DEL: removed
         }
+        i += 1;
     }
-    out.push_str(&run); // trailing spaces: trimmed below
-                        // trim: leading and trailing whitespace of what was written
+    out.push_str(&spaces); // trailing spaces: trimmed below
+    // trim: leading and trailing whitespace of what was written
     let written = &out[start..];
     let trimmed = written.trim_matches(is_split_whitespace);
     if trimmed.len() != written.len() {

@@ -34,7 +34,6 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 MAX_EXAMPLES_PER_REASON = 3
 EXAMPLE_CHARS = 300
@@ -217,12 +216,11 @@ class Mapper(DocStage):
             raise ValueError(f"mapper {self.name} changed the number of rows")
         counts.modified += changed
         # Re-count on the rewritten text: an empty document is dropped with a reason.
+        words = word_counts(out)
         counts.docs_in -= out.num_rows
-        counts.tokens_in -= int(word_counts(out).sum())
-        words = word_counts(out)  # apply_reasons adds these to tokens_in: net, tokens_in = words before
-        lengths = pc.utf8_length(pc.utf8_trim_whitespace(out.column("text"))).fill_null(0)
-        empty = np.asarray(lengths.to_numpy(zero_copy_only=False)) == 0
-        reasons = [f"empty_after_{self.name}" if e else None for e in empty]
+        counts.tokens_in -= int(words.sum())  # apply_reasons adds them back: net, tokens_in = words before
+        # empty = nothing but whitespace = no word (str.split and Arrow's trim share Python's isspace)
+        reasons = [f"empty_after_{self.name}" if w == 0 else None for w in words.tolist()]
         return apply_reasons(out, reasons, counts, words)
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from llmpipe.curate.stage import DOC_SCHEMA, StageCounts, apply_reasons, word_counts
 from llmpipe.io.compression import peek
@@ -129,8 +128,7 @@ def read_batches(
         read.docs_out += batch.num_rows
         read.tokens_in += int(raw.sum())
         read.tokens_out += int(raw.sum())
-        trimmed = pc.utf8_length(pc.utf8_trim_whitespace(batch.column("text"))).fill_null(0)
-        empty = extracted & (np.asarray(trimmed.to_numpy(zero_copy_only=False)) == 0)
+        empty = extracted & (words == 0)  # whitespace only (str.split and Arrow's trim agree on it)
         reasons = ["empty_after_extract" if e else None for e in empty.tolist()]
         kept = apply_reasons(batch, reasons, extract, words)
         extract.tokens_in += int(raw.sum() - words.sum())  # words in = raw words
