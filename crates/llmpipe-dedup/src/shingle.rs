@@ -698,6 +698,38 @@ fn words_avx512(
     let (mut i, mut tok, mut exotic) = (0usize, 0usize, false);
     while i < n {
         if !exotic {
+            // whole ASCII blocks: the next load does not wait for this one (the branch is
+            // predicted), the output length stays in a register
+            if i + 64 <= n {
+                buf.reserve(n - i + 64);
+                let dst = buf.as_mut_ptr();
+                let mut len = buf.len();
+                while i + 64 <= n {
+                    // SAFETY: `i + 64 <= n`: 64 readable bytes from `i`.
+                    let v = unsafe { _mm512_loadu_si512(bytes.as_ptr().add(i).cast()) };
+                    if _mm512_movepi8_mask(v) != 0 {
+                        break;
+                    }
+                    let t = _mm512_permutex2var_epi8(tlo, v, thi);
+                    let sep = _mm512_cmpeq_epi8_mask(t, sep_v);
+                    let keep = _mm512_cmpneq_epi8_mask(t, skip_v);
+                    let packed = _mm512_maskz_compress_epi8(keep, _mm512_mask_mov_epi8(t, sep, space));
+                    // SAFETY: a block adds at most 64 bytes and `i` moves by 64, so the 64 bytes
+                    // written from `len` end within the `n - i + 64` reserved when the loop began
+                    // (`i + 64 <= n`); the kept bytes written are initialised.
+                    unsafe { _mm512_storeu_si512(dst.add(len).cast(), packed) };
+                    len += keep.count_ones() as usize;
+                    if sep != 0 {
+                        tok = i + 64 - sep.leading_zeros() as usize;
+                    }
+                    i += 64;
+                }
+                // SAFETY: the bytes up to `len` were written above.
+                unsafe { buf.set_len(len) };
+                if i >= n {
+                    break;
+                }
+            }
             let rem = n - i;
             let lm = if rem >= 64 { u64::MAX } else { (1u64 << rem) - 1 };
             // SAFETY: only the `rem.min(64)` bytes from `i` that `lm` selects are read (masked load).
