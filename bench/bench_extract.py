@@ -12,6 +12,9 @@ the cores of a shared machine; "per core" is then exact), the Rust stages told t
   extract alone   llmpipe's read step: FastWARC parse + charset detection + decode + extraction
   end to end      llmpipe.curate.run_curate on the WARC: every stage, tokenizer training, tokenize, pack
 
+Both llmpipe figures are the best of 3 rounds, each round one extract-alone run then one end-to-end
+run, after a warm-up of each (``--quick``: one round).
+
 and prints the time per stage of the end-to-end run (instrumented by wrapping the stage methods) and
 the ratios. trafilatura (the datatrove default extractor) is timed on the same pages if installed.
 
@@ -145,7 +148,6 @@ def main() -> int:
         return sum(b.num_rows for b in read_batches(warc, warc.name, ReadConfig(), lambda b: None, r, e))
 
     docs = read_only()  # warm-up (lazy imports, page cache)
-    t_extract = best_of(reps, read_only)
 
     trafilatura_s = None
     if importlib.util.find_spec("trafilatura") is not None:
@@ -178,13 +180,30 @@ def main() -> int:
     cfg = CurateConfig.from_mapping(
         {"tokenizer": {"vocab_size": 8000, "sample_bytes": 5_000_000}, "pack": {"seq_len": 1024}}
     )
-    out = tmp / "out"
-    t0 = time.process_time()
-    stats = pipeline.run_curate(
-        [str(warc.parent)], out, cfg, executor=pipeline.LocalExecutor(progress=False), log=lambda s: None
-    )
-    t_e2e = time.process_time() - t0
-    timer.t["other (driver, parquet I/O, markers)"] = t_e2e - sum(timer.t.values())
+    # measured like the extract stage and interleaved with it (so both see the same machine): one
+    # warm-up run (lazy imports, regex and model initialisation, page cache), then ``reps`` rounds of
+    # (extract stage alone, end to end into a fresh output directory); the best of each is reported
+    best: tuple[float, dict[str, float], Any] | None = None
+    t_extract = float("inf")
+    for rep in range(reps + 1):
+        if rep > 0:
+            t_extract = min(t_extract, best_of(1, read_only))
+        timer.t.clear()
+        t0 = time.process_time()
+        stats = pipeline.run_curate(
+            [str(warc.parent)],
+            tmp / f"out{rep}",
+            cfg,
+            executor=pipeline.LocalExecutor(progress=False),
+            log=lambda s: None,
+        )
+        t_run = time.process_time() - t0
+        if rep > 0 and (best is None or t_run < best[0]):
+            best = (t_run, dict(timer.t), stats)
+    assert best is not None
+    t_e2e, per_stage, stats = best
+    timer.t = defaultdict(float, per_stage)
+    timer.t["other (driver, parquet I/O, markers)"] = t_e2e - sum(per_stage.values())
 
     print(f"\n{'':38s} {'CPU s':>8s} {'MB/s/core':>10s}")
     print(f"{'resiliparse floor (decoded pages)':38s} {t_floor:8.2f} {html_mb / t_floor:10.1f}  (MB of HTML)")

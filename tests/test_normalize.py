@@ -73,3 +73,12 @@ def test_sliced_and_empty_batches() -> None:
     assert changed == 1
     empty, n = Normalize(Normalize.Config()).map(batch.slice(0, 0))
     assert empty.num_rows == 0 and n == 0
+
+
+def test_word_counts_equal_python_split(data_dir: Path) -> None:
+    """The funnel's word unit (one Rust call per batch) is exactly ``len(text.split())``."""
+    from llmpipe.curate.stage import word_counts
+
+    texts = real_texts(data_dir) + edge_texts() + ["".join(chr(c) for c in range(0x2000, 0x2100)) * 3]
+    batch = pa.record_batch([pa.array(texts, pa.string())], names=["text"])
+    assert word_counts(batch).tolist() == [len(t.split()) for t in texts]

@@ -82,26 +82,41 @@ pub fn is_split_whitespace(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
+/// Byte classes for [`count_words`]: 0 = not whitespace (or a byte inside a character), 1 = ASCII
+/// whitespace, 2 = the first byte of a character that may be Unicode whitespace (U+0085, U+00A0,
+/// U+1680, U+2000-U+205F, U+3000 start with C2, E1, E2 or E3).
+const WORD_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = match b as u8 {
+            b' ' | b'\t'..=b'\r' | 0x1c..=0x1f => 1,
+            0xc2 | 0xe1 | 0xe2 | 0xe3 => 2,
+            _ => 0,
+        };
+        b += 1;
+    }
+    t
+};
+
 /// Number of whitespace-separated words, equal to `len(text.split())` in Python.
 pub fn count_words(text: &str) -> u32 {
-    let mut n = 0u32;
-    let mut in_word = false;
     let bytes = text.as_bytes();
+    let mut n = 0u32;
+    let mut prev_space = 1u32;
     let mut i = 0;
     while i < bytes.len() {
-        let b = bytes[i];
-        let space = if b < 0x80 {
-            i += 1;
-            matches!(b, b' ' | b'\t'..=b'\r' | 0x1c..=0x1f)
-        } else {
+        let class = WORD_CLASS[bytes[i] as usize];
+        let (space, step) = if class == 2 {
+            // a lead byte, so a character boundary
             let c = text[i..].chars().next().unwrap_or(' ');
-            i += c.len_utf8();
-            is_split_whitespace(c)
+            (u32::from(is_split_whitespace(c)), c.len_utf8())
+        } else {
+            (u32::from(class), 1)
         };
-        if !space && !in_word {
-            n += 1;
-        }
-        in_word = !space;
+        n += (space ^ 1) & prev_space; // a word starts where a non-space follows a space
+        prev_space = space;
+        i += step;
     }
     n
 }
