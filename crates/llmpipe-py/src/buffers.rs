@@ -1,6 +1,7 @@
 //! Zero-copy access to buffers passed from Python (Arrow buffers, numpy arrays), and arrays out.
 
 use std::ffi::{c_int, CStr};
+use std::sync::{Arc, Mutex};
 
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::PyBufferError;
@@ -40,11 +41,86 @@ pub(crate) enum Data {
     I64(Vec<i64>),
 }
 
-/// An owned, writable 1-D array of integers exported through the buffer protocol.
+/// An owned, writable 1-D array of integers exported through the buffer protocol. A buffer made
+/// from a [`Pool`] goes back to it when Python releases it (the loader reuses batch memory that is
+/// already mapped and warm in cache instead of faulting in and zeroing fresh pages every batch).
 #[pyclass(module = "llmpipe._core")]
 pub struct IdBuffer {
     data: Data,
+    pool: Option<Arc<Pool>>,
 }
+
+impl Drop for IdBuffer {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.put(std::mem::replace(&mut self.data, Data::U8(Vec::new())));
+        }
+    }
+}
+
+/// Released buffers kept for reuse (at most `cap`).
+pub(crate) struct Pool {
+    free: Mutex<Vec<Data>>,
+    cap: usize,
+}
+
+impl Pool {
+    pub(crate) fn new(cap: usize) -> Arc<Self> {
+        Arc::new(Self { free: Mutex::new(Vec::new()), cap })
+    }
+
+    fn put(&self, data: Data) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        if free.len() < self.cap {
+            free.push(data);
+        }
+    }
+
+    /// A vector of `len` elements: a released one when there is one of that type and length (its
+    /// old contents are still there: callers overwrite every element), else a new zeroed one.
+    pub(crate) fn take<T: Pooled>(&self, len: usize) -> Vec<T> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = free.iter().position(|d| T::matches(d, len)) {
+            if let Some(v) = T::unwrap(free.swap_remove(at)) {
+                return v;
+            }
+        }
+        drop(free);
+        vec![T::default(); len]
+    }
+
+    pub(crate) fn buffer<T: Pooled>(self: &Arc<Self>, v: Vec<T>) -> IdBuffer {
+        IdBuffer { data: T::wrap(v), pool: Some(self.clone()) }
+    }
+}
+
+/// Element types a [`Pool`] hands out.
+pub(crate) trait Pooled: Copy + Default {
+    fn wrap(v: Vec<Self>) -> Data;
+    fn unwrap(d: Data) -> Option<Vec<Self>>;
+    fn matches(d: &Data, len: usize) -> bool;
+}
+
+macro_rules! pooled {
+    ($t:ty, $variant:ident) => {
+        impl Pooled for $t {
+            fn wrap(v: Vec<Self>) -> Data {
+                Data::$variant(v)
+            }
+            fn unwrap(d: Data) -> Option<Vec<Self>> {
+                match d {
+                    Data::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn matches(d: &Data, len: usize) -> bool {
+                matches!(d, Data::$variant(v) if v.len() == len)
+            }
+        }
+    };
+}
+pooled!(i32, I32);
+pooled!(i64, I64);
 
 impl IdBuffer {
     fn raw(&self) -> (*const u8, usize, usize, &'static CStr) {
@@ -131,5 +207,5 @@ impl IdBuffer {
 }
 
 pub(crate) fn buffer(data: Data) -> IdBuffer {
-    IdBuffer { data }
+    IdBuffer { data, pool: None }
 }

@@ -8,7 +8,7 @@ use llmpipe_shard::{build_batch, masked_targets, BatchOut, Id, Prefetch, Samples
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 
-use crate::buffers::{buffer, view, Data, IdBuffer};
+use crate::buffers::{buffer, view, Data, IdBuffer, Pool, Pooled};
 use crate::errors::{ConfigError, ShardError};
 
 /// The shards' memory, kept alive (and exported by Python) for as long as a stream reads it.
@@ -40,22 +40,21 @@ impl Sources {
 /// `(rows, targets or None, doc_ids or None)`; see [`BatchStream`].
 type Triple = (IdBuffer, Option<IdBuffer>, Option<IdBuffer>);
 
-fn make_batch<T: Id>(
+fn make_batch<T: Id + Pooled>(
     samples: &Samples<'_>,
     idx: &[i64],
     eos: u32,
     doc_ids: bool,
-    wrap: fn(Vec<T>) -> Data,
-    zero: T,
+    pool: &Arc<Pool>,
 ) -> Result<Triple, String> {
     let w = samples.width();
-    let mut rows = vec![zero; idx.len() * w];
+    let mut rows: Vec<T> = pool.take(idx.len() * w);
     let mut valid = vec![0i32; idx.len()];
-    let mut d = if doc_ids { vec![0i32; idx.len() * (w - 1)] } else { Vec::new() };
+    let mut d: Vec<i32> = if doc_ids { pool.take(idx.len() * (w - 1)) } else { Vec::new() };
     let out = BatchOut { rows: &mut rows, valid: &mut valid, doc_ids: doc_ids.then_some(d.as_mut_slice()) };
     build_batch(samples, idx, eos, out).map_err(|e| e.to_string())?;
-    let targets = masked_targets(&rows, &valid, w, -100).map(|t| buffer(wrap(t)));
-    Ok((buffer(wrap(rows)), targets, doc_ids.then(|| buffer(Data::I32(d)))))
+    let targets = masked_targets(&rows, &valid, w, -100).map(|t| pool.buffer(t));
+    Ok((pool.buffer(rows), targets, doc_ids.then(|| pool.buffer(d))))
 }
 
 /// Batches of one rank built ahead by a Rust thread (no GIL): batch `k` holds the samples
@@ -114,6 +113,8 @@ impl BatchStream {
             return Err(ConfigError::new_err("plan length must be a multiple of batch_size"));
         }
         let src = sources.clone();
+        // batches in the queue, one being built, a few held by the caller: then memory is reused
+        let pool = Pool::new(3 * (depth + 4));
         let prefetch = py.detach(|| {
             Prefetch::spawn(depth, move |k| {
                 let idx = plan.get(k * batch_size..(k + 1) * batch_size)?;
@@ -122,9 +123,9 @@ impl BatchStream {
                     Err(e) => return Some(Err(e.to_string())),
                 };
                 Some(if wide {
-                    make_batch(&samples, idx, eos_id, doc_ids, Data::I64, 0i64)
+                    make_batch::<i64>(&samples, idx, eos_id, doc_ids, &pool)
                 } else {
-                    make_batch(&samples, idx, eos_id, doc_ids, Data::I32, 0i32)
+                    make_batch::<i32>(&samples, idx, eos_id, doc_ids, &pool)
                 })
             })
         })?;
