@@ -34,6 +34,24 @@ pub fn build_inverted_map(alphabets: &[(Lang, &str)]) -> (Vec<char>, Vec<Vec<Lan
     (chars, langs)
 }
 
+/// `chars.binary_search(c)` for every ASCII `c`, cached per alphabet map (llmpipe).
+fn ascii_positions(chars: &[char]) -> &'static [Option<u32>; 128] {
+    use std::sync::Mutex;
+    static CACHE: Mutex<Vec<(usize, &'static [Option<u32>; 128])>> = Mutex::new(Vec::new());
+    let key = chars.as_ptr() as usize;
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, t)) = cache.iter().find(|(k, _)| *k == key) {
+        return t;
+    }
+    let mut t = [None; 128];
+    for (c, slot) in t.iter_mut().enumerate() {
+        *slot = chars.binary_search(&(c as u8 as char)).ok().map(|p| p as u32);
+    }
+    let t: &'static [Option<u32>; 128] = Box::leak(Box::new(t));
+    cache.push((key, t));
+    t
+}
+
 pub fn generic_alphabet_calculate_scores(
     script: Script,
     lang_map: &LazyLock<(Vec<char>, Vec<Vec<Lang>>)>,
@@ -46,6 +64,8 @@ pub fn generic_alphabet_calculate_scores(
     // score of each character.
     let mut char_scores = vec![0; chars.len()];
     let mut max_raw_score = 0;
+    // llmpipe: the positions of the ASCII characters are looked up once per map, not per character
+    let ascii = ascii_positions(chars);
     // iterate over the text and scores characters.
     for ch in text.chars() {
         if is_stop_char(ch) {
@@ -54,7 +74,12 @@ pub fn generic_alphabet_calculate_scores(
 
         max_raw_score += 1;
 
-        if let Ok(position) = chars.binary_search(&ch) {
+        let found = if (ch as u32) < 128 {
+            ascii[ch as usize].map(|p| p as usize).ok_or(0)
+        } else {
+            chars.binary_search(&ch)
+        };
+        if let Ok(position) = found {
             // add 2 and remove max_raw_score at the end,
             // to keep the score interval of -max_raw_score..max_raw_score
             char_scores[position] += 2;
