@@ -699,16 +699,17 @@ unsafe fn edges_rest(
     }
 }
 
-/// `words` with AVX-512 (F, BW, VBMI, VBMI2), in two passes over each document.
+/// `words` with AVX-512 (F, BW, DQ, VBMI, VBMI2), in two passes over each document.
 ///
 /// Pass 1 writes the normalised text to `buf`, every separator as one space: 64 ASCII bytes at a
 /// time are mapped through the byte table with one permute (lower-casing, separators), stripped
 /// punctuation is squeezed out with one compress, and the block is stored whole; characters outside
 /// ASCII take the per-character logic of `words` (the same property table, `push_char`, and NFC of
 /// a token with a character that is not NFC-safe, redone from the token's text when it ends).
-/// Pass 2 splits `buf` at spaces from a 64-bit mask per block (the edges of the runs of non-space
-/// bytes, walked with trailing-zero counts) and hashes every word in place. No branch per byte and
-/// none per word on its bytes; the hashes equal those of `words` (same table, same word hash).
+/// Pass 2 finds the edges of the runs of non-space bytes in `buf` from a 64-bit mask per block,
+/// compresses their positions into start and end arrays (`edges`, scratch), and hashes the words
+/// eight at a time in place (`word_hash8`). No branch per byte and none per word; the hashes equal
+/// those of `words` (same table, same word hash).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx512vbmi2,bmi1,popcnt")]
 fn words_avx512(
