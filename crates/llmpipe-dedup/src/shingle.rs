@@ -367,6 +367,7 @@ fn bmp_lower() -> &'static [u16] {
 
 /// The character starting at byte `i` of `bytes` (valid UTF-8, `bytes[i]` a leading byte >= 0x80)
 /// and its length: the decoding `str::chars` does, without its checks (a `&str` is valid).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn decode_utf8(bytes: &[u8], i: usize) -> (char, usize) {
     let b0 = u32::from(bytes[i]);
@@ -555,6 +556,7 @@ fn words_avx2(
 /// NFC of an exotic token that just ended (`tok`: its text): if the token is not in NFC, its bytes
 /// in `buf` (everything after the last separator) are replaced by the normalised characters of
 /// its NFC form, exactly as `flush` does for `words`.
+#[cfg(target_arch = "x86_64")]
 #[inline(never)]
 fn renormalize_token(tok: &str, norm: Normalization, table: &[u8; 256], buf: &mut Vec<u8>) {
     if is_nfc_quick(tok.chars()) != IsNormalized::Yes {
