@@ -1342,6 +1342,75 @@ mod tests {
     }
 
     #[test]
+    fn random_texts_match_normalisation_on_every_path() {
+        // characters that take every branch: separators of each kind (and the C0 controls that
+        // are not whitespace), punctuation stripped or kept, upper case in and beyond the BMP,
+        // combining marks (NFC), multi-character lower case, CJK, emoji, NUL
+        let alphabet: Vec<char> = "aZ09 .,-'\t\n\r\u{b}\u{c}\u{1c}\u{1f}\0\u{85}\u{a0}\u{2000}\u{2009}\u{3000}\
+                                   éÉßİΣςЖж\u{301}\u{327}\u{1039}\u{FEFF}\u{10400}\u{1F600}東、«¿\u{FF01}\u{2019}"
+            .chars()
+            .collect();
+        let mut state = 0x1234_5678_u64;
+        let mut next = move || {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) as usize
+        };
+        let norms = [
+            ShingleConfig::default().norm,
+            Normalization {
+                nfc: false,
+                lowercase: false,
+                collapse_whitespace: true,
+                strip_punctuation: false,
+            },
+            Normalization { nfc: true, lowercase: false, collapse_whitespace: true, strip_punctuation: true },
+            Normalization {
+                nfc: false,
+                lowercase: true,
+                collapse_whitespace: true,
+                strip_punctuation: false,
+            },
+        ];
+        for round in 0..3000 {
+            let len = next() % 400;
+            // mostly letters so that words get long, sometimes anything from the alphabet
+            let text: String = (0..len)
+                .map(|_| {
+                    if next() % 3 == 0 {
+                        alphabet[next() % alphabet.len()]
+                    } else {
+                        (b'a' + (next() % 26) as u8) as char
+                    }
+                })
+                .collect();
+            let norm = norms[round % norms.len()];
+            let cfg = ShingleConfig { norm, ..Default::default() };
+            let table = byte_table(norm);
+            let slow = slow_words(&text, &cfg);
+            let (mut got, mut word) = (Vec::new(), Vec::new());
+            unit_hashes(&text, &cfg, &mut got);
+            assert_eq!(got, slow, "{norm:?} {text:?}");
+            got.clear();
+            words::<false>(&text, norm, cfg.seed, &table, &mut word, &mut got);
+            assert_eq!(got, slow, "scalar {norm:?} {text:?}");
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                got.clear();
+                // SAFETY: AVX2 checked just above.
+                unsafe { words_avx2(&text, norm, cfg.seed, &table, &mut word, &mut got) };
+                assert_eq!(got, slow, "avx2 {norm:?} {text:?}");
+            }
+            #[cfg(target_arch = "x86_64")]
+            if has_avx512_words() {
+                got.clear();
+                // SAFETY: the features were checked just above.
+                unsafe { words_avx512(&text, norm, cfg.seed, &table, &mut word, &mut Vec::new(), &mut got) };
+                assert_eq!(got, slow, "avx512 {norm:?} {text:?}");
+            }
+        }
+    }
+
+    #[test]
     fn word_hash_separates_words() {
         // every word of 1-3 letters over a small alphabet, and longer ones around the 8/16 limits
         let mut words: Vec<Vec<u8>> = Vec::new();
