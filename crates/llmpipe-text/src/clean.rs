@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::{is_nfc_quick, is_nfd_quick, is_nfkc_quick, is_nfkd_quick, IsNormalized};
 
-use crate::is_split_whitespace;
+use crate::{arrow_strs, is_split_whitespace};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Form {
@@ -157,7 +157,7 @@ pub fn clean_into(text: &str, form: Form, out: &mut String) {
         i += 1;
     }
     out.push_str(&spaces); // trailing spaces: trimmed below
-    // trim: leading and trailing whitespace of what was written
+                           // trim: leading and trailing whitespace of what was written
     let written = &out[start..];
     let trimmed = written.trim_matches(is_split_whitespace);
     if trimmed.len() != written.len() {
@@ -182,13 +182,8 @@ pub fn clean_arrow(offsets: &[i64], data: &[u8], form: Form) -> Result<(Vec<i64>
     let mut offs = Vec::with_capacity(offsets.len());
     offs.push(0i64);
     let mut changed = 0usize;
-    for (row, w) in offsets.windows(2).enumerate() {
-        let (s, e) = (w[0], w[1]);
-        if s < 0 || e < s || e as usize > data.len() {
-            return Err(format!("row {row}: string offsets out of range: {s}..{e}"));
-        }
-        let t = std::str::from_utf8(&data[s as usize..e as usize])
-            .map_err(|err| format!("row {row}: text is not valid UTF-8: {err}"))?;
+    for t in arrow_strs(offsets, data) {
+        let t = t?;
         let at = out.len();
         clean_into(t, form, &mut out);
         changed += usize::from(&out[at..] != t);

@@ -121,20 +121,25 @@ pub fn count_words(text: &str) -> u32 {
     n
 }
 
-/// Word counts of an Arrow string column given as its offsets and data buffer (one call per batch).
+/// The strings of an Arrow string column given as its int64 offsets and data buffer, in order.
 /// Offsets out of range, or a string that is not valid UTF-8, is an error naming the row.
-pub fn count_words_arrow(offsets: &[i64], data: &[u8]) -> Result<Vec<u32>, String> {
-    let mut out = Vec::with_capacity(offsets.len().saturating_sub(1));
-    for (row, w) in offsets.windows(2).enumerate() {
+pub fn arrow_strs<'a>(
+    offsets: &'a [i64],
+    data: &'a [u8],
+) -> impl Iterator<Item = Result<&'a str, String>> + 'a {
+    offsets.windows(2).enumerate().map(move |(row, w)| {
         let (s, e) = (w[0], w[1]);
         if s < 0 || e < s || e as usize > data.len() {
             return Err(format!("row {row}: string offsets out of range: {s}..{e}"));
         }
-        let t = std::str::from_utf8(&data[s as usize..e as usize])
-            .map_err(|err| format!("row {row}: text is not valid UTF-8: {err}"))?;
-        out.push(count_words(t));
-    }
-    Ok(out)
+        std::str::from_utf8(&data[s as usize..e as usize])
+            .map_err(|err| format!("row {row}: text is not valid UTF-8: {err}"))
+    })
+}
+
+/// Word counts of an Arrow string column given as its offsets and data buffer (one call per batch).
+pub fn count_words_arrow(offsets: &[i64], data: &[u8]) -> Result<Vec<u32>, String> {
+    arrow_strs(offsets, data).map(|t| t.map(count_words)).collect()
 }
 
 #[cfg(test)]
