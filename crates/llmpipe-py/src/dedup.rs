@@ -17,18 +17,8 @@ fn err(e: DedupError) -> PyErr {
 }
 
 /// Strings of an Arrow (large_)string column given as int64 offsets and the data buffer.
-fn strings<'a>(offsets: &[i64], data: &'a [u8]) -> PyResult<Vec<&'a str>> {
-    let mut out = Vec::with_capacity(offsets.len().saturating_sub(1));
-    for w in offsets.windows(2) {
-        let (s, e) = (w[0], w[1]);
-        if s < 0 || e < s || e as usize > data.len() {
-            return Err(ConfigError::new_err(format!("string offsets out of range: {s}..{e}")));
-        }
-        let t = std::str::from_utf8(&data[s as usize..e as usize])
-            .map_err(|e| ConfigError::new_err(format!("text is not valid UTF-8: {e}")))?;
-        out.push(t);
-    }
-    Ok(out)
+fn strings<'a>(offsets: &'a [i64], data: &'a [u8]) -> PyResult<Vec<&'a str>> {
+    llmpipe_text::arrow_strs(offsets, data).collect::<Result<_, _>>().map_err(ConfigError::new_err)
 }
 
 #[allow(clippy::too_many_arguments)]

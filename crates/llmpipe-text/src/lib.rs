@@ -179,8 +179,12 @@ pub fn arrow_strs<'a>(
         if s < 0 || e < s || e as usize > data.len() {
             return Err(format!("row {row}: string offsets out of range: {s}..{e}"));
         }
-        std::str::from_utf8(&data[s as usize..e as usize])
-            .map_err(|err| format!("row {row}: text is not valid UTF-8: {err}"))
+        let bytes = &data[s as usize..e as usize];
+        // SIMD validation; std's only to describe an error
+        simdutf8::basic::from_utf8(bytes).map_err(|_| match std::str::from_utf8(bytes) {
+            Err(err) => format!("row {row}: text is not valid UTF-8: {err}"),
+            Ok(_) => format!("row {row}: text is not valid UTF-8"),
+        })
     })
 }
 
