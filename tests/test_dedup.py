@@ -46,7 +46,7 @@ def test_recall_at_default_settings(corpus: Corpus, sets: list[frozenset[str]]) 
 def test_candidate_and_merged_pairs_by_exact_jaccard(corpus: Corpus, sets: list[frozenset[str]]) -> None:
     """Every LSH candidate pair is scored by exact Jaccard; verification merges none below 0.5."""
     offsets, data = string_buffers(corpus.texts)
-    raw_bands, _, soff, sdata = _core.minhash_sketch(offsets, data)
+    raw_bands, _, soff, sdata = _core.minhash_sketch(offsets, data, _core.Shingling())
     bands = np.frombuffer(raw_bands, np.uint64).reshape(len(corpus.texts), 14)
     docs = np.repeat(np.arange(len(corpus.texts), dtype=np.uint32), 14)
     goff, members = _core.lsh_groups(bands.ravel(), docs.astype(np.uint64), docs)

@@ -10,6 +10,14 @@ class TokenizerError(LlmpipeCoreError): ...
 class ShardError(LlmpipeCoreError): ...
 class ConfigError(LlmpipeCoreError): ...
 
+class IdBuffer:
+    """Owned integers exported through the buffer protocol (``numpy.frombuffer(buf, buf.dtype)``)."""
+
+    @property
+    def dtype(self) -> str: ...
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int) -> memoryview: ...
+
 # -- tokenizer (crates/llmpipe-bpe, crates/llmpipe-py/src/bpe.rs) --------------------------------
 
 class BpeTokenizer:
@@ -65,29 +73,25 @@ class BpeTokenizer:
 # (np.frombuffer): signatures uint32, band keys uint64, counts uint32, group offsets uint64.
 # Parameters typed `object` take any C-contiguous buffer (numpy array, Arrow buffer) of the dtype named.
 
-def minhash_signatures(
-    offsets: object,
-    data: object,
-    num_perm: int = 112,
-    ngram: int = 5,
-    seed: int = 1,
-    unit: str = "words",
-    lowercase: bool = True,
-    strip_punctuation: bool = True,
-    nfc: bool = True,
-) -> bytes: ...
+class Shingling:
+    def __init__(
+        self,
+        num_perm: int = 112,
+        ngram: int = 5,
+        seed: int = 1,
+        unit: str = "words",
+        lowercase: bool = True,
+        strip_punctuation: bool = True,
+        nfc: bool = True,
+    ) -> None: ...
+
+def minhash_signatures(offsets: object, data: object, shingling: Shingling) -> bytes: ...
 def minhash_sketch(
     offsets: object,
     data: object,
-    num_perm: int = 112,
+    shingling: Shingling,
     bands: int = 14,
     rows: int = 8,
-    ngram: int = 5,
-    seed: int = 1,
-    unit: str = "words",
-    lowercase: bool = True,
-    strip_punctuation: bool = True,
-    nfc: bool = True,
     keep_shingles: bool = True,
 ) -> tuple[bytes, bytes, bytes, bytes]: ...
 def id_hashes(offsets: object, data: object) -> bytes: ...
@@ -107,15 +111,9 @@ def cluster_signatures(
 def cluster_texts(
     offsets: object,
     data: object,
-    num_perm: int = 112,
+    shingling: Shingling,
     bands: int = 14,
     rows: int = 8,
-    ngram: int = 5,
-    seed: int = 1,
-    unit: str = "words",
-    lowercase: bool = True,
-    strip_punctuation: bool = True,
-    nfc: bool = True,
     verify_threshold: float | None = None,
 ) -> bytes: ...
 def lsh_optimal_param(
@@ -136,6 +134,9 @@ class UnionFind:
     def __len__(self) -> int: ...
 
 # -- text (crates/llmpipe-text, crates/llmpipe-py/src/text.rs) -----------------------------------
+
+def clean_texts(offsets: object, data: object, form: str = "NFC") -> tuple[IdBuffer, IdBuffer, int]:
+    """The normalize stage's cleaning of an Arrow string column: new (int64 offsets, data), rows changed."""
 
 def word_counts(offsets: object, data: object) -> bytes:
     """``len(text.split())`` per row of an Arrow string column (int64 offsets, data): u32 LE bytes."""
@@ -179,3 +180,34 @@ class QualityModel:
     def score(self, texts: Sequence[str]) -> list[float]: ...
     @property
     def bits(self) -> int: ...
+
+# -- shards (crates/llmpipe-shard, crates/llmpipe-py/src/shard.rs) -------------------------------
+
+class BatchStream:
+    """Batches of one rank built ahead by a Rust thread: ``next()`` -> (rows, targets, doc_ids) or None."""
+
+    def __init__(
+        self,
+        tokens: Sequence[object],
+        valid: Sequence[object],
+        width: int,
+        plan: object,
+        batch_size: int,
+        eos_id: int,
+        *,
+        dtype: str = "int64",
+        doc_ids: bool = True,
+        depth: int = 4,
+    ) -> None: ...
+    def next(self) -> tuple[IdBuffer, IdBuffer | None, IdBuffer | None] | None: ...
+
+class SamplePacker:
+    """Documents packed into samples of seq_len + 1 ids: ``add``/``finish`` -> (rows, valid)."""
+
+    def __init__(
+        self, seq_len: int, eos_id: int, dtype: str, packing: str = "concat", best_fit_window: int = 512
+    ) -> None: ...
+    def add(self, ids: object, offsets: object) -> tuple[IdBuffer, IdBuffer]: ...
+    def finish(self) -> tuple[IdBuffer, IdBuffer]: ...
+    @property
+    def counts(self) -> tuple[int, int, int]: ...

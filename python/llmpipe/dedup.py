@@ -45,6 +45,10 @@ class Shingling:
     def kwargs(self) -> dict[str, Any]:
         return asdict(self)
 
+    def core(self) -> _core.Shingling:
+        """The same parameters as the Rust object every call takes (checked there)."""
+        return _core.Shingling(**asdict(self))
+
 
 def lsh_shape(num_perm: int, bands: int, rows: int, threshold: float | None) -> tuple[int, int]:
     """Bands x rows: as given, or (with ``threshold``) the pair minimising weighted FP + FN area."""
@@ -72,9 +76,8 @@ def minhash_signatures(
 ) -> np.ndarray:
     """MinHash signatures, shape ``(len(texts), num_perm)``, dtype ``uint32``: one Rust call."""
     offsets, data = string_buffers(texts)
-    raw = _core.minhash_signatures(
-        offsets, data, num_perm, ngram, seed, unit, lowercase, strip_punctuation, nfc
-    )
+    sh = Shingling(num_perm, ngram, seed, unit, lowercase, strip_punctuation, nfc)
+    raw = _core.minhash_signatures(offsets, data, sh.core())
     return np.frombuffer(raw, dtype=np.uint32).reshape(len(offsets) - 1, num_perm)
 
 
@@ -116,18 +119,6 @@ def near_duplicates(
     vt = verify_threshold if verify_threshold is not None else threshold or DEFAULT_VERIFY_THRESHOLD
     b, r = lsh_shape(num_perm, bands, rows, threshold)
     offsets, data = string_buffers(texts_or_signatures)
-    roots = _core.cluster_texts(
-        offsets,
-        data,
-        num_perm,
-        b,
-        r,
-        ngram,
-        seed,
-        unit,
-        lowercase,
-        strip_punctuation,
-        nfc,
-        vt if verify else None,
-    )
+    sh = Shingling(num_perm, ngram, seed, unit, lowercase, strip_punctuation, nfc)
+    roots = _core.cluster_texts(offsets, data, sh.core(), b, r, vt if verify else None)
     return np.frombuffer(roots, dtype=np.uint32).astype(np.int64)

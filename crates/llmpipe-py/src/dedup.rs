@@ -21,55 +21,64 @@ fn strings<'a>(offsets: &'a [i64], data: &'a [u8]) -> PyResult<Vec<&'a str>> {
     llmpipe_text::arrow_strs(offsets, data).collect::<Result<_, _>>().map_err(ConfigError::new_err)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn shingle_config(
-    unit: &str,
-    ngram: usize,
-    seed: u64,
-    lowercase: bool,
-    strip_punctuation: bool,
-    nfc: bool,
-) -> PyResult<ShingleConfig> {
-    let unit = match unit {
-        "words" => ShingleUnit::Words,
-        "chars" => ShingleUnit::Chars,
-        other => return Err(ConfigError::new_err(format!("unit must be 'words' or 'chars', got {other:?}"))),
-    };
-    if ngram == 0 {
-        return Err(ConfigError::new_err("ngram must be at least 1"));
+/// How texts become shingles and MinHash signatures: the parameters every call shares
+/// (`llmpipe.dedup.Shingling` builds one). Checked once, here.
+#[pyclass(frozen, module = "llmpipe._core")]
+pub struct Shingling {
+    cfg: ShingleConfig,
+    num_perm: usize,
+}
+
+#[pymethods]
+impl Shingling {
+    #[new]
+    #[pyo3(signature = (num_perm=112, ngram=5, seed=1, unit="words", lowercase=true, strip_punctuation=true, nfc=true))]
+    fn new(
+        num_perm: usize,
+        ngram: usize,
+        seed: u64,
+        unit: &str,
+        lowercase: bool,
+        strip_punctuation: bool,
+        nfc: bool,
+    ) -> PyResult<Self> {
+        let unit = match unit {
+            "words" => ShingleUnit::Words,
+            "chars" => ShingleUnit::Chars,
+            other => {
+                return Err(ConfigError::new_err(format!("unit must be 'words' or 'chars', got {other:?}")))
+            }
+        };
+        if ngram == 0 {
+            return Err(ConfigError::new_err("ngram must be at least 1"));
+        }
+        if num_perm == 0 {
+            return Err(ConfigError::new_err("num_perm must be at least 1"));
+        }
+        let norm = core::Normalization { nfc, lowercase, collapse_whitespace: true, strip_punctuation };
+        Ok(Self { cfg: ShingleConfig { unit, ngram, seed, norm }, num_perm })
     }
-    Ok(ShingleConfig {
-        unit,
-        ngram,
-        seed,
-        norm: core::Normalization { nfc, lowercase, collapse_whitespace: true, strip_punctuation },
-    })
+}
+
+impl Shingling {
+    fn hasher(&self) -> MinHasher {
+        MinHasher::new(self.num_perm, self.cfg.seed)
+    }
 }
 
 /// MinHash signatures of a string column: `n * num_perm` uint32 values as bytes.
 #[pyfunction]
-#[pyo3(signature = (offsets, data, num_perm=112, ngram=5, seed=1, unit="words", lowercase=true, strip_punctuation=true, nfc=true))]
-#[allow(clippy::too_many_arguments)]
 fn minhash_signatures<'py>(
     py: Python<'py>,
     offsets: PyBuffer<i64>,
     data: PyBuffer<u8>,
-    num_perm: usize,
-    ngram: usize,
-    seed: u64,
-    unit: &str,
-    lowercase: bool,
-    strip_punctuation: bool,
-    nfc: bool,
+    shingling: PyRef<'py, Shingling>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let cfg = shingle_config(unit, ngram, seed, lowercase, strip_punctuation, nfc)?;
-    if num_perm == 0 {
-        return Err(ConfigError::new_err("num_perm must be at least 1"));
-    }
     let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
+    let sh: &Shingling = &shingling;
     let sigs = py.detach(|| -> PyResult<Vec<u32>> {
         let texts = strings(o, d)?;
-        Ok(core::signatures(&texts, &cfg, &MinHasher::new(num_perm, seed)))
+        Ok(core::signatures(&texts, &sh.cfg, &sh.hasher()))
     })?;
     Ok(to_bytes(py, &sigs))
 }
@@ -79,29 +88,22 @@ type SketchBytes<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, Py
 /// Band keys of a string column (the map step of near dedup): `(bands u64[n*b], n_shingles u32[n],
 /// shingle_offsets u64[n+1], shingle_data u32[..])`; the last two are empty without `keep_shingles`.
 #[pyfunction]
-#[pyo3(signature = (offsets, data, num_perm=112, bands=14, rows=8, ngram=5, seed=1, unit="words", lowercase=true, strip_punctuation=true, nfc=true, keep_shingles=true))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (offsets, data, shingling, bands=14, rows=8, keep_shingles=true))]
 fn minhash_sketch<'py>(
     py: Python<'py>,
     offsets: PyBuffer<i64>,
     data: PyBuffer<u8>,
-    num_perm: usize,
+    shingling: PyRef<'py, Shingling>,
     bands: usize,
     rows: usize,
-    ngram: usize,
-    seed: u64,
-    unit: &str,
-    lowercase: bool,
-    strip_punctuation: bool,
-    nfc: bool,
     keep_shingles: bool,
 ) -> PyResult<SketchBytes<'py>> {
-    let cfg = shingle_config(unit, ngram, seed, lowercase, strip_punctuation, nfc)?;
-    let lsh = Lsh::new(bands, rows, num_perm).map_err(err)?;
+    let sh: &Shingling = &shingling;
+    let lsh = Lsh::new(bands, rows, sh.num_perm).map_err(err)?;
     let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
     let s = py.detach(|| -> PyResult<core::Sketches> {
         let texts = strings(o, d)?;
-        core::sketch(&texts, &cfg, &MinHasher::new(num_perm, seed), &lsh, keep_shingles).map_err(err)
+        core::sketch(&texts, &sh.cfg, &sh.hasher(), &lsh, keep_shingles).map_err(err)
     })?;
     Ok((
         to_bytes(py, &s.bands),
@@ -259,30 +261,22 @@ fn cluster_signatures<'py>(
 
 /// In-memory near-dup clustering of a string column: the root of every document (uint32 bytes).
 #[pyfunction]
-#[pyo3(signature = (offsets, data, num_perm=112, bands=14, rows=8, ngram=5, seed=1, unit="words", lowercase=true, strip_punctuation=true, nfc=true, verify_threshold=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (offsets, data, shingling, bands=14, rows=8, verify_threshold=None))]
 fn cluster_texts<'py>(
     py: Python<'py>,
     offsets: PyBuffer<i64>,
     data: PyBuffer<u8>,
-    num_perm: usize,
+    shingling: PyRef<'py, Shingling>,
     bands: usize,
     rows: usize,
-    ngram: usize,
-    seed: u64,
-    unit: &str,
-    lowercase: bool,
-    strip_punctuation: bool,
-    nfc: bool,
     verify_threshold: Option<f64>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let cfg = shingle_config(unit, ngram, seed, lowercase, strip_punctuation, nfc)?;
-    let lsh = Lsh::new(bands, rows, num_perm).map_err(err)?;
+    let sh: &Shingling = &shingling;
+    let lsh = Lsh::new(bands, rows, sh.num_perm).map_err(err)?;
     let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
     let roots = py.detach(|| -> PyResult<Vec<u32>> {
         let texts = strings(o, d)?;
-        core::cluster_texts(&texts, &cfg, &MinHasher::new(num_perm, seed), &lsh, verify_threshold)
-            .map_err(err)
+        core::cluster_texts(&texts, &sh.cfg, &sh.hasher(), &lsh, verify_threshold).map_err(err)
     })?;
     Ok(to_bytes(py, &roots))
 }
@@ -310,6 +304,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster_signatures, m)?)?;
     m.add_function(wrap_pyfunction!(cluster_texts, m)?)?;
     m.add_function(wrap_pyfunction!(lsh_optimal_param, m)?)?;
+    m.add_class::<Shingling>()?;
     m.add_class::<PyShingleStore>()?;
     m.add_class::<PyUnionFind>()?;
     Ok(())

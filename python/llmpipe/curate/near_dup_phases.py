@@ -42,9 +42,8 @@ def key_table(batch: pa.RecordBatch, sh: Shingling, bands: int, rows: int, keep_
     n = batch.num_rows
     offsets, data = string_buffers(batch.column("text"))
     raw_bands, raw_n, raw_soff, raw_sdata = _core.minhash_sketch(
-        offsets, data, sh.num_perm, bands, rows, sh.ngram, sh.seed, sh.unit,
-        sh.lowercase, sh.strip_punctuation, sh.nfc, keep_shingles,
-    )  # fmt: skip
+        offsets, data, sh.core(), bands, rows, keep_shingles
+    )
     id_off, id_data = string_buffers(batch.column("id"))
     cols: dict[str, pa.Array] = {
         "id": batch.column("id"),
