@@ -36,7 +36,7 @@ def free_port() -> int:
 
 
 def torchrun(
-    nproc: int, *args: str, timeout: int = 300, check: bool = True
+    nproc: int, *args: str, timeout: int = 300, check: bool = True, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``torchrun --nproc_per_node=N train/pretrain.py ARGS`` (or another script given first)."""
     script = args[0] if args and args[0].endswith(".py") else str(ROOT / "train" / "pretrain.py")
@@ -45,8 +45,8 @@ def torchrun(
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
         "--master_addr=127.0.0.1", f"--master_port={free_port()}", script, *rest,
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=ROOT)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}"
