@@ -349,3 +349,28 @@ def test_ids_that_do_not_fit_the_shard_dtype_are_an_error(tmp_path: Path) -> Non
     w = ShardWriter(tmp_path, seq_len=8, vocab_size=1000, eos_id=999, tokenizer_file=tmp_path / "t")
     with pytest.raises(LlmpipeCoreError, match="token id 70000 does not fit"):
         w.add_documents([np.array([1, 70000])])
+
+
+def test_an_error_in_the_prefetch_thread_reaches_the_caller(
+    tmp_path: Path, corpus: tuple[list[str], Path]
+) -> None:
+    """A shard whose ``valid`` column is corrupted (opened without verification) fails in the Rust
+    prefetch thread; the loader raises a ShardError naming the sample instead of hanging or crashing."""
+    m = _write(tmp_path / "s", corpus, val_fraction=0.0)
+    shard = tmp_path / "s" / m["splits"]["train"]["shards"][0]["file"]
+    mm = pa.memory_map(str(shard))
+    base = mm.read_buffer().address
+    mm.seek(0)
+    valid = ipc.open_file(mm).read_all().column("valid").chunk(0).buffers()[1]
+    at = valid.address - base  # row 0's int32 in the file
+    del valid, mm
+    data = bytearray(shard.read_bytes())
+    data[at : at + 4] = (9999).to_bytes(4, "little")
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ShardError, match="sha256 mismatch"):
+        ShardDataset(tmp_path / "s", "train")
+    ds = ShardDataset(tmp_path / "s", "train", verify="none")
+    assert ds.valid(0) == 9999
+    with pytest.raises(ShardError, match="sample 0: valid=9999 outside 0..=65"):
+        for _ in TokenLoader(ds, len(ds), seed=0, infinite=False):
+            pass

@@ -17,6 +17,7 @@ import torch
 
 from llmpipe import _core
 from llmpipe.data.dataset import ShardDataset
+from llmpipe.errors import ShardError
 
 
 @dataclass
@@ -133,7 +134,10 @@ class TokenLoader:
             hold = 1 if self.device.type == "cuda" else 0
             ready: list[tuple[Batch, int]] = []
             for k in range(len(plan)):
-                raw = stream.next()
+                try:
+                    raw = stream.next()
+                except _core.ShardError as e:  # raised in the prefetch thread, handed over here
+                    raise ShardError(f"{self.ds.directory} ({self.ds.split}): {e}") from e
                 if raw is None:
                     raise RuntimeError("batch stream ended before its plan")  # a bug, not bad input
                 ready.append((self._tensors(raw), int(after[k])))
