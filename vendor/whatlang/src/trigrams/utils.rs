@@ -23,41 +23,50 @@ pub fn get_trigrams_with_positions(text: &LowercaseText) -> TrigramsWithPosition
     }
 }
 
+/// llmpipe: a trigram as one integer, ordered as `Trigram` (characters are below 2^21).
 #[inline]
-#[allow(clippy::unnecessary_sort_by)]
-fn trigram_occurances_to_positions(
-    trigram_occurances: HashMap<Trigram, u32>,
-) -> HashMap<Trigram, u32> {
-    // Sort in descending order by number of occurrences and trigrams
-    let mut count_vec: Vec<_> = trigram_occurances
-        .into_iter()
-        .map(|(trigram, count)| (count, trigram))
-        .collect();
-    // llmpipe: only the first TEXT_TRIGRAMS_SIZE are used; select them, then sort those (the keys
-    // are distinct, so the order is exactly that of sorting everything)
-    if count_vec.len() > TEXT_TRIGRAMS_SIZE {
-        count_vec.select_nth_unstable_by(TEXT_TRIGRAMS_SIZE - 1, |a, b| b.cmp(a));
-        count_vec.truncate(TEXT_TRIGRAMS_SIZE);
-    }
-    count_vec.sort_unstable_by(|a, b| b.cmp(a));
+fn pack(t: Trigram) -> u64 {
+    ((t.0 as u64) << 42) | ((t.1 as u64) << 21) | t.2 as u64
+}
 
-    count_vec
+#[inline]
+fn unpack(k: u64) -> Trigram {
+    let ch = |v: u64| char::from_u32((v & 0x1F_FFFF) as u32).unwrap_or(' ');
+    Trigram(ch(k >> 42), ch(k >> 21), ch(k))
+}
+
+#[inline]
+fn trigram_occurances_to_positions(trigram_occurances: HashMap<u64, u32>) -> HashMap<Trigram, u32> {
+    // Sort in descending order by number of occurrences and trigrams.
+    // llmpipe: (count, trigram) packed into one u128 with the same order; only the first
+    // TEXT_TRIGRAMS_SIZE are used, so they are selected first and only those sorted (the keys are
+    // distinct, so the order is exactly that of sorting everything).
+    let mut keys: Vec<u128> = trigram_occurances
         .into_iter()
-        .take(TEXT_TRIGRAMS_SIZE) // we're interested only in the first 600 (2 * MAX_TRIGRAM_DISTANCE)
+        .map(|(trigram, count)| ((count as u128) << 64) | trigram as u128)
+        .collect();
+    if keys.len() > TEXT_TRIGRAMS_SIZE {
+        keys.select_nth_unstable_by(TEXT_TRIGRAMS_SIZE - 1, |a, b| b.cmp(a));
+        keys.truncate(TEXT_TRIGRAMS_SIZE);
+    }
+    keys.sort_unstable_by(|a, b| b.cmp(a));
+
+    keys.into_iter()
         .enumerate()
-        .map(|(i, (_, trigram))| (trigram, i as u32))
+        .map(|(i, k)| (unpack(k as u64), i as u32))
         .collect()
 }
 
 struct CountResult {
     total_trigrams: u32,
-    trigram_occurances: HashMap<Trigram, u32>,
+    trigram_occurances: HashMap<u64, u32>,
 }
 
 #[inline]
 fn count(text: &LowercaseText) -> CountResult {
     let hash_capacity = calculate_initial_hash_capacity(text);
-    let mut trigram_occurances: HashMap<Trigram, u32> = HashMap::with_capacity(hash_capacity);
+    // llmpipe: keyed by the packed trigram (one integer to hash instead of three characters)
+    let mut trigram_occurances: HashMap<u64, u32> = HashMap::with_capacity(hash_capacity);
     let mut total_trigrams = 0;
 
     // iterate through the string and count trigrams
@@ -73,7 +82,7 @@ fn count(text: &LowercaseText) -> CountResult {
         let c3 = cur_char;
         if !(c2 == ' ' && (c1 == ' ' || c3 == ' ')) {
             let trigram = Trigram(c1, c2, c3);
-            let count = trigram_occurances.entry(trigram).or_insert(0);
+            let count = trigram_occurances.entry(pack(trigram)).or_insert(0);
             *count += 1;
             total_trigrams += 1;
         }
