@@ -8,17 +8,35 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use llmpipe_quality::{self as core, classifier, pii, C4Outcome};
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 
+use crate::buffers::view;
 use crate::errors::ConfigError;
 
 fn parse<T: core::DeserializeOwned>(what: &str, json: &str) -> PyResult<T> {
     core::parse_config(json).map_err(|e| ConfigError::new_err(format!("{what} config: {e}")))
 }
 
-fn strs(texts: &[PyBackedStr]) -> Vec<&str> {
-    texts.iter().map(|t| &**t).collect()
+/// A batch of texts: a list of str, or an Arrow string column as `(int64 offsets, data)` buffers
+/// (read in place: no Python string per document).
+#[derive(FromPyObject)]
+enum Texts {
+    List(Vec<PyBackedStr>),
+    Arrow((PyBuffer<i64>, PyBuffer<u8>)),
+}
+
+impl Texts {
+    fn strs(&self) -> PyResult<Vec<&str>> {
+        match self {
+            Texts::List(v) => Ok(v.iter().map(|t| &**t).collect()),
+            Texts::Arrow((o, d)) => {
+                let (o, d) = (view(o, "offsets")?, view(d, "data")?);
+                llmpipe_text::arrow_strs(o, d).collect::<Result<_, _>>().map_err(ConfigError::new_err)
+            }
+        }
+    }
 }
 
 type Verdicts = (Vec<Vec<String>>, Vec<Option<String>>);
@@ -29,12 +47,13 @@ type Verdicts = (Vec<Vec<String>>, Vec<Option<String>>);
 #[pyo3(signature = (texts, config_json, all_reasons=false))]
 fn quality_heuristics(
     py: Python<'_>,
-    texts: Vec<PyBackedStr>,
+    texts: Texts,
     config_json: &str,
     all_reasons: bool,
 ) -> PyResult<Verdicts> {
     let cfg: core::HeuristicsConfig = parse("heuristics", config_json)?;
-    let out = py.detach(|| core::evaluate_batch(&cfg, &strs(&texts), all_reasons));
+    let t = texts.strs()?;
+    let out = py.detach(|| core::evaluate_batch(&cfg, &t, all_reasons));
     Ok(out.into_iter().map(|v| (v.reasons, v.text)).unzip())
 }
 
@@ -43,10 +62,10 @@ fn quality_heuristics(
 fn quality_filter(
     py: Python<'_>,
     name: &str,
-    texts: Vec<PyBackedStr>,
+    texts: Texts,
     config_json: &str,
 ) -> PyResult<Vec<Option<String>>> {
-    let t = strs(&texts);
+    let t = texts.strs()?;
     let own = |v: Vec<Option<&'static str>>| v.into_iter().map(|r| r.map(String::from)).collect();
     match name {
         "gopher_quality" => {
@@ -69,9 +88,10 @@ fn quality_filter(
 
 /// C4 with line cleaning: per document (drop reason or None, cleaned text or None if dropped).
 #[pyfunction]
-fn quality_c4(py: Python<'_>, texts: Vec<PyBackedStr>, config_json: &str) -> PyResult<Verdicts2> {
+fn quality_c4(py: Python<'_>, texts: Texts, config_json: &str) -> PyResult<Verdicts2> {
     let cfg = parse("c4", config_json)?;
-    let out = py.detach(|| core::c4_batch(&cfg, &strs(&texts)));
+    let t = texts.strs()?;
+    let out = py.detach(|| core::c4_batch(&cfg, &t));
     Ok(out
         .into_iter()
         .map(|o| match o {
@@ -85,18 +105,20 @@ type Verdicts2 = (Vec<Option<String>>, Vec<Option<String>>);
 
 /// datatrove's English word split (spaCy rules) of each text: for tests and tools.
 #[pyfunction]
-fn english_words(py: Python<'_>, texts: Vec<PyBackedStr>) -> Vec<Vec<String>> {
-    py.detach(|| {
+fn english_words(py: Python<'_>, texts: Texts) -> PyResult<Vec<Vec<String>>> {
+    let t = texts.strs()?;
+    Ok(py.detach(|| {
         let tok = core::words::EnglishTokenizer::get();
-        texts.iter().map(|t| tok.split(t).into_iter().map(String::from).collect()).collect()
-    })
+        t.iter().map(|t| tok.split(t).into_iter().map(String::from).collect()).collect()
+    }))
 }
 
 /// Language of each text: (ISO 639-3 codes, confidences in [0, 1]).
 #[pyfunction]
-fn detect_language(py: Python<'_>, texts: Vec<PyBackedStr>) -> (Vec<String>, Vec<f64>) {
-    let out = py.detach(|| core::detect_language_batch(&strs(&texts)));
-    out.into_iter().map(|(c, s)| (c.to_string(), s)).unzip()
+fn detect_language(py: Python<'_>, texts: Texts) -> PyResult<(Vec<String>, Vec<f64>)> {
+    let t = texts.strs()?;
+    let out = py.detach(|| core::detect_language_batch(&t));
+    Ok(out.into_iter().map(|(c, s)| (c.to_string(), s)).unzip())
 }
 
 /// Every language code the detector supports, with its English name.
@@ -114,9 +136,10 @@ type Redacted = (Vec<Option<String>>, Vec<(u32, u32, u32, u32)>);
 /// PII redaction: per document the new text (None = unchanged) and counts
 /// (emails, ipv4, ipv6, phones).
 #[pyfunction]
-fn pii_redact(py: Python<'_>, texts: Vec<PyBackedStr>, config_json: &str) -> PyResult<Redacted> {
+fn pii_redact(py: Python<'_>, texts: Texts, config_json: &str) -> PyResult<Redacted> {
     let cfg: pii::PiiConfig = parse("pii", config_json)?;
-    let out = py.detach(|| core::redact_batch(&cfg, &strs(&texts)));
+    let t = texts.strs()?;
+    let out = py.detach(|| core::redact_batch(&cfg, &t));
     Ok(out.into_iter().map(|(t, c)| (t, (c.emails, c.ipv4, c.ipv6, c.phones))).unzip())
 }
 
@@ -131,16 +154,10 @@ impl QualityModel {
     /// Train by logistic regression with SGD (JSON `TrainConfig`: bits, epochs, lr, l2, seed).
     #[staticmethod]
     #[pyo3(signature = (positive, negative, config_json="{}"))]
-    fn train(
-        py: Python<'_>,
-        positive: Vec<PyBackedStr>,
-        negative: Vec<PyBackedStr>,
-        config_json: &str,
-    ) -> PyResult<Self> {
+    fn train(py: Python<'_>, positive: Texts, negative: Texts, config_json: &str) -> PyResult<Self> {
         let cfg: classifier::TrainConfig = parse("quality model training", config_json)?;
-        let m = py
-            .detach(|| classifier::Model::train(&strs(&positive), &strs(&negative), &cfg))
-            .map_err(ConfigError::new_err)?;
+        let (pos, neg) = (positive.strs()?, negative.strs()?);
+        let m = py.detach(|| classifier::Model::train(&pos, &neg, &cfg)).map_err(ConfigError::new_err)?;
         Ok(Self { inner: Arc::new(m) })
     }
 
@@ -156,9 +173,10 @@ impl QualityModel {
     }
 
     /// Probability of the positive class for each text.
-    fn score(&self, py: Python<'_>, texts: Vec<PyBackedStr>) -> Vec<f64> {
+    fn score(&self, py: Python<'_>, texts: Texts) -> PyResult<Vec<f64>> {
         let m = self.inner.clone();
-        py.detach(|| m.score_batch(&strs(&texts)))
+        let t = texts.strs()?;
+        Ok(py.detach(|| m.score_batch(&t)))
     }
 
     #[getter]

@@ -8,8 +8,10 @@ from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from llmpipe import _core
+from llmpipe.buffers import string_buffers
 from llmpipe.curate.stage import DocStage, StageCounts, apply_reasons, word_counts
 from llmpipe.quality import C4Config, core_json
 
@@ -33,12 +35,16 @@ class C4(DocStage):
         return cls(cfg) if cfg.enabled else None
 
     def run(self, batch: pa.RecordBatch, counts: StageCounts) -> pa.RecordBatch:
-        texts = batch.column("text").to_pylist()
-        reasons, cleaned = _core.quality_c4(texts, self.payload)
+        text = batch.column("text")
+        reasons, cleaned = _core.quality_c4(string_buffers(text), self.payload)
         words_before = word_counts(batch)
-        new_text = [c if c is not None else t for t, c in zip(texts, cleaned, strict=True)]
-        changed = sum(1 for t, c in zip(texts, cleaned, strict=True) if c is not None and c != t)
-        out = batch.set_column(batch.schema.get_field_index("text"), "text", pa.array(new_text, pa.string()))
+        out = batch
+        if any(c is not None for c in cleaned):  # only rewritten texts become Python strings
+            new = pa.array(cleaned, text.type)
+            changed = int(pc.sum(pc.fill_null(pc.not_equal(new, text), False)).as_py() or 0)
+            out = batch.set_column(batch.schema.get_field_index("text"), "text", pc.coalesce(new, text))
+        else:
+            changed = 0
         kept = apply_reasons(out, reasons, counts, words_before)
         # apply_reasons counted tokens_out with the words before cleaning: correct it
         keep = np.fromiter((r is None for r in reasons), dtype=bool, count=len(reasons))

@@ -13,6 +13,7 @@ from typing import ClassVar
 import pyarrow as pa
 
 from llmpipe import _core
+from llmpipe.buffers import string_buffers
 from llmpipe.curate.stage import Filter
 from llmpipe.quality import FineWebConfig, GopherQualityConfig, GopherRepetitionConfig, core_json
 
@@ -29,7 +30,7 @@ class _CoreFilter(Filter):
         return cls(cfg) if getattr(cfg, "enabled", True) else None
 
     def reasons(self, batch: pa.RecordBatch) -> Sequence[str | None]:
-        return _core.quality_filter(self.name, batch.column("text").to_pylist(), self.payload)
+        return _core.quality_filter(self.name, string_buffers(batch.column("text")), self.payload)
 
 
 class GopherRepetition(_CoreFilter):

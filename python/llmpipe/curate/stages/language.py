@@ -9,6 +9,7 @@ from typing import ClassVar
 import pyarrow as pa
 
 from llmpipe import _core
+from llmpipe.buffers import string_buffers
 from llmpipe.curate.stage import Filter
 
 
@@ -41,7 +42,7 @@ class LanguageFilter(Filter):
         return cls(cfg) if cfg.enabled else None
 
     def annotate(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        codes, scores = _core.detect_language(batch.column("text").to_pylist())
+        codes, scores = _core.detect_language(string_buffers(batch.column("text")))
         for name, col in (
             ("lang", pa.array(codes, pa.string())),
             ("lang_score", pa.array(scores, pa.float64())),

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from llmpipe import _core
+from llmpipe.buffers import string_buffers
 from llmpipe.curate.stage import Mapper, StageCounts
 from llmpipe.quality import PiiConfig, core_json
 
@@ -36,8 +38,8 @@ class PiiRedact(Mapper):
         return cls(cfg) if cfg.enabled else None
 
     def map(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, int]:
-        texts = batch.column("text").to_pylist()
-        new, counts = _core.pii_redact(texts, self.payload)
+        text = batch.column("text")
+        new, counts = _core.pii_redact(string_buffers(text), self.payload)
         for c in counts:
             for kind, n in zip(KINDS, c, strict=True):
                 if n:
@@ -45,7 +47,7 @@ class PiiRedact(Mapper):
         changed = sum(1 for n in new if n is not None)
         if not changed:
             return batch, 0
-        out = pa.array([n if n is not None else t for t, n in zip(texts, new, strict=True)], pa.string())
+        out = pc.coalesce(pa.array(new, text.type), text)  # only redacted texts become Python strings
         return batch.set_column(batch.schema.get_field_index("text"), "text", out), changed
 
     def run(self, batch: pa.RecordBatch, counts: StageCounts) -> pa.RecordBatch:

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmpipe import _core
+from llmpipe.buffers import string_buffers
 from llmpipe.curate.stage import DROPS_SCHEMA, Executor, GlobalStage, word_counts
 
 REASON = "low_quality_score"
@@ -84,7 +85,7 @@ class QualityModelFilter(GlobalStage):
         return _core.QualityModel.load(str(self.cfg.model))
 
     def prepare(self, batch: pa.RecordBatch) -> pa.Table:
-        scores = self.model.score(batch.column("text").to_pylist())
+        scores = self.model.score(string_buffers(batch.column("text")))
         return pa.table(
             {
                 "id": batch.column("id"),
