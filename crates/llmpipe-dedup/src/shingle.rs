@@ -1249,6 +1249,43 @@ mod tests {
         }
     }
 
+    /// Normalisations the word paths are checked under: the default, none, NFC + punctuation only,
+    /// lower case only.
+    const TEST_NORMS: [Normalization; 4] = [
+        Normalization { nfc: true, lowercase: true, collapse_whitespace: true, strip_punctuation: true },
+        Normalization { nfc: false, lowercase: false, collapse_whitespace: true, strip_punctuation: false },
+        Normalization { nfc: true, lowercase: false, collapse_whitespace: true, strip_punctuation: true },
+        Normalization { nfc: false, lowercase: true, collapse_whitespace: true, strip_punctuation: false },
+    ];
+
+    /// The word hashes of `t` on every path this CPU has (dispatch, portable, AVX2, AVX-512) equal
+    /// those of `normalize` + split.
+    fn check_every_path(t: &str, norm: Normalization) {
+        let cfg = ShingleConfig { norm, ..Default::default() };
+        let table = byte_table(norm);
+        let slow = slow_words(t, &cfg);
+        let (mut got, mut word) = (Vec::new(), Vec::new());
+        unit_hashes(t, &cfg, &mut got);
+        assert_eq!(got, slow, "{norm:?} {t:?}");
+        got.clear();
+        words::<false>(t, norm, cfg.seed, &table, &mut word, &mut got);
+        assert_eq!(got, slow, "scalar {norm:?} {t:?}");
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            got.clear();
+            // SAFETY: AVX2 checked just above.
+            unsafe { words_avx2(t, norm, cfg.seed, &table, &mut word, &mut got) };
+            assert_eq!(got, slow, "avx2 {norm:?} {t:?}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        if has_avx512_words() {
+            got.clear();
+            // SAFETY: the features were checked just above.
+            unsafe { words_avx512(t, norm, cfg.seed, &table, &mut word, &mut Vec::new(), &mut got) };
+            assert_eq!(got, slow, "avx512 {norm:?} {t:?}");
+        }
+    }
+
     #[test]
     fn every_path_matches_normalisation_at_every_length() {
         // every prefix up to 300 bytes: words ending at, before and after each 64-byte block end
@@ -1257,42 +1294,9 @@ mod tests {
                     The quick-brown fox: caf\u{65}\u{301}s déjà  vu\t(ÉCOLE) it\u{2019}s \
                     abcdefghijklmnopqrstuvwxyz0123 x\u{301}y ΣΊΣΥΦΟΣ... end.\r\n東京タワー、 ok; \u{1F600}z \
                     A.B.C. d--e 'quoted' \u{00A0}nbsp last";
-        let norms = [
-            ShingleConfig::default().norm,
-            Normalization {
-                nfc: false,
-                lowercase: false,
-                collapse_whitespace: true,
-                strip_punctuation: false,
-            },
-            Normalization { nfc: true, lowercase: false, collapse_whitespace: true, strip_punctuation: true },
-        ];
-        for norm in norms {
-            let cfg = ShingleConfig { norm, ..Default::default() };
-            let table = byte_table(norm);
+        for norm in &TEST_NORMS[..3] {
             for end in (0..=text.len()).filter(|&e| text.is_char_boundary(e)) {
-                let t = &text[..end];
-                let slow = slow_words(t, &cfg);
-                let (mut got, mut word) = (Vec::new(), Vec::new());
-                unit_hashes(t, &cfg, &mut got);
-                assert_eq!(got, slow, "{norm:?} {t:?}");
-                got.clear();
-                words::<false>(t, norm, cfg.seed, &table, &mut word, &mut got);
-                assert_eq!(got, slow, "scalar {norm:?} {t:?}");
-                #[cfg(target_arch = "x86_64")]
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    got.clear();
-                    // SAFETY: AVX2 checked just above.
-                    unsafe { words_avx2(t, norm, cfg.seed, &table, &mut word, &mut got) };
-                    assert_eq!(got, slow, "avx2 {norm:?} {t:?}");
-                }
-                #[cfg(target_arch = "x86_64")]
-                if has_avx512_words() {
-                    got.clear();
-                    // SAFETY: the features were checked just above.
-                    unsafe { words_avx512(t, norm, cfg.seed, &table, &mut word, &mut Vec::new(), &mut got) };
-                    assert_eq!(got, slow, "avx512 {norm:?} {t:?}");
-                }
+                check_every_path(&text[..end], *norm);
             }
         }
     }
@@ -1355,22 +1359,6 @@ mod tests {
             state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
             (state >> 33) as usize
         };
-        let norms = [
-            ShingleConfig::default().norm,
-            Normalization {
-                nfc: false,
-                lowercase: false,
-                collapse_whitespace: true,
-                strip_punctuation: false,
-            },
-            Normalization { nfc: true, lowercase: false, collapse_whitespace: true, strip_punctuation: true },
-            Normalization {
-                nfc: false,
-                lowercase: true,
-                collapse_whitespace: true,
-                strip_punctuation: false,
-            },
-        ];
         for round in 0..3000 {
             let len = next() % 400;
             // mostly letters so that words get long, sometimes anything from the alphabet
@@ -1383,30 +1371,7 @@ mod tests {
                     }
                 })
                 .collect();
-            let norm = norms[round % norms.len()];
-            let cfg = ShingleConfig { norm, ..Default::default() };
-            let table = byte_table(norm);
-            let slow = slow_words(&text, &cfg);
-            let (mut got, mut word) = (Vec::new(), Vec::new());
-            unit_hashes(&text, &cfg, &mut got);
-            assert_eq!(got, slow, "{norm:?} {text:?}");
-            got.clear();
-            words::<false>(&text, norm, cfg.seed, &table, &mut word, &mut got);
-            assert_eq!(got, slow, "scalar {norm:?} {text:?}");
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                got.clear();
-                // SAFETY: AVX2 checked just above.
-                unsafe { words_avx2(&text, norm, cfg.seed, &table, &mut word, &mut got) };
-                assert_eq!(got, slow, "avx2 {norm:?} {text:?}");
-            }
-            #[cfg(target_arch = "x86_64")]
-            if has_avx512_words() {
-                got.clear();
-                // SAFETY: the features were checked just above.
-                unsafe { words_avx512(&text, norm, cfg.seed, &table, &mut word, &mut Vec::new(), &mut got) };
-                assert_eq!(got, slow, "avx512 {norm:?} {text:?}");
-            }
+            check_every_path(&text, TEST_NORMS[round % TEST_NORMS.len()]);
         }
     }
 
