@@ -14,4 +14,12 @@ from llmpipe.tune.scaling import (
     load_fit,
 )
 
-__all__ = ["ChinchillaFit", "EnvelopeFit", "Optimum", "compute_optimal", "fit_chinchilla", "isoflop_minima", "load_fit"]
+__all__ = [
+    "ChinchillaFit",
+    "EnvelopeFit",
+    "Optimum",
+    "compute_optimal",
+    "fit_chinchilla",
+    "isoflop_minima",
+    "load_fit",
+]

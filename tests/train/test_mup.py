@@ -54,7 +54,9 @@ def test_mup_scales_init_attention_output_and_hidden_learning_rates(tokens: tupl
     hidden = [g for g in groups if "lr" in g]
     assert len(hidden) == 1 and hidden[0]["lr"] == pytest.approx(1e-2 / 4)
     n_hidden = sum(p.numel() for p in hidden[0]["params"])  # type: ignore[attr-defined]
-    assert n_hidden == sum(p.numel() for n, p in m.named_parameters() if n.startswith("layers.") and p.ndim == 2)
+    assert n_hidden == sum(
+        p.numel() for n, p in m.named_parameters() if n.startswith("layers.") and p.ndim == 2
+    )
     with pytest.raises(ValueError, match="mup_base_dim"):
         ModelConfig(dim=64, n_heads=4, mup_base_dim=30)
 

@@ -84,7 +84,8 @@ def load_fit(path: str | Path) -> ChinchillaFit:
     try:
         data = json.loads(p.read_text())
         data = data.get("approach3", data)
-        fit = ChinchillaFit(**{k: float(data[k]) for k in ("E", "A", "B", "alpha", "beta")})
+        e, a, b, alpha, beta = (float(data[k]) for k in ("E", "A", "B", "alpha", "beta"))
+        fit = ChinchillaFit(E=e, A=a, B=b, alpha=alpha, beta=beta)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise InputError(f"{p}: not a scaling fit (need E, A, B, alpha, beta): {e}") from e
     if fit.alpha <= 0 or fit.beta <= 0 or fit.A <= 0 or fit.B <= 0:
@@ -196,9 +197,7 @@ class EnvelopeFit:
         return asdict(self)
 
 
-def isoflop_minima(
-    params: ArrayLike, tokens: ArrayLike, losses: ArrayLike, budgets: int = 12
-) -> EnvelopeFit:
+def isoflop_minima(params: ArrayLike, tokens: ArrayLike, losses: ArrayLike, budgets: int = 12) -> EnvelopeFit:
     """Approach 1 from training curves: the points of each model size (one N, several D: its evaluations
     along training) are its loss curve. At ``budgets`` log-spaced FLOP counts C reached by at least three
     sizes, each size's loss at D = C / 6N is read off its curve (linear in log D); a parabola in log N
