@@ -78,7 +78,10 @@ def read_warc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
         _tail_problem(path, kind, last_pos) if n else (False, "no complete WARC record in the file")
     )
     if pending is not None:
-        if cut and (isinstance(pending, Skip) or pending.reason == "document_too_large"):
+        unread = isinstance(pending, Skip) or (
+            isinstance(pending, Bad) and pending.reason == "document_too_large"
+        )
+        if cut and unread:
             # its body was never read: the record the file is cut in
             pending = Bad("truncated_record", f"record {n} (byte {last_pos})", problem or "")
             problem = None
