@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from llmpipe.curate.report import write_report
 from llmpipe.curate.stage import StageCounts
 from llmpipe.curate.workdir import fault_point
 from llmpipe.data.format import MANIFEST, atomic_write_bytes, atomic_write_json
@@ -74,12 +75,7 @@ def write_outputs(
     atomic_write_bytes(out / "quarantine.jsonl", lines.encode())
     atomic_write_json(out / "stats.json", stats)
     fault_point("stats")
-    try:
-        from llmpipe.curate.report import write_report
-    except ImportError:
-        write_report = None
-    if write_report is not None:
-        write_report(out, stats)
+    write_report(out, stats)
     os.replace(staging / MANIFEST, out / MANIFEST)
     r = stats["retention"]
     log(

@@ -133,8 +133,8 @@ def _input_batches(
             if job.strict:
                 raise InputError(f"{job.files[i]}: {b.location}: {b.reason} ({b.detail}) [--strict]")
             bad.append(b.to_dict(src))
-            read.docs_in += 1
-            read.dropped[f"quarantined_{b.reason}"] += 1
+            read.docs_in += b.records
+            read.dropped[f"quarantined_{b.reason}"] += b.records
 
         yield from read_batches(Path(job.files[i]), src, cfg, on_bad, read, extract)
         return
