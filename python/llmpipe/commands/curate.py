@@ -63,10 +63,11 @@ def config_from_args(args: argparse.Namespace) -> CurateConfig:
 
 def run(args: argparse.Namespace) -> int:
     from llmpipe.curate.pipeline import LocalExecutor, run_curate
+    from llmpipe.curate.stage import Executor
 
     cfg = config_from_args(args)
     progress = not args.quiet and sys.stderr.isatty()
-    executor = LocalExecutor(progress=progress)
+    executor: Executor = LocalExecutor(progress=progress)
     if args.ray:
         from llmpipe.distributed.executor import RayExecutor
 

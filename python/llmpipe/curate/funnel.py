@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from llmpipe.curate.quarantine import concatenate
+from llmpipe.curate.report import write_report
 from llmpipe.curate.stage import StageCounts
 from llmpipe.curate.workdir import fault_point
 from llmpipe.data.format import MANIFEST, atomic_write_json
@@ -75,12 +76,7 @@ def write_outputs(
     concatenate(quarantine, out / "quarantine.jsonl")  # the per-input files, in input order
     atomic_write_json(out / "stats.json", stats)
     fault_point("stats")
-    try:
-        from llmpipe.curate.report import write_report
-    except ImportError:
-        write_report = None
-    if write_report is not None:
-        write_report(out, stats)
+    write_report(out, stats)
     os.replace(staging / MANIFEST, out / MANIFEST)
     r = stats["retention"]
     log(
