@@ -199,13 +199,14 @@ class QualityModel:
 
 # -- fastText models (crates/llmpipe-quality/src/fasttext.rs, crates/llmpipe-py/src/fasttext.rs) -----
 
+@final
 class FastTextModel:
     """A supervised fastText model (``.bin``/``.ftz``); texts: list of str or (offsets, data) buffers."""
 
     @staticmethod
     def load(path: str | PathLike[str]) -> FastTextModel: ...
     def predict(
-        self, texts: Sequence[str] | tuple[object, object], k: int = 1, threshold: float = 0.0
+        self, texts: _Texts, k: int = 1, threshold: float = 0.0
     ) -> tuple[list[list[int]], list[list[float]]]: ...
     @property
     def labels(self) -> list[str]: ...
