@@ -39,10 +39,15 @@ class ModelConfig:
     # muP (maximal update parametrisation): 0 = off (standard parametrisation). Otherwise the width the
     # hyperparameters were tuned at; the width multiplier is dim / mup_base_dim. See docs/training.md.
     mup_base_dim: int = 0
+    init_from: str | None = (
+        None  # a Llama-format HF checkpoint directory to continue from (train/init_from.py)
+    )
 
     def __post_init__(self) -> None:
         if self.mup_base_dim < 0 or (self.mup_base_dim and self.mup_base_dim % self.n_heads):
             raise ValueError(f"mup_base_dim {self.mup_base_dim} must be 0 or a multiple of n_heads")
+        if self.mup_base_dim and self.init_from:
+            raise ValueError("init_from loads standard-parametrisation HF weights: set mup_base_dim to 0")
         if self.dim % self.n_heads:
             raise ValueError(f"dim {self.dim} is not a multiple of n_heads {self.n_heads}")
         if self.n_heads % self.kv_heads:
