@@ -61,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     width = max(len(k) for k in [*results, "overall"])
-    print(f"{'input':<{width}}  {'docs':>6}  {'tokens':>10}  {'bytes':>11}  {'loss':>7}  {'ppl':>9}  {'bpb':>7}")
+    print(
+        f"{'input':<{width}}  {'docs':>6}  {'tokens':>10}  {'bytes':>11}  {'loss':>7}  {'ppl':>9}  {'bpb':>7}"
+    )
     for name, r in [*results.items(), ("overall", overall)]:
         print(
             f"{name:<{width}}  {r.docs:>6}  {r.tokens:>10}  {r.bytes:>11}  {r.loss:>7.4f}  {r.ppl:>9.3f}  {r.bpb:>7.4f}"

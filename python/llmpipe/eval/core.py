@@ -54,7 +54,9 @@ class Evaluator:
         np.add.at(per_doc, [w.doc for w in ws], nll)
         out = {n: EvalResult(0.0, 0, 0, 0) for n in names}
         for i, t in enumerate(texts):
-            out[names[owner[i]]] += EvalResult(float(per_doc[i]), len(docs[i]), len(t.encode("utf-8", "replace")), 1)
+            out[names[owner[i]]] += EvalResult(
+                float(per_doc[i]), len(docs[i]), len(t.encode("utf-8", "replace")), 1
+            )
         return out
 
     def shards(self, directory: str | Path, split: str = "val", max_samples: int | None = None) -> EvalResult:
@@ -65,11 +67,17 @@ class Evaluator:
         ds = ShardDataset(directory, split, verify="fast")
         lengths = self.lm.byte_lengths
         if lengths is None:
-            raise ConfigError("bits per byte of shards needs a byte-level tokenizer (tokenizers' tokenizer.json)")
+            raise ConfigError(
+                "bits per byte of shards needs a byte-level tokenizer (tokenizers' tokenizer.json)"
+            )
         if ds.vocab_size > self.lm.vocab_size:
-            raise ShardError(f"{directory}: vocabulary of {ds.vocab_size} ids, the model has {self.lm.vocab_size}")
+            raise ShardError(
+                f"{directory}: vocabulary of {ds.vocab_size} ids, the model has {self.lm.vocab_size}"
+            )
         if ds.seq_len > self.max_len:
-            raise ShardError(f"{directory}: samples of {ds.seq_len} tokens, longer than the model's {self.max_len}")
+            raise ShardError(
+                f"{directory}: samples of {ds.seq_len} tokens, longer than the model's {self.max_len}"
+            )
         n = len(ds) if max_samples is None else min(len(ds), max_samples)
         rows, valid = ds.gather(np.arange(n, dtype=np.int64))
         ws = [Window(i, rows[i, : valid[i] - 1], rows[i, 1 : valid[i]], 0) for i in range(n) if valid[i] > 1]
@@ -108,7 +116,7 @@ def evaluate(
     if isinstance(model, LM):
         lm = model
     elif isinstance(model, str | os.PathLike):
-        lm = load_lm(model, device=device, dtype=dtype)
+        lm = load_lm(Path(model), device=device, dtype=dtype)
     else:
         if tokenizer is None:
             raise ConfigError("a model in memory needs its tokenizer: evaluate(model, texts, tokenizer=tok)")

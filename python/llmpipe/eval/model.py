@@ -45,7 +45,12 @@ def _dtype(name: str | torch.dtype | None) -> torch.dtype:
         return torch.float32
     if isinstance(name, torch.dtype):
         return name
-    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+    table = {
+        "fp32": torch.float32,
+        "float32": torch.float32,
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+    }
     table |= {"fp16": torch.float16, "float16": torch.float16}
     if name not in table:
         raise ConfigError(f"dtype {name!r}: expected one of {sorted(table)}")
@@ -82,8 +87,10 @@ def _hf_tokenizer_encode(tok: Any) -> Encode:
             return lambda texts: [e.ids for e in tok.encode_batch(list(texts), add_special_tokens=False)]
         return lambda texts: tok.encode_batch(list(texts))  # llmpipe.tokenizer.Tokenizer
     if callable(tok):  # transformers tokenizer
-        return lambda texts: list(tok(list(texts), add_special_tokens=False)["input_ids"])
-    raise ConfigError(f"cannot encode with a {type(tok).__name__}; pass a transformers or tokenizers tokenizer")
+        return lambda texts: list(tok(list(texts), add_special_tokens=False, verbose=False)["input_ids"])
+    raise ConfigError(
+        f"cannot encode with a {type(tok).__name__}; pass a transformers or tokenizers tokenizer"
+    )
 
 
 def _hf_forward(model: Any) -> Forward:
@@ -116,16 +123,24 @@ def wrap_lm(
     is_hf = hasattr(model, "config") and hasattr(model, "generate")
     if is_hf:
         vocab = int(model.config.vocab_size)
-        limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+        limit = getattr(model.config, "max_position_embeddings", None) or getattr(
+            model.config, "n_positions", None
+        )
     else:
         vocab = int(model.cfg.vocab_size)
         limit = model.cfg.max_seq_len
     if prefix_id is None:
         prefix_id = _prefix_of(tokenizer)
         if prefix_id is None and is_hf:
-            prefix_id = model.config.bos_token_id if model.config.bos_token_id is not None else model.config.eos_token_id
+            prefix_id = (
+                model.config.bos_token_id
+                if model.config.bos_token_id is not None
+                else model.config.eos_token_id
+            )
     if prefix_id is None:
-        raise ConfigError("the tokenizer has no BOS or EOS token to score the first token after; pass prefix_id")
+        raise ConfigError(
+            "the tokenizer has no BOS or EOS token to score the first token after; pass prefix_id"
+        )
     max_len = max_len or limit
     if not max_len:
         raise ConfigError("the model does not say how long an input may be; pass max_len")
@@ -163,7 +178,9 @@ def load_lm(
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype))
         return wrap_lm(model, tok, device=dev, name=str(path))
-    raise InputError(f"{path}: neither a training run (config.yaml, checkpoints/) nor a HF model (config.json)")
+    raise InputError(
+        f"{path}: neither a training run (config.yaml, checkpoints/) nor a HF model (config.json)"
+    )
 
 
 def _load_run(path: Path, dev: torch.device, dtype: torch.dtype) -> LM:
