@@ -199,7 +199,9 @@ def export(
     max_shard_size: int | str | None = None,
 ) -> Path:
     cfg, model, path = load_run(run_dir, step)
-    shards = cfg.data.path
+    shards = cfg.data.path or (
+        cfg.data.sources[0].path if cfg.data.sources else None
+    )  # a mixture: one tokenizer
     tok = tokenizer or (shards / TOKENIZER_FILE if shards else None)
     if tok is None or not tok.is_file():
         raise LlmpipeError(f"no tokenizer at {tok}; pass --tokenizer FILE")
