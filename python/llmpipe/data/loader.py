@@ -213,9 +213,10 @@ class MixtureLoader(TokenLoader):
         )
         self.shards = shards
         self.order = order
-        # global micro-batches per Rust stream: as many as one pass over the data by default, as the
-        # single-directory loader's one stream per epoch (a new stream restarts the prefetch pipeline)
-        self.chunk = chunk or max(64, len(shards) // self.global_batch)
+        # global micro-batches per Rust stream: one pass over the data by default, as the single-directory
+        # loader's one stream per epoch (a new stream restarts the prefetch pipeline), at most ~1M
+        # samples so the plan's arrays stay small for large mixtures
+        self.chunk = chunk or max(64, min(len(shards), 1 << 20) // self.global_batch)
         self.position = 0
         n = len(shards.names)
         self.source_samples = np.zeros(n, dtype=np.int64)
