@@ -22,7 +22,7 @@ if __package__ in (None, ""):
 import torch
 import torch.distributed.checkpoint as dcp
 from llmpipe.config import load_yaml
-from llmpipe.data.format import MANIFEST, TOKENIZER_FILE
+from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
 from llmpipe.errors import LlmpipeError
 from safetensors.torch import save_file
 
@@ -126,7 +126,10 @@ def export(run_dir: Path, out: Path, *, step: int | None = None, tokenizer: Path
         raise LlmpipeError(f"no tokenizer at {tok}; pass --tokenizer FILE")
     eos_id = None
     if shards is not None and (shards / MANIFEST).is_file():
-        eos_id = json.loads((shards / MANIFEST).read_text())["tokenizer"]["eos_id"]
+        manifest = read_manifest(shards)
+        eos_id = manifest["tokenizer"]["eos_id"]
+        if tokenizer is None:  # the shards' own tokenizer: it must be the one they were made with
+            check_tokenizer(shards, manifest)
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
