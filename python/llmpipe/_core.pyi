@@ -194,6 +194,23 @@ class QualityModel:
     @property
     def bits(self) -> int: ...
 
+# -- fastText models (crates/llmpipe-quality/src/fasttext.rs, crates/llmpipe-py/src/fasttext.rs) -----
+
+class FastTextModel:
+    """A supervised fastText model (``.bin``/``.ftz``); texts: list of str or (offsets, data) buffers."""
+
+    @staticmethod
+    def load(path: str | PathLike[str]) -> FastTextModel: ...
+    def predict(
+        self, texts: Sequence[str] | tuple[object, object], k: int = 1, threshold: float = 0.0
+    ) -> tuple[list[list[int]], list[list[float]]]: ...
+    @property
+    def labels(self) -> list[str]: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def loss(self) -> str: ...
+
 # -- shards (crates/llmpipe-shard, crates/llmpipe-py/src/shard.rs) -------------------------------
 
 @final

@@ -22,13 +22,13 @@ fn parse<T: core::DeserializeOwned>(what: &str, json: &str) -> PyResult<T> {
 /// A batch of texts: a list of str, or an Arrow string column as `(int64 offsets, data)` buffers
 /// (read in place: no Python string per document).
 #[derive(FromPyObject)]
-enum Texts {
+pub(crate) enum Texts {
     List(Vec<PyBackedStr>),
     Arrow((PyBuffer<i64>, PyBuffer<u8>)),
 }
 
 impl Texts {
-    fn strs(&self) -> PyResult<Vec<&str>> {
+    pub(crate) fn strs(&self) -> PyResult<Vec<&str>> {
         match self {
             Texts::List(v) => Ok(v.iter().map(|t| &**t).collect()),
             Texts::Arrow((o, d)) => {

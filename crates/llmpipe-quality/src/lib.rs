@@ -3,7 +3,8 @@
 //! - heuristic filters ported from datatrove 0.9 with its defaults and reason strings: Gopher quality,
 //!   Gopher repetition, C4 (with its line cleaning) and FineWeb; words as spaCy's English tokenizer
 //!   splits them (datatrove's word tokenizer), see [`words`];
-//! - language identification ([`lang`]), a hashed n-gram linear classifier ([`classifier`]),
+//! - language identification ([`lang`]), fastText model inference ([`fasttext`]), a hashed n-gram
+//!   linear classifier ([`classifier`]),
 //!   PII redaction ([`pii`]).
 //!
 //! Batch functions run documents in parallel with rayon and return results in input order.
@@ -11,6 +12,7 @@
 pub mod c4;
 pub mod charsets;
 pub mod classifier;
+pub mod fasttext;
 pub mod fineweb;
 pub mod gopher;
 pub mod lang;

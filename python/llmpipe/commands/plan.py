@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from llmpipe.errors import ConfigError
 from llmpipe.plan import (
@@ -19,6 +20,9 @@ from llmpipe.plan import (
     render,
     retention_from_curation,
 )
+
+if TYPE_CHECKING:
+    from train.config import RunConfig
 
 
 def _count(text: str) -> float:
@@ -54,6 +58,27 @@ def _positive_count(text: str) -> float:
     return v
 
 
+def load_train_config(path: Path) -> RunConfig:
+    """The trainer's own typed config (train/config.py): unknown keys and wrong types are ConfigErrors.
+
+    ``train/`` is the trainer of this source tree, not part of the installed package: when it is not
+    importable already, it is taken from the tree this module belongs to."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such train config")
+    try:
+        from train.config import load_config
+    except ModuleNotFoundError:
+        root = Path(__file__).resolve().parents[3]  # python/llmpipe/commands/plan.py -> the repository
+        if not (root / "train" / "config.py").is_file():
+            raise ConfigError(
+                "--config reads the trainer's config (train/config.py), which is in the llmpipe source "
+                "tree only; use --params with an installed package"
+            ) from None
+        sys.path.insert(0, str(root))
+        from train.config import load_config
+    return load_config(path, [])
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "plan",
@@ -70,7 +95,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     m.add_argument("--params", type=_positive_count, metavar="N", help="parameter count (e.g. 124M, 1B)")
     m.add_argument("--config", type=Path, metavar="FILE", help="a configs/train/*.yaml file")
     p.add_argument(
-        "--vocab-size", type=_positive(int), metavar="V", help="vocabulary size for --config (default 32000)"
+        "--vocab-size",
+        type=_positive(int),
+        metavar="V",
+        help="vocabulary size for --config (default: its model.vocab_size, else 32000)",
     )
     p.add_argument("--gpus", type=_positive(int), default=1, metavar="N")
     p.add_argument(
@@ -110,8 +138,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def run(args: argparse.Namespace) -> int:
     seq_len = args.seq_len
     if args.config is not None:
-        shape, cfg_seq = ModelShape.from_train_config(args.config, args.vocab_size or 32000)
-        seq_len = seq_len or cfg_seq
+        model = load_train_config(args.config).model
+        shape = ModelShape.of(model, args.vocab_size or model.vocab_size or 32000)
+        seq_len = seq_len or model.max_seq_len or 0
     else:
         shape = ModelShape(int(args.params))
     if args.micro_batch and not seq_len:
