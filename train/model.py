@@ -39,9 +39,8 @@ class ModelConfig:
     # muP (maximal update parametrisation): 0 = off (standard parametrisation). Otherwise the width the
     # hyperparameters were tuned at; the width multiplier is dim / mup_base_dim. See docs/training.md.
     mup_base_dim: int = 0
-    init_from: str | None = (
-        None  # a Llama-format HF checkpoint directory to continue from (train/init_from.py)
-    )
+    # a Llama-format HF checkpoint directory to continue from (train/init_from.py)
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.mup_base_dim < 0 or (self.mup_base_dim and self.mup_base_dim % self.n_heads):
