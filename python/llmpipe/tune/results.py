@@ -49,6 +49,9 @@ def trial_rows(
         trial_id = _trial_id(r, out)
         run_dir = out / "trials" / str(trial_id)
         curve = read_curve(run_dir, metric, bytes_per_token)
+        told = (r.metrics or {}).get("step")  # the last step Tune saw: an ASHA stop came after it
+        if told is not None:
+            curve = [(s, v) for s, v in curve if s <= int(told)]
         launches = run_dir / "launches.jsonl"
         last_step = curve[-1][0] if curve else 0
         rows.append(

@@ -113,7 +113,7 @@ class TrainerConfigs:
 
 def _tuner(cfg: SweepConfig, spec: TrialSpec, params: list[Param], max_t: int, val_every: int) -> Any:
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.schedulers import FIFOScheduler
 
     storage = (cfg.out / "tune").resolve()  # type: ignore[operator]
     cpus = cfg.cpus_per_trial or float(cfg.nproc)
@@ -130,9 +130,12 @@ def _tuner(cfg: SweepConfig, spec: TrialSpec, params: list[Param], max_t: int, v
         )
     if cfg.asha.enabled:
         grace = cfg.asha.grace_period or val_every or max_t
-        scheduler: Any = ASHAScheduler(
-            time_attr="step", max_t=max_t, grace_period=grace, reduction_factor=cfg.asha.reduction_factor
-        )
+        from llmpipe.tune.asha import ResumableASHA
+
+        scheduler: Any = ResumableASHA(
+            spec.trials_dir, cfg.metric, cfg.bytes_per_token, time_attr="step", max_t=max_t,
+            grace_period=grace, reduction_factor=cfg.asha.reduction_factor,
+        )  # fmt: skip
     else:
         scheduler = FIFOScheduler()
     search_alg: Any = None

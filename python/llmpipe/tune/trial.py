@@ -4,7 +4,11 @@ validation losses are read from its metrics.jsonl as they are written and report
 The run directory is ``OUT/trials/TRIAL_ID``: its config.yaml, metrics.jsonl, train.log and DCP
 checkpoints. A trial restarted after a driver was killed resumes from its own latest checkpoint (the
 trainer's ``checkpoint.resume``). The trainer dies with the trial: it runs in its own process group,
-is sent SIGTERM when the thread that started it ends (``PR_SET_PDEATHSIG``), and is killed in ``finally``.
+is sent SIGKILL when the thread that started it ends (``PR_SET_PDEATHSIG``), and is killed in ``finally``.
+
+The trainer is paused (SIGSTOP to its process group) from the moment a validation record appears until
+Ray Tune has taken the decision on it: a trainer faster than Tune's result loop would otherwise train
+past the rung at which ASHA stops it.
 """
 
 from __future__ import annotations
@@ -49,7 +53,14 @@ def _free_port() -> int:
 def _die_with_parent() -> None:
     os.setsid()
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        # SIGKILL: the trainer may be paused (SIGSTOP) when its trial dies, and only SIGKILL ends a
+        # stopped process
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
 
 
 def command(spec: TrialSpec, config: dict[str, Any], run_dir: Path) -> list[str]:
@@ -89,6 +100,8 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
     offset = metrics.stat().st_size if metrics.exists() else 0  # a restarted trial reports new records only
     root = str(spec.script.resolve().parents[1])
     env = {**os.environ, "OMP_NUM_THREADS": str(spec.threads)}
+    if spec.nproc == 1:  # the trainer's own default rendezvous port would clash between trials
+        env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     cmd = command(spec, config, run_dir)
     with open(run_dir / "train.log", "ab") as log:
@@ -108,10 +121,14 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
                 offset += len(chunk.encode())
                 buf += chunk
                 *lines, buf = buf.split("\n")
-                for line in lines:
-                    res = metrics_record(json.loads(line), spec.bytes_per_token) if line.strip() else None
-                    if res is not None:
-                        tune.report(res)
+                results = [metrics_record(json.loads(x), spec.bytes_per_token) for x in lines if x.strip()]
+                results = [r for r in results if r is not None]
+                if results and not done:
+                    _signal(proc, signal.SIGSTOP)  # hold the trainer until Tune has decided
+                for res in results:
+                    tune.report(res)  # returns once Tune lets the trial go on; a stop ends the thread
+                if results and not done:
+                    _signal(proc, signal.SIGCONT)
             if done:
                 break
             time.sleep(POLL_S)
@@ -120,8 +137,8 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
             raise RuntimeError(f"trainer exited with {proc.returncode} (see {run_dir}/train.log):\n{tail}")
     finally:
         if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
+            _signal(proc, signal.SIGTERM)
+            _signal(proc, signal.SIGCONT)  # a paused trainer handles its SIGTERM once continued
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
