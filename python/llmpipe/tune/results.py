@@ -54,10 +54,11 @@ def trial_rows(
             curve = [(s, v) for s, v in curve if s <= int(told)]
         launches = run_dir / "launches.jsonl"
         last_step = curve[-1][0] if curve else 0
+        steps = int(r.config.get("train.steps", max_steps))  # a ladder varies the budget per trial
         rows.append(
             {
                 "trial_id": trial_id,
-                "status": "error" if r.error else ("completed" if last_step >= max_steps else "stopped"),
+                "status": "error" if r.error else ("completed" if last_step >= steps else "stopped"),
                 "steps": last_step,
                 metric: curve[-1][1] if curve else None,
                 f"best_{metric}": min(v for _, v in curve) if curve else None,
