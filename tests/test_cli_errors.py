@@ -55,3 +55,24 @@ def test_every_command_has_help() -> None:
     for name in sub.choices:
         p = run_cli(name, "--help")
         assert "usage: llmpipe" in p.stdout, name
+
+
+def test_sweep_and_scaling_bad_input(tmp_path: Path) -> None:
+    """Both read a YAML before Ray starts: a misspelt key or a directory without shards is one line."""
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"data: {tmp_path}\nout: {tmp_path / 'o'}\nspacee: {{optim.lr: {{grid: [0.1]}}}}\n")
+    ladder = tmp_path / "ladder.yaml"
+    sizes = "[{dim: 16}, {dim: 32}, {dim: 64}]"
+    ladder.write_text(f"data: {tmp_path}\nout: {tmp_path / 'o'}\nsizes: {sizes}\nsteps: [10]\n")
+    cases = {
+        "sweep": (["sweep", str(sweep)], "unknown key(s) ['spacee']"),
+        "scaling": (["scaling", str(ladder)], "is not a shard directory written by `llmpipe curate`"),
+    }
+    for name, (argv, message) in cases.items():
+        p = run_cli(*argv, check=False)
+        lines = [x for x in p.stderr.splitlines() if x.strip()]
+        assert p.returncode == 2, (name, p.returncode, p.stderr)
+        assert len(lines) == 1 and lines[0].startswith("llmpipe: error:") and message in lines[0], (
+            name,
+            p.stderr,
+        )

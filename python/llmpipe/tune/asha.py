@@ -26,13 +26,15 @@ class ResumableASHA(ASHAScheduler):  # type: ignore[misc]
 
     def seed(self) -> None:
         self.seeded = True
+        op = self._metric_op
+        assert op is not None  # set from the sweep's metric and mode before any result
         for run in sorted(self.trials_dir.glob("*/metrics.jsonl")):
             curve = read_curve(run.parent, self.curve_metric, self.bytes_per_token)
             for bracket in self._brackets:
                 for milestone, recorded in bracket._rungs:  # Ray's rung table: (milestone, {trial: value})
                     reached = [v for step, v in curve if step >= milestone]
                     if reached:
-                        recorded.setdefault(run.parent.name, self._metric_op * reached[0])
+                        recorded.setdefault(run.parent.name, op * reached[0])
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
         if not self.seeded:

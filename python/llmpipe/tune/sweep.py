@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llmpipe.config import from_dict, load_yaml
-from llmpipe.errors import ConfigError, LlmpipeError
+from llmpipe.errors import ConfigError, InputError, LlmpipeError
 from llmpipe.tune.space import Param, overrides, parse_space, to_tune
 from llmpipe.tune.trial import TrialSpec, run_trial
 
@@ -59,11 +59,18 @@ def load_sweep(path: Path, out: Path | None = None) -> SweepConfig:
         cfg.out = out
     if cfg.data is None or cfg.out is None:
         raise ConfigError(f"{path}: data and out are required (out may also come from --out)")
+    check_data(cfg.data, path)
     if cfg.metric == "val_bpb" and cfg.bytes_per_token <= 0:
         raise ConfigError(f"{path}: metric val_bpb needs bytes_per_token (1.0 for byte-level shards)")
     if cfg.nproc < 1 or cfg.num_samples < 1:
         raise ConfigError(f"{path}: nproc and num_samples must be at least 1")
     return cfg
+
+
+def check_data(data: Path, where: Path) -> None:
+    """Every trial would fail on a directory that holds no shards: say so before Ray starts."""
+    if not (data / "manifest.json").is_file():
+        raise InputError(f"{where}: data {data} is not a shard directory written by `llmpipe curate`")
 
 
 def trainer_script(cfg: SweepConfig) -> Path:
@@ -214,4 +221,8 @@ def run_sweep(cfg: SweepConfig) -> dict[str, Any]:
     _ray_init(cfg, script)
     tuner = _tuner(cfg, spec, params, base.train.steps, base.train.val_every)
     grid = tuner.fit()
-    return write_results(out, grid, cfg, configs, max_steps=base.train.steps)
+    summary = write_results(out, grid, cfg, configs, max_steps=base.train.steps)
+    if all(r["status"] == "error" for r in summary["trials"]):
+        first = summary["trials"][0]["run_dir"]
+        raise InputError(f"every trial failed; the first trainer's log: {first}/train.log")
+    return summary
