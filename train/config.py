@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 import yaml
 from llmpipe.config import from_dict, load_yaml, to_dict
 from llmpipe.errors import ConfigError
@@ -68,7 +69,7 @@ class OptimConfig:
     schedule: Literal["cosine", "linear", "wsd", "constant"] = "cosine"  # after the warmup
     decay_fraction: float = 0.2  # wsd: the last fraction of train.steps decays linearly to the minimum
     batch_lr: Literal["sqrt", "linear", "none"] = "sqrt"  # lr scaling with a ramped batch (train.ramp_*)
-    fused: bool = False  # fused AdamW kernel (CUDA)
+    fused: bool | Literal["auto"] = "auto"  # fused AdamW kernel; auto: on CUDA
 
 
 @dataclass
@@ -77,7 +78,9 @@ class ParallelConfig:
     shard_size: int = 0  # hybrid: ranks per shard group (0: ranks per node = LOCAL_WORLD_SIZE)
     mixed_precision: Literal["bf16", "fp32"] = "bf16"  # bf16 params in compute, fp32 reductions
     activation_checkpointing: bool = False
-    compile: bool = False  # torch.compile each block
+    checkpoint_every: int = 1  # with activation_checkpointing: recompute blocks 0, N, 2N, ... (selective)
+    compile: bool | Literal["auto"] = "auto"  # torch.compile each block; auto: on CUDA
+    float8: bool = False  # torchao float8 training for the blocks' linear layers (CUDA, compute 8.9+)
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on CUDA, gloo on CPU
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
@@ -281,10 +284,38 @@ def validate(cfg: RunConfig) -> None:
         (cfg.train.ramp_start > 0, "train.ramp_start must be positive"),
         (cfg.guard.factor > 1, "guard.factor must be above 1"),
         (cfg.train.log_every > 0, "train.log_every must be positive"),
+        (cfg.parallel.checkpoint_every > 0, "parallel.checkpoint_every must be positive"),
+        (
+            cfg.model.attention != "flex" or cfg.model.doc_mask,
+            "model.attention=flex applies the document mask: set model.doc_mask=true (unmasked is causal SDPA)",
+        ),
     ]
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
+
+
+def resolve_for_device(cfg: RunConfig, device: torch.device) -> None:
+    """Settle the "auto" keys for the run's device (compile and fused AdamW on CUDA) and refuse what the
+    device cannot do: FlexAttention training and float8 outside CUDA, float8 below compute capability 8.9."""
+    cuda = device.type == "cuda"
+    if cfg.parallel.compile == "auto":
+        cfg.parallel.compile = cuda
+    if cfg.optim.fused == "auto":
+        cfg.optim.fused = cuda
+    if cfg.model.attention == "flex" and not cuda:
+        raise ConfigError(
+            f"model.attention=flex trains only on CUDA (torch has no FlexAttention backward on {device.type}); "
+            "use model.attention=sdpa or auto"
+        )
+    if cfg.parallel.float8:
+        cap = torch.cuda.get_device_capability(device) if cuda else None
+        if cap is None or cap < (8, 9):
+            where = f"compute capability {cap[0]}.{cap[1]}" if cap else device.type
+            raise ConfigError(
+                f"parallel.float8 needs a CUDA GPU with float8 matmuls (compute capability 8.9+, e.g. H100); "
+                f"this run is on {where}"
+            )
 
 
 def dump(cfg: RunConfig) -> str:

@@ -49,7 +49,7 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
         lr=cfg.lr,
         betas=(cfg.beta1, cfg.beta2),
         eps=cfg.eps,
-        fused=cfg.fused or None,
+        fused=cfg.fused is True or None,  # "auto" is settled per device by resolve_for_device
     )
 
 

@@ -86,8 +86,9 @@ def apply_fsdp(model: nn.Module, cfg: ParallelConfig, mesh: DeviceMesh) -> nn.Mo
     assert isinstance(layers, nn.ModuleList)
     if isinstance(model, Transformer):
         model.activation_checkpointing = cfg.activation_checkpointing
+        model.checkpoint_every = cfg.checkpoint_every
     if mesh.size() == 1:
-        if cfg.compile:
+        if cfg.compile is True:
             for block in layers:
                 block.compile()
         return model
@@ -96,11 +97,31 @@ def apply_fsdp(model: nn.Module, cfg: ParallelConfig, mesh: DeviceMesh) -> nn.Mo
     else:
         mp = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
     for i, block in enumerate(layers):
-        if cfg.compile:
+        if cfg.compile is True:  # "auto" is settled per device by config.resolve_for_device
             block.compile()  # in place: parameter names (and so checkpoints) stay the same
         # the last block's parameters are needed again at once by backward: keep them gathered
         fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=i < len(layers) - 1)
     fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+    return model
+
+
+def is_float8_target(module: nn.Module, fqn: str) -> bool:
+    """The blocks' linear layers whose shapes the float8 matmul takes (multiples of 16); the output
+    projection stays in bf16 (its logits feed the loss directly)."""
+    return (
+        isinstance(module, nn.Linear)
+        and fqn.startswith("layers.")
+        and module.in_features % 16 == 0
+        and module.out_features % 16 == 0
+    )
+
+
+def apply_float8(model: nn.Module) -> nn.Module:
+    """torchao's float8 training (dynamic tensorwise scaling) on ``is_float8_target`` layers, in place,
+    before sharding. Parameter names are unchanged, so checkpoints move between float8 and bf16 runs."""
+    from torchao.float8 import convert_to_float8_training
+
+    convert_to_float8_training(model, module_filter_fn=is_float8_target)
     return model
 
 

@@ -22,12 +22,12 @@ from llmpipe.plan import Plan, plan_for_run, render_memory
 
 from train import init_from
 from train.checkpoint import Checkpointer
-from train.config import RunConfig, dump, parse_args
+from train.config import RunConfig, dump, parse_args, resolve_for_device
 from train.data import build_data, first_directory, open_train
 from train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
 from train.model import Transformer, count_params
 from train.optim import build_optimizer, build_scheduler
-from train.parallel import Dist, apply_fsdp, init_distributed
+from train.parallel import Dist, apply_float8, apply_fsdp, init_distributed
 from train.schedule import BatchSchedule
 from train.trainer import Trainer
 
@@ -36,6 +36,8 @@ def build_model(cfg: RunConfig, d: Dist) -> Transformer:
     """Build on the meta device, shard, then allocate only this rank's shards and initialise them."""
     with torch.device("meta"):
         model = Transformer(cfg.model)
+    if cfg.parallel.float8:
+        apply_float8(model)
     apply_fsdp(model, cfg.parallel, d.mesh)
     model.to_empty(device=d.device)
     model.init_weights(seed=cfg.train.seed)
@@ -61,6 +63,7 @@ def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> Plan:
 
 def run(cfg: RunConfig, out: Path) -> None:
     d = init_distributed(cfg.parallel)
+    resolve_for_device(cfg, d.device)
     train_ds = open_train(cfg.data)
     init_from.prepare(cfg.model, first_directory(cfg.data))  # the checkpoint's shape, its tokenizer checked
     cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
