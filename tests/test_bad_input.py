@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from llmpipe.curate.stage import StageCounts
-from llmpipe.io.read import ReadConfig, read_batches
+from llmpipe.curate.steps import read_documents
+from llmpipe.io.config import ReadConfig
 from llmpipe.io.records import Bad
 
 SMALL = (
@@ -76,7 +77,7 @@ def test_readers_quarantine_each_kind(data_dir: Path, tmp_path: Path) -> None:
         bad: list[Bad] = []
         read, extract = StageCounts("read"), StageCounts("extract")
         rows = sum(
-            b.num_rows for b in read_batches(tmp_path / name, name, ReadConfig(), bad.append, read, extract)
+            b.num_rows for b in read_documents(tmp_path / name, name, ReadConfig(), bad.append, read, extract)
         )
         assert sorted(b.reason for b in bad) == sorted(reasons.split()), name
         assert all(b.location for b in bad), name
@@ -86,7 +87,7 @@ def test_readers_quarantine_each_kind(data_dir: Path, tmp_path: Path) -> None:
             assert 0 < rows < 40, name  # the records before the cut
     # locations point at the record
     bad = []
-    list(read_batches(tmp_path / "mixed.jsonl", "m", ReadConfig(), bad.append))
+    list(read_documents(tmp_path / "mixed.jsonl", "m", ReadConfig(), bad.append))
     assert [(b.reason, b.location) for b in bad] == [
         ("undecodable_bytes", "line 2"),
         ("invalid_json", "line 4"),
@@ -109,9 +110,9 @@ def test_truncated_warc_cut_between_records(data_dir: Path, tmp_path: Path) -> N
     cut.write_bytes(data[: members[10] + 15])  # 10 whole records, then 15 bytes of the 11th
     bad: list[Bad] = []
     read = StageCounts("read")
-    list(read_batches(cut, "cut", ReadConfig(), bad.append, read, StageCounts("extract")))
+    list(read_documents(cut, "cut", ReadConfig(), bad.append, read, StageCounts("extract")))
     assert [b.reason for b in bad] == ["truncated_or_corrupt_stream"]
-    assert read.docs_in == 10
+    assert read.docs_in == 11 and read.dropped["quarantined_truncated_or_corrupt_stream"] == 1
     # plain (uncompressed) WARC cut inside a header
     raw = gzip.decompress(data)
     second = raw.index(b"WARC/1.0", 10)
@@ -119,10 +120,14 @@ def test_truncated_warc_cut_between_records(data_dir: Path, tmp_path: Path) -> N
     plain.write_bytes(raw[: second + 20])
     bad = []
     read = StageCounts("read")
-    list(read_batches(plain, "cut", ReadConfig(), bad.append, read, StageCounts("extract")))
+    list(read_documents(plain, "cut", ReadConfig(), bad.append, read, StageCounts("extract")))
     assert [b.reason for b in bad] == ["truncated_or_corrupt_stream"]
     # FastWARC hands out the cut header as a record of unknown type with no content: counted as skipped
-    assert read.docs_in == 2 and read.dropped == {"skipped_warcinfo_record": 1, "skipped_unknown_record": 1}
+    assert read.docs_in == 3 and read.dropped == {
+        "skipped_warcinfo_record": 1,
+        "skipped_unknown_record": 1,
+        "quarantined_truncated_or_corrupt_stream": 1,
+    }
 
 
 def _peak_rss_mb(code: str) -> float:
@@ -146,9 +151,10 @@ def test_huge_document_is_never_held_in_memory(data_dir: Path, tmp_path: Path) -
         f.write(head.encode() + body + b"\r\n\r\n")
         f.write(real)
     template = (
-        "import re; from pathlib import Path; from llmpipe.io.read import ReadConfig, read_batches\n"
+        "import re; from pathlib import Path; from llmpipe.curate.steps import read_documents\n"
+        "from llmpipe.io.config import ReadConfig\n"
         "bad = []\n"
-        "n = sum(b.num_rows for b in read_batches(Path({p!r}), 'x', ReadConfig(), bad.append))\n"
+        "n = sum(b.num_rows for b in read_documents(Path({p!r}), 'x', ReadConfig(), bad.append))\n"
         "assert [b.reason for b in bad] == {want!r}, bad\n"
         # VmHWM, not ru_maxrss: the latter survives exec and would report the (big) parent's peak
         "print(int(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)) / 1024)\n"

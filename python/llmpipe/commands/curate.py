@@ -58,11 +58,12 @@ def config_from_args(args: argparse.Namespace) -> CurateConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from llmpipe.curate.pipeline import LocalExecutor, run_curate
+    from llmpipe.curate.executors import Executor, LocalExecutor
+    from llmpipe.curate.pipeline import run_curate
 
     cfg = config_from_args(args)
     progress = not args.quiet and sys.stderr.isatty()
-    executor = LocalExecutor(progress=progress)
+    executor: Executor = LocalExecutor(progress=progress)
     if args.ray:
         from llmpipe.distributed.executor import RayExecutor
 

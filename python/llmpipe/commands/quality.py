@@ -66,12 +66,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def iter_texts(inputs: list[str], chunk_lines: int = 0) -> Iterator[str]:
     """Document texts of the inputs (any format `llmpipe curate` reads); bad records are skipped."""
+    from llmpipe.curate.steps import read_documents
+    from llmpipe.io.config import ReadConfig
     from llmpipe.io.discover import discover
-    from llmpipe.io.read import ReadConfig, read_batches
 
     cfg = ReadConfig()
     for path in discover(inputs):
-        for batch in read_batches(path, path.name, cfg, lambda _bad: None):
+        for batch in read_documents(path, path.name, cfg, lambda _bad: None):
             for text in batch.column("text").to_pylist():
                 if not text or not text.strip():
                     continue

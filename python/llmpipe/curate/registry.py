@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from llmpipe.curate.stages.c4 import C4
 from llmpipe.curate.stages.exact_dedup import ExactDedup
 from llmpipe.curate.stages.heuristics import FineWeb, GopherQuality, GopherRepetition
@@ -13,7 +15,7 @@ from llmpipe.curate.stages.pii import PiiRedact
 from llmpipe.curate.stages.quality_model import QualityModelFilter
 
 #: extract -> language -> heuristics -> exact dedup -> near dedup -> model score -> PII; then tokenize, pack
-STAGES: list[type] = [
+STAGES: list[type[Any]] = [
     Normalize,
     LengthFilter,
     LanguageFilter,

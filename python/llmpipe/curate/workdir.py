@@ -54,6 +54,8 @@ def fingerprint(files: list[Path], keys: list[str], config: dict[str, Any], extr
 
 
 class WorkDir:
+    """The paths of a run's intermediate results under ``OUT/.llmpipe-work`` (one place names them all)."""
+
     def __init__(self, out: Path, fp: str) -> None:
         self.root = out / WORK
         stamp = self.root / "fingerprint.json"
@@ -96,6 +98,27 @@ class WorkDir:
         d = self.root / f"global{k}"
         d.mkdir(exist_ok=True)
         return d
+
+    def tokens(self, i: int) -> Path:
+        d = self.root / "tokens"
+        d.mkdir(exist_ok=True)
+        return d / f"{i:06d}.parquet"
+
+    def tokens_marker(self, i: int) -> Path:
+        return self.tokens(i).with_suffix(".done.json")
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.root / "tokenizer.json"
+
+    @property
+    def tokenizer_sample(self) -> Path:
+        return self.root / "tokenizer-sample.txt"
+
+    @property
+    def staging(self) -> Path:
+        """Where the shards are written before they move into the output directory."""
+        return self.root / "shards"
 
     def remove(self) -> None:
         # The stamp goes first: a kill half-way through rmtree must not leave markers whose outputs
