@@ -72,9 +72,26 @@ def _bad_inputs(tmp: Path) -> dict[str, list[str]]:
         "inspect": ["inspect", str(tmp / "empty")],
         "report": ["report", str(tmp / "empty")],
         "plan": ["plan", "--config", str(tmp / "missing.yaml")],
-        "tokenizer train": ["tokenizer", "train", str(tmp / "missing.txt"), "--vocab-size", "300", "--out", str(junk)],
+        "tokenizer train": [
+            "tokenizer",
+            "train",
+            str(tmp / "missing.txt"),
+            "--vocab-size",
+            "300",
+            "--out",
+            str(junk),
+        ],
         "tokenizer encode": ["tokenizer", "encode", "--tokenizer", str(junk)],
-        "quality train": ["quality", "train", "--positive", str(text), "--negative", str(tmp / "nope"), "--out", str(model)],
+        "quality train": [
+            "quality",
+            "train",
+            "--positive",
+            str(text),
+            "--negative",
+            str(tmp / "nope"),
+            "--out",
+            str(model),
+        ],
         "quality calibrate": ["quality", "calibrate", str(text), "--model", str(model)],
         "quality check": ["quality", "check", str(tmp / "nope.jsonl")],
     }
@@ -90,7 +107,9 @@ def _commands() -> list[str]:
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
         if not subs:
             return [prefix]
-        return [name for a in subs for k, p in a.choices.items() for name in leaves(p, f"{prefix} {k}".strip())]
+        return [
+            name for a in subs for k, p in a.choices.items() for name in leaves(p, f"{prefix} {k}".strip())
+        ]
 
     return leaves(build_parser(), "")
 

@@ -17,7 +17,16 @@ def test_ctrl_c_stops_bpe_training_promptly(data_dir: Path, tmp_path: Path) -> N
         for i in range(16):  # ~27 MB, every copy a little different: a long count and a long merge loop
             f.write(text.replace(b"the", f"the{i}".encode()))
     exe = Path(sys.executable).with_name("llmpipe")
-    cmd = [str(exe), "tokenizer", "train", str(big), "--vocab-size", "200000", "--out", str(tmp_path / "t.json")]
+    cmd = [
+        str(exe),
+        "tokenizer",
+        "train",
+        str(big),
+        "--vocab-size",
+        "200000",
+        "--out",
+        str(tmp_path / "t.json"),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(4)  # past the imports, inside the core's training call
     assert proc.poll() is None, proc.communicate()

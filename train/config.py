@@ -112,9 +112,10 @@ class RunConfig:
 
 
 def _sections() -> dict[str, set[str]]:
+    default = RunConfig()
     return {
-        f.name: {g.name for g in dataclasses.fields(f.default_factory())}  # type: ignore[misc]
-        for f in dataclasses.fields(RunConfig)
+        f.name: {g.name for g in dataclasses.fields(getattr(default, f.name))}
+        for f in dataclasses.fields(default)
     }
 
 

@@ -58,7 +58,8 @@ def build_scheduler(
 def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:
     """The global gradient norm (over all shards) before clipping; clips when ``max_norm > 0``."""
     params = [p for p in model.parameters() if p.grad is not None]
-    norm = torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True)
+    grads = [p.grad for p in params if p.grad is not None]  # all of them: the filter is for the type checker
+    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
     if hasattr(norm, "full_tensor"):  # DTensor: reduce the partial norms across the mesh
         norm = norm.full_tensor()
     if max_norm > 0:

@@ -170,6 +170,13 @@ class Stage(ABC):
     """A named pipeline step with one job."""
 
     name: ClassVar[str]
+    #: the stage's YAML section: a dataclass of its options (each concrete stage defines its own)
+    Config: ClassVar[type[Any]]
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, cfg: Any) -> Stage | None:
+        """The stage for its parsed config section, or None when the section disables it."""
 
 
 class DocStage(Stage):

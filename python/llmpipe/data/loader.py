@@ -95,6 +95,9 @@ class TokenLoader:
         idx = starts[:, None] + (self.rank * b + np.arange(b, dtype=np.int64))[None, :]
         return self._permutation(epoch)[idx], starts + g, epoch
 
+    def _to_device(self, t: torch.Tensor) -> torch.Tensor:
+        return t.pin_memory().to(self.device, non_blocking=True)
+
     def _tensors(self, raw: tuple[Any, Any, Any]) -> Batch:
         b, w = self.batch_size, self.ds.seq_len + 1
         rows_buf, tgt_buf, doc_buf = raw
@@ -102,11 +105,9 @@ class TokenLoader:
         tgt = None if tgt_buf is None else torch.from_numpy(np.frombuffer(tgt_buf, dtype=tgt_buf.dtype))
         docs = None if doc_buf is None else torch.from_numpy(np.frombuffer(doc_buf, dtype=np.int32))
         if self.device.type == "cuda":  # one pinned copy of the rows serves inputs and targets
-            rows, tgt, docs = (
-                None if t is None else t.pin_memory().to(self.device, non_blocking=True)
-                for t in (rows, tgt, docs)
-            )
-            assert rows is not None
+            rows = self._to_device(rows)
+            tgt = None if tgt is None else self._to_device(tgt)
+            docs = None if docs is None else self._to_device(docs)
         target = rows[:, 1:] if tgt is None else tgt.view(b, w - 1)
         return Batch(rows[:, :-1], target, None if docs is None else docs.view(b, w - 1))
 

@@ -87,13 +87,12 @@ def read_input(path: Path, source: str, cfg: ReadConfig) -> Iterator[pa.RecordBa
             size = len(rec.text.encode("utf-8"))
         except UnicodeEncodeError as e:  # lone surrogates from JSON escapes
             snippet = rec.text[:200].encode("utf-8", "replace").decode()
-            yield Bad("undecodable_bytes", f"record {pos}", str(e), snippet)
+            yield Bad("undecodable_bytes", rec.location or f"record {pos}", str(e), snippet)
             pos += 1
             continue
         if size > cfg.max_doc_bytes:
-            yield Bad(
-                "document_too_large", f"record {pos}", f"{size} bytes > max_doc_bytes {cfg.max_doc_bytes}"
-            )
+            where = rec.location or f"record {pos}"
+            yield Bad("document_too_large", where, f"{size} bytes > max_doc_bytes {cfg.max_doc_bytes}")
             pos += 1
             continue
         doc_id = f"{source}/{rec.id if rec.id is not None else pos}"

@@ -29,6 +29,8 @@ class Doc:
     #: for a web page: ``text`` is its HTML (main text still to be extracted) and this its
     #: whitespace-separated words; None: ``text`` is the document's text
     raw_words: int | None = None
+    #: where in the input (e.g. "line 17"), for a quarantine record made after reading; None: its position
+    location: str | None = None
 
 
 @dataclass(slots=True)
@@ -47,12 +49,17 @@ class Bad:
     location: str  # e.g. "line 17", "byte 2048", "record 3"
     detail: str = ""
     snippet: str = ""
+    #: how many input records this one stands for (all rows of an unreadable Parquet row group)
+    records: int = 1
 
     def to_dict(self, source: str) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "source": source,
             "location": self.location,
             "reason": self.reason,
             "detail": self.detail[:500],
             "snippet": self.snippet[:200],
         }
+        if self.records != 1:
+            d["records"] = self.records
+        return d

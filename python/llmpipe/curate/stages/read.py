@@ -37,8 +37,8 @@ class Read:
                 counts.dropped[f"skipped_{item.reason}"] += 1
             elif isinstance(item, Bad):
                 self.on_bad(item)
-                counts.docs_in += 1
-                counts.dropped[f"quarantined_{item.reason}"] += 1
+                counts.docs_in += item.records  # an unreadable Parquet row group stands for its rows
+                counts.dropped[f"quarantined_{item.reason}"] += item.records
             else:
                 words = int(raw_words(item).sum())
                 counts.docs_in += item.num_rows
