@@ -92,7 +92,15 @@ def _bad_inputs(tmp: Path) -> dict[str, list[str]]:
             "--out",
             str(model),
         ],
-        "quality calibrate": ["quality", "calibrate", str(text), "--model", str(model)],
+        "quality calibrate": [
+            "quality",
+            "calibrate",
+            str(text),
+            "--model",
+            str(model),
+            "--target-retention",
+            "0.5",
+        ],
         "quality check": ["quality", "check", str(tmp / "nope.jsonl")],
     }
 

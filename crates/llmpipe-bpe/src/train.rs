@@ -2,7 +2,6 @@
 //! a lazy max-heap (the algorithm of HF's BpeTrainer, with 64-bit counts).
 
 use crate::bytemap::byte_to_char;
-use std::sync::atomic::{self, AtomicBool};
 use crate::model::{Special, Tokenizer};
 use crate::pattern::PreTokenizer;
 use crate::Error;
@@ -13,6 +12,7 @@ use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
+use std::sync::atomic::{self, AtomicBool};
 
 /// Read size for one unit of parallel word counting (extended to the next newline).
 const CHUNK: usize = 1 << 20;
@@ -276,7 +276,7 @@ pub fn train_from_counts(
     let mut merges: Vec<Pair> = Vec::new();
     let mut where_to_update: AHashMap<Pair, Vec<u32>> = AHashMap::new();
     while tokens.len() < cfg.vocab_size {
-        if merges.len() % 64 == 0 && stop.load(atomic::Ordering::Relaxed) {
+        if merges.len().is_multiple_of(64) && stop.load(atomic::Ordering::Relaxed) {
             return Err(Error::Interrupted);
         }
         let Some(mut top) = heap.pop() else { break };

@@ -262,7 +262,8 @@ mod tests {
         }
         store.extend(&[0, 1, 2, 3], &offs, &data).unwrap();
         let lsh = Lsh { bands: 20, rows: 5 };
-        let roots = cluster_signatures(&sigs, 112, &lsh, 1, Some((&store, 0.5)), &AtomicBool::new(false)).unwrap();
+        let roots =
+            cluster_signatures(&sigs, 112, &lsh, 1, Some((&store, 0.5)), &AtomicBool::new(false)).unwrap();
         assert_eq!(roots, vec![0, 1, 1, 3]);
     }
 

@@ -9,7 +9,6 @@ use pyo3::types::{PyBytes, PyInt, PyList};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-
 /// A pattern name (gpt2, cl100k, o200k) or, if it is none of those, a regex source.
 fn pre_for(pattern_or_regex: &str) -> Result<PreTokenizer, llmpipe_bpe::Error> {
     let src = pattern::pattern_by_name(pattern_or_regex)

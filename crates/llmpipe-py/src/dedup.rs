@@ -12,7 +12,6 @@ use pyo3::types::PyBytes;
 use crate::buffers::{to_bytes, view};
 use crate::errors::{enter, enter_interruptible, enter_ok, ConfigError, CoreError};
 
-
 /// Strings of an Arrow (large_)string column given as int64 offsets and the data buffer.
 fn strings<'a>(offsets: &'a [i64], data: &'a [u8]) -> PyResult<Vec<&'a str>> {
     llmpipe_text::arrow_strs(offsets, data).collect::<Result<_, _>>().map_err(ConfigError::new_err)
@@ -252,7 +251,8 @@ fn cluster_signatures<'py>(
     let sigs = view(&signatures, "signatures")?;
     let st = store.as_deref().map(|s| (&s.inner, threshold));
     let lsh = Lsh { bands, rows };
-    let roots = enter_interruptible(py, |stop| core::cluster_signatures(sigs, num_perm, &lsh, seed, st, stop))?;
+    let roots =
+        enter_interruptible(py, |stop| core::cluster_signatures(sigs, num_perm, &lsh, seed, st, stop))?;
     Ok(to_bytes(py, &roots))
 }
 
@@ -273,7 +273,8 @@ fn cluster_texts<'py>(
     let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
     let roots = enter_interruptible(py, |stop| -> PyResult<Vec<u32>> {
         let texts = strings(o, d)?;
-        core::cluster_texts(&texts, &sh.cfg, &sh.hasher(), &lsh, verify_threshold, stop).map_err(CoreError::into_py)
+        core::cluster_texts(&texts, &sh.cfg, &sh.hasher(), &lsh, verify_threshold, stop)
+            .map_err(CoreError::into_py)
     })?;
     Ok(to_bytes(py, &roots))
 }

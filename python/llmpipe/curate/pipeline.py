@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,17 +21,30 @@ from typing import Any
 from llmpipe import __version__
 from llmpipe.curate.executors import Executor, LocalExecutor
 from llmpipe.curate.funnel import Funnel, write_outputs
+from llmpipe.curate.progress import JobProgress
 from llmpipe.curate.settings import CurateConfig
 from llmpipe.curate.stage import RunContext
 from llmpipe.curate.stages.pack import Pack
 from llmpipe.curate.stages.tokenize import TrainTokenizer
-from llmpipe.curate.steps import Job, map_segment, resolve_global, segments_of, stages_of, tokenize_input
+from llmpipe.curate.steps import (
+    Job,
+    Part,
+    map_segment,
+    resolve_global,
+    segments_of,
+    stages_of,
+    tokenize_input,
+)
 from llmpipe.curate.workdir import WorkDir, fault_point, fingerprint
 from llmpipe.data.format import MANIFEST, atomic_write_json, sha256_file
 from llmpipe.errors import InputError
+from llmpipe.io.chunks import split
 from llmpipe.io.discover import discover
+from llmpipe.io.read import detect_format
 
 DONE = ".llmpipe-done.json"
+#: inputs larger than this run as several parts (``--chunk-mb``)
+CHUNK_BYTES = 128 << 20
 
 
 def run_curate(
@@ -42,9 +56,15 @@ def run_curate(
     strict: bool = False,
     executor: Executor | None = None,
     keep_work: bool = False,
+    chunk_bytes: int = CHUNK_BYTES,
+    progress: bool | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Curate ``inputs`` into token shards in ``out``; returns the stats (also written to stats.json)."""
+    """Curate ``inputs`` into token shards in ``out``; returns the stats (also written to stats.json).
+
+    Inputs larger than ``chunk_bytes`` (plain JSONL, Parquet) run as several parts on any worker;
+    the output does not depend on the chunk size or on the executor. ``progress``: one bar on a
+    terminal, one line every 30 s in a log; None: a bar when stderr is a terminal, else the lines."""
     executor = executor or LocalExecutor()
     files = discover(inputs)
     keys = source_keys(files)
@@ -61,18 +81,33 @@ def run_curate(
         return json.loads((out / "stats.json").read_text())
     (out / DONE).unlink(missing_ok=True)
     work = WorkDir(out, fp)
-    job = Job(config.to_dict(), str(work.root), tuple(map(str, files)), tuple(keys), strict)
+    parts = plan_parts(files, chunk_bytes)
+    job = Job(config.to_dict(), str(work.root), tuple(map(str, files)), tuple(keys), strict, parts)
     stages = stages_of(job)
     segments = segments_of(stages)
     names = ["read", "extract", *[s.name for s in stages], "tokenize", "pack"]
-    log(f"curate: {len(files)} input(s), stages: {' -> '.join(names)}")
-    each = range(len(files))
+    log(f"curate: {len(files)} input(s) in {len(parts)} part(s), stages: {' -> '.join(names)}")
+    each = range(len(parts))
     funnel = Funnel()
+    tty = sys.stderr.isatty()
+    bar = JobProgress(
+        sum(p.size for p in parts),
+        tty,
+        log,
+        enabled=progress is not False and (tty or progress is None or progress),
+    )
+
+    def read(i: int, marker: dict[str, Any]) -> None:
+        bar.read(parts[i].size, next(c["docs_in"] for c in marker["counts"] if c["name"] == "read"))
 
     # read -> extract -> the document stages, each global stage resolving between two segments
     for k, seg in enumerate(segments):
-        funnel.add(executor.map(map_segment, [(job, k, i) for i in each], f"segment {k}"))
+        bar.phase(f"segment {k}" if k else "read")
+        funnel.add(
+            executor.map(map_segment, [(job, k, i) for i in each], f"segment {k}", read if k == 0 else None)
+        )
         if seg.ends_with is not None:
+            bar.phase(seg.ends_with.name)
             resolve_global(job, k, RunContext(input_words=funnel.input_words), executor)
     kept = [work.docs(len(segments) - 1, i) for i in each]
 
@@ -80,10 +115,13 @@ def run_curate(
     if tokenizer_file is not None:
         shutil.copyfile(tokenizer_file, work.tokenizer)
     elif not work.tokenizer.exists():
+        bar.phase("tokenizer training")
         TrainTokenizer(config.tokenizer, log).run(kept, work.tokenizer_sample, work.tokenizer)
         fault_point("tokenizer")
+    bar.phase("tokenize")
     args = [(job, len(segments) - 1, i, str(work.tokenizer)) for i in each]
     funnel.add(executor.map(tokenize_input, args, "tokenize"))
+    bar.phase("pack")
 
     # pack -> publish (shards by atomic rename, the manifest last)
     provenance = {
@@ -95,6 +133,7 @@ def run_curate(
     pack = Pack(config.pack, work.tokenizer, provenance)
     manifest = pack.run([work.tokens(i) for i in each], work.staging, funnel.stage(pack.name))
     stats = funnel.stats(manifest)
+    bar.close()
     write_outputs(out, work.staging, stats, funnel.quarantine, log)
     fault_point("outputs")
     if not keep_work:
@@ -102,6 +141,21 @@ def run_curate(
     fault_point("work removed")
     atomic_write_json(out / DONE, {"fingerprint": fp})
     return stats
+
+
+def plan_parts(files: list[Path], chunk_bytes: int) -> tuple[Part, ...]:
+    """Every input as one part, or as chunks of about ``chunk_bytes`` when it is larger."""
+    if chunk_bytes < 1:
+        raise InputError(f"chunk size must be positive, got {chunk_bytes} bytes")
+    parts = []
+    for f, path in enumerate(files):
+        size = path.stat().st_size
+        spans = split(path, detect_format(path), chunk_bytes)
+        for c, span in enumerate(spans):
+            # a JSONL chunk knows its bytes; a Parquet chunk (row groups) takes its share of the file
+            share = span.end - span.start if span is not None and len(spans) > 1 else size
+            parts.append(Part(f, span, c, share if share > 0 and share <= size else size // len(spans)))
+    return tuple(parts)
 
 
 def source_keys(files: list[Path]) -> list[str]:

@@ -31,6 +31,7 @@ from llmpipe.curate.stages.tokenize import Tokenize
 from llmpipe.curate.workdir import AtomicParquetWriter, WorkDir, delay_point, fault_point, write_table_atomic
 from llmpipe.data.format import atomic_write_json
 from llmpipe.errors import InputError
+from llmpipe.io.chunks import Span
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.read import detect_format
 from llmpipe.io.records import DOC_SCHEMA, Bad
@@ -39,14 +40,25 @@ DOCS_SCHEMA = DOC_SCHEMA.append(pa.field("meta", pa.string()))
 
 
 @dataclass(frozen=True)
+class Part:
+    """One unit of per-input work: a whole input file, or one chunk of a large one."""
+
+    file: int  # index into ``Job.files``
+    span: Span | None  # None: the whole file
+    chunk: int = 0  # the chunk's number within its file
+    size: int = 0  # bytes of input it covers (for progress)
+
+
+@dataclass(frozen=True)
 class Job:
-    """Everything a per-input step needs; small and picklable."""
+    """Everything a per-input step needs; small and picklable. Steps take a part's index ``i``."""
 
     config: dict[str, Any]
     work_root: str
     files: tuple[str, ...]
     keys: tuple[str, ...]
     strict: bool
+    parts: tuple[Part, ...]
 
 
 @dataclass
@@ -109,16 +121,18 @@ def _source_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Segment 0 reads and extracts the input; a later one starts from the previous one's documents."""
     if k == 0:
+        part = job.parts[i]
+        path, key = job.files[part.file], job.keys[part.file]
 
         def on_bad(b: Bad) -> None:
             if job.strict:
-                raise InputError(f"{job.files[i]}: {b.location}: {b.reason} ({b.detail}) [--strict]")
-            bad.append(b.to_dict(job.keys[i]))
+                raise InputError(f"{path}: {b.location}: {b.reason} ({b.detail}) [--strict]")
+            bad.append(b.to_dict(key))
 
         read, extract = StageCounts(Read.name), StageCounts(Extract.name)
         counts += [read, extract]
         cfg = CurateConfig.from_mapping(job.config).read
-        yield from read_documents(Path(job.files[i]), job.keys[i], cfg, on_bad, read, extract)
+        yield from read_documents(Path(path), key, cfg, on_bad, read, extract, part.span)
         return
     assert seg.after is not None
     drops = ListedDrops(_load_drops(str(work.drops(k - 1))))
@@ -137,12 +151,14 @@ def read_documents(
     on_bad: Callable[[Bad], None],
     read: StageCounts | None = None,
     extract: StageCounts | None = None,
+    span: Span | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The start of every run: read -> extract on one input, counted in ``read`` and ``extract``."""
+    """The start of every run: read -> extract on one input (one chunk of it), counted in ``read``
+    and ``extract``."""
     read = read if read is not None else StageCounts(Read.name)
     extract = extract if extract is not None else StageCounts(Extract.name)
     step = Extract(cfg)
-    for batch in Read(cfg, on_bad).batches(path, source, read):
+    for batch in Read(cfg, on_bad).batches(path, source, read, span):
         kept = step.run(batch, extract)
         if kept.num_rows:
             yield kept
@@ -179,7 +195,10 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     result = {
         "counts": [c.to_dict() for c in counts + stage_counts],
         "quarantine": bad,
-        "format": detect_format(Path(job.files[i])) if k == 0 else None,
+        # an input's format is counted once, by its first chunk
+        "format": detect_format(Path(job.files[job.parts[i].file]))
+        if k == 0 and job.parts[i].chunk == 0
+        else None,
     }
     atomic_write_json(marker, result)
     return json.loads(marker.read_text())  # exactly what a resumed run reads: same bytes out
@@ -193,7 +212,7 @@ def resolve_global(job: Job, k: int, run: RunContext, executor: Executor | None 
     stage = segments_of(stages_of(job))[k].ends_with
     assert stage is not None
     shutil.rmtree(work.global_dir(k))  # leftovers of a killed resolve are not inputs to this one
-    files = [work.keys(k, i) for i in range(len(job.files))]
+    files = [work.keys(k, i) for i in range(len(job.parts))]
     drops = stage.resolve(
         [f for f in files if pq.read_metadata(f).num_rows > 0], work.global_dir(k), run, executor
     )

@@ -24,9 +24,15 @@ WORK = ".llmpipe-work"
 FAULT_ENV = "LLMPIPE_FAULT_AFTER"
 
 
+WORKER_ENV = "LLMPIPE_WORKER"  # set in the worker processes of a local pool
+
+
 def fault_point(name: str) -> None:
-    """Crash-safety test hook: ``LLMPIPE_FAULT_AFTER=<name>`` SIGKILLs this process when it gets here."""
+    """Crash-safety test hook: ``LLMPIPE_FAULT_AFTER=<name>`` SIGKILLs this process when it gets here
+    (in a pool worker: the run's driver first, so the whole run dies as if the machine had)."""
     if os.environ.get(FAULT_ENV) == name:
+        if os.environ.get(WORKER_ENV):
+            os.kill(os.getppid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
 

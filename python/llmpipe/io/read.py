@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from llmpipe.io.chunks import Span
 from llmpipe.io.compression import peek
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.jsonl import read_jsonl
@@ -52,13 +53,13 @@ def detect_format(path: Path) -> str:
     return "text"
 
 
-def records(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
-    """Every record of one input, by its detected format."""
+def records(path: Path, cfg: ReadConfig, span: Span | None = None) -> Iterator[Doc | Bad | Skip]:
+    """Every record of one input (of its chunk ``span``), by its detected format."""
     fmt = detect_format(path)
     if fmt == "jsonl":
-        yield from read_jsonl(path, cfg.text_field, cfg.id_field, cfg.max_doc_bytes)
+        yield from read_jsonl(path, cfg.text_field, cfg.id_field, cfg.max_doc_bytes, span)
     elif fmt == "parquet":
-        yield from read_parquet(path, cfg.text_field, cfg.id_field)
+        yield from read_parquet(path, cfg.text_field, cfg.id_field, span)
     elif fmt == "text":
         yield from read_text(path, cfg.max_doc_bytes)
     elif fmt in ("warc", "arc"):
@@ -71,36 +72,42 @@ def records(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
         yield Bad(f"unsupported_format_{fmt}", "file", f"detected format {fmt!r}")
 
 
-def read_input(path: Path, source: str, cfg: ReadConfig) -> Iterator[pa.RecordBatch | Skip | Bad]:
-    """Stream one input: document batches of ``RAW_SCHEMA``, and its skipped and bad records in order.
+def read_input(
+    path: Path, source: str, cfg: ReadConfig, span: Span | None = None
+) -> Iterator[pa.RecordBatch | Skip | Bad]:
+    """Stream one input (one chunk of it): document batches of ``RAW_SCHEMA``, and its skipped and bad
+    records, in order.
 
-    Ids are unique in a run by construction: ``<source>/<id from the record, or its position>``.
+    A document's id is ``<source>/<id from the record, or its position>``; a record id seen before in
+    the same chunk gets ``#<position>``. Positions are line or row indices where the reader gives
+    them (so ids do not depend on the chunk size), else record counts.
     """
     batch = _Batch(source)
-    pos = 0
+    count = 0
     seen: set[str] = set()
-    for rec in records(path, cfg):
+    for rec in records(path, cfg, span):
         if not isinstance(rec, Doc):
             yield rec
             continue
+        pos = rec.position if rec.position is not None else count
         try:
             size = len(rec.text.encode("utf-8"))
         except UnicodeEncodeError as e:  # lone surrogates from JSON escapes
             snippet = rec.text[:200].encode("utf-8", "replace").decode()
             yield Bad("undecodable_bytes", rec.location or f"record {pos}", str(e), snippet)
-            pos += 1
+            count += 1
             continue
         if size > cfg.max_doc_bytes:
             where = rec.location or f"record {pos}"
             yield Bad("document_too_large", where, f"{size} bytes > max_doc_bytes {cfg.max_doc_bytes}")
-            pos += 1
+            count += 1
             continue
         doc_id = f"{source}/{rec.id if rec.id is not None else pos}"
         if doc_id in seen:
             doc_id = f"{doc_id}#{pos}"
         seen.add(doc_id)
         batch.add(doc_id, rec, pos, size)
-        pos += 1
+        count += 1
         if len(batch) >= cfg.batch_size or batch.html_bytes >= HTML_BATCH_BYTES:
             yield batch.take()
     if len(batch):

@@ -31,6 +31,8 @@ class Doc:
     raw_words: int | None = None
     #: where in the input (e.g. "line 17"), for a quarantine record made after reading; None: its position
     location: str | None = None
+    #: its position in the input (line or row index), when the reader knows it whatever the chunk
+    position: int | None = None
 
 
 @dataclass(slots=True)

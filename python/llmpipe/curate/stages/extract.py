@@ -23,9 +23,14 @@ class Extract(Mapper):
     """
 
     name: ClassVar[str] = "extract"
+    Config: ClassVar[type[ReadConfig]] = ReadConfig  # configured by the ``read`` section
 
     def __init__(self, cfg: ReadConfig) -> None:
         self.main_content = cfg.html_main_content
+
+    @classmethod
+    def from_config(cls, cfg: ReadConfig) -> Extract:
+        return cls(cfg)
 
     def words_before(self, batch: pa.RecordBatch) -> np.ndarray:
         return raw_words(batch)

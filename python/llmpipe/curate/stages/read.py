@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from llmpipe.curate.stage import StageCounts, word_counts
+from llmpipe.io.chunks import Span
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.read import read_input
 from llmpipe.io.records import Bad, Skip
@@ -30,8 +31,10 @@ class Read:
         self.cfg = cfg
         self.on_bad = on_bad
 
-    def batches(self, path: Path, source: str, counts: StageCounts) -> Iterator[pa.RecordBatch]:
-        for item in read_input(path, source, self.cfg):
+    def batches(
+        self, path: Path, source: str, counts: StageCounts, span: Span | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        for item in read_input(path, source, self.cfg, span):
             if isinstance(item, Skip):
                 counts.docs_in += 1
                 counts.dropped[f"skipped_{item.reason}"] += 1

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmpipe.curate.stage import DocStage, StageCounts, apply_reasons, word_counts
+from llmpipe.curate.stage import StageCounts, apply_reasons, word_counts
 
 if TYPE_CHECKING:
     from llmpipe.curate.settings import TokenizerConfig
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 TOKENS_SCHEMA = pa.schema([("tokens", pa.large_list(pa.uint32())), ("words", pa.int64())])
 
 
-class Tokenize(DocStage):
+class Tokenize:
     """Documents -> token ids (one Rust call per batch). Tokens in are words, out BPE tokens; a
     document that encodes to nothing is dropped as ``empty_after_tokenize``. The output batch is
     ``TOKENS_SCHEMA``: the ids and the words of each kept document."""
