@@ -65,10 +65,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def config_from_args(args: argparse.Namespace) -> CurateConfig:
     cfg = CurateConfig.load(args.config)
-    if args.seq_len is not None:
-        cfg.pack = replace(cfg.pack, seq_len=args.seq_len)
-    if args.vocab_size is not None:
-        cfg.tokenizer = replace(cfg.tokenizer, vocab_size=args.vocab_size)
+    try:
+        if args.seq_len is not None:
+            cfg.pack = replace(cfg.pack, seq_len=args.seq_len)
+        if args.vocab_size is not None:
+            cfg.tokenizer = replace(cfg.tokenizer, vocab_size=args.vocab_size)
+    except ValueError as e:  # the config classes check their values
+        raise ConfigError(f"--seq-len/--vocab-size: {e}") from None
     return cfg
 
 

@@ -10,10 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from llmpipe.curate.quarantine import concatenate
 from llmpipe.curate.report import write_report
 from llmpipe.curate.stage import StageCounts
 from llmpipe.curate.workdir import fault_point
-from llmpipe.data.format import MANIFEST, atomic_write_bytes, atomic_write_json
+from llmpipe.data.format import MANIFEST, atomic_write_json
 
 SHARD_GLOBS = ("train-*.arrow", "val-*.arrow")
 
@@ -23,15 +24,16 @@ class Funnel:
 
     def __init__(self) -> None:
         self.stages: dict[str, StageCounts] = {}  # insertion order is the funnel's order
-        self.quarantine: list[dict[str, Any]] = []
+        self.quarantine: Counter[str] = Counter()  # quarantined records by reason (the records: on disk)
         self.formats: Counter[str] = Counter()
+        self.skipped: list[str] = []  # what discovery could not read
 
     def add(self, markers: list[dict[str, Any]]) -> None:
         """Merge the results of one step over every input (its markers, in input order)."""
         for m in markers:
             for c in m["counts"]:
                 self.stage(c["name"]).merge(StageCounts.from_dict(c))
-            self.quarantine.extend(m.get("quarantine", ()))
+            self.quarantine.update(m.get("quarantine", {}))
             if m.get("format"):
                 self.formats[m["format"]] += 1
 
@@ -56,10 +58,14 @@ class Funnel:
             "llmpipe_stats_version": 1,
             "tokens_unit": "words before the tokenize stage (whitespace-separated), BPE tokens from it on",
             "stages": [s.to_dict() for s in stages],
-            "inputs": {"files": sum(self.formats.values()), "formats": dict(sorted(self.formats.items()))},
+            "inputs": {
+                "files": sum(self.formats.values()),
+                "formats": dict(sorted(self.formats.items())),
+                "skipped": self.skipped,
+            },
             "quarantine": {
-                "records": len(self.quarantine),
-                "by_reason": dict(sorted(Counter(q["reason"] for q in self.quarantine).items())),
+                "records": sum(self.quarantine.values()),
+                "by_reason": dict(sorted(self.quarantine.items())),
                 "file": "quarantine.jsonl",
             },
             "retention": {
@@ -78,10 +84,12 @@ def write_outputs(
     out: Path,
     staging: Path,
     stats: dict[str, Any],
-    quarantine: list[dict[str, Any]],
+    quarantine: list[Path],
     log: Callable[[str], None],
 ) -> None:
-    """Move new shards in (each by atomic rename), drop stale ones, then stats, report and manifest last."""
+    """``quarantine``: the per-input quarantine files, concatenated into quarantine.jsonl.
+
+    Move new shards in (each by atomic rename), drop stale ones, then stats, report and manifest last."""
     manifest = json.loads((staging / MANIFEST).read_text())
     new = {e["file"] for split in manifest["splits"].values() for e in split["shards"]}
     old_manifest = out / MANIFEST
@@ -95,8 +103,7 @@ def write_outputs(
         os.replace(staging / name, out / name)
         fault_point(f"moved {name}")
     os.replace(staging / "tokenizer.json", out / "tokenizer.json")
-    lines = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in quarantine)
-    atomic_write_bytes(out / "quarantine.jsonl", lines.encode())
+    concatenate(quarantine, out / "quarantine.jsonl")  # the per-input files, in input order
     atomic_write_json(out / "stats.json", stats)
     fault_point("stats")
     write_report(out, stats)

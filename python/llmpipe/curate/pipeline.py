@@ -39,8 +39,9 @@ from llmpipe.curate.workdir import WorkDir, fault_point, fingerprint
 from llmpipe.data.format import MANIFEST, atomic_write_json, sha256_file
 from llmpipe.errors import InputError
 from llmpipe.io.chunks import split
-from llmpipe.io.discover import discover
+from llmpipe.io.discover import discover_inputs
 from llmpipe.io.read import detect_format
+from llmpipe.lock import DirLock
 
 DONE = ".llmpipe-done.json"
 #: inputs larger than this run as several parts (``--chunk-mb``)
@@ -66,12 +67,45 @@ def run_curate(
     the output does not depend on the chunk size or on the executor. ``progress``: one bar on a
     terminal, one line every 30 s in a log; None: a bar when stderr is a terminal, else the lines."""
     executor = executor or LocalExecutor()
-    files = discover(inputs)
-    keys = source_keys(files)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"--out {out}: cannot create the directory ({e.strerror})") from None
+    with DirLock(out):  # one run per output directory; a second one says who holds it
+        files, skipped = _discover(inputs, out, strict, log)
+        return _curate(
+            files,
+            skipped,
+            out,
+            config,
+            tokenizer_file,
+            strict,
+            executor,
+            keep_work,
+            chunk_bytes,
+            progress,
+            log,
+        )
+
+
+def _curate(
+    files: list[Path],
+    skipped: list[str],
+    out: Path,
+    config: CurateConfig,
+    tokenizer_file: Path | None,
+    strict: bool,
+    executor: Executor,
+    keep_work: bool,
+    chunk_bytes: int,
+    progress: bool | None,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    keys = source_keys(files)
     if tokenizer_file is not None and not Path(tokenizer_file).is_file():
-        raise InputError(f"--tokenizer {tokenizer_file}: no such file")
+        what = "a directory, not a file" if Path(tokenizer_file).is_dir() else "no such file"
+        raise InputError(f"--tokenizer {tokenizer_file}: {what}")
     tok_sha = sha256_file(tokenizer_file) if tokenizer_file else None
     fp = fingerprint(
         files, keys, config.to_dict(), {"tokenizer": tok_sha, "strict": strict, "v": __version__}
@@ -89,6 +123,7 @@ def run_curate(
     log(f"curate: {len(files)} input(s) in {len(parts)} part(s), stages: {' -> '.join(names)}")
     each = range(len(parts))
     funnel = Funnel()
+    funnel.skipped = skipped
     tty = sys.stderr.isatty()
     bar = JobProgress(
         sum(p.size for p in parts),
@@ -134,13 +169,33 @@ def run_curate(
     manifest = pack.run([work.tokens(i) for i in each], work.staging, funnel.stage(pack.name))
     stats = funnel.stats(manifest)
     bar.close()
-    write_outputs(out, work.staging, stats, funnel.quarantine, log)
+    write_outputs(out, work.staging, stats, [work.quarantine(i) for i in each], log)
+    r = stats["retention"]
+    if r["docs_out"] == 0:  # outputs stay for the report; no done marker, so a re-run says it again
+        raise InputError(
+            f"no document was kept ({r['docs_in']:,} read, all dropped or quarantined): "
+            f"see {out / 'report.html'} and {out / 'stats.json'} for why"
+        )
     fault_point("outputs")
     if not keep_work:
         work.remove()
     fault_point("work removed")
     atomic_write_json(out / DONE, {"fingerprint": fp})
     return stats
+
+
+def _discover(
+    inputs: list[str], out: Path, strict: bool, log: Callable[[str], None]
+) -> tuple[list[Path], list[str]]:
+    """The input files (each once, output directories left out) and what could not be read."""
+    found = discover_inputs(inputs, exclude=[out])
+    for s in found.excluded:
+        log(f"curate: left out {s}")
+    for s in found.skipped:
+        if strict:
+            raise InputError(f"{s} [--strict]")
+        log(f"curate: skipped {s}")
+    return found.files, found.skipped
 
 
 def plan_parts(files: list[Path], chunk_bytes: int) -> tuple[Part, ...]:

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmpipe.curate.executors import Executor
+from llmpipe.curate.quarantine import QuarantineWriter
 from llmpipe.curate.settings import CurateConfig
 from llmpipe.curate.stage import DocStage, GlobalStage, RunContext, StageCounts, apply_reasons, word_counts
 from llmpipe.curate.stages.extract import Extract
@@ -117,7 +118,7 @@ def _source_batches(
     i: int,
     seg: Segment,
     counts: list[StageCounts],
-    bad: list[dict[str, Any]],
+    bad: QuarantineWriter,
 ) -> Iterator[pa.RecordBatch]:
     """Segment 0 reads and extracts the input; a later one starts from the previous one's documents."""
     if k == 0:
@@ -127,7 +128,7 @@ def _source_batches(
         def on_bad(b: Bad) -> None:
             if job.strict:
                 raise InputError(f"{path}: {b.location}: {b.reason} ({b.detail}) [--strict]")
-            bad.append(b.to_dict(key))
+            bad.add(b)
 
         read, extract = StageCounts(Read.name), StageCounts(Extract.name)
         counts += [read, extract]
@@ -173,7 +174,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     delay_point(f"segment {k}")
     seg = segments_of(stages_of(job))[k]
     counts: list[StageCounts] = []
-    bad: list[dict[str, Any]] = []
+    bad = QuarantineWriter(work.quarantine(i), job.keys[job.parts[i].file])
     stage_counts = [StageCounts(s.name) for s in seg.doc_stages]
     docs_out = AtomicParquetWriter(work.docs(k, i))
     keys_out = AtomicParquetWriter(work.keys(k, i)) if seg.ends_with is not None else None
@@ -191,10 +192,12 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     docs_out.commit(DOCS_SCHEMA)
     if keys_out is not None:
         keys_out.commit(pa.schema([("id", pa.string())]))
+    if k == 0:
+        bad.commit()
     fault_point(f"segment {k}#{i} committed")  # outputs in place, marker not yet written
     result = {
         "counts": [c.to_dict() for c in counts + stage_counts],
-        "quarantine": bad,
+        "quarantine": dict(bad.by_reason),  # the records are in work.quarantine(i)
         # an input's format is counted once, by its first chunk
         "format": detect_format(Path(job.files[job.parts[i].file]))
         if k == 0 and job.parts[i].chunk == 0

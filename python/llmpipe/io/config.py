@@ -16,3 +16,9 @@ class ReadConfig:
     max_doc_bytes: int = 20_000_000
     #: HTML pages: keep only the main content (resiliparse's heuristics), else all visible text
     html_main_content: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_doc_bytes <= 0:
+            raise ValueError("read.max_doc_bytes must be positive")
+        if self.batch_size <= 0:
+            raise ValueError("read.batch_size must be positive")
