@@ -18,7 +18,7 @@ if __package__ in (None, ""):  # run as a script (torchrun train/pretrain.py): i
 import torch
 import torch.distributed as dist
 from llmpipe.errors import LlmpipeError
-from llmpipe.plan import plan_for_trainer, render
+from llmpipe.plan import Plan, plan_for_run, render_memory
 
 from train.checkpoint import Checkpointer
 from train.config import RunConfig, dump, parse_args
@@ -47,21 +47,15 @@ def device_memory_gb(device: torch.device) -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
 
 
-def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> str:
+def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> Plan:
     """`llmpipe plan`'s estimate for this run: per-device memory by component, and whether it fits."""
-    m, p = cfg.model, cfg.parallel
-    shard = (
-        1 if p.sharding == "none" else (p.shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size)))
+    return plan_for_run(
+        cfg,
+        world_size=d.world_size,
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size)),
+        seq_len=seq_len,
+        device_memory_gb=device_memory_gb(d.device),
     )
-    plan = plan_for_trainer(
-        dim=m.dim, n_layers=m.n_layers, n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, hidden=m.hidden,
-        vocab_size=m.vocab_size or 0, tie_embeddings=m.tie_embeddings, seq_len=seq_len,
-        micro_batch=cfg.data.batch_size, world_size=d.world_size, sharding=p.sharding,
-        shard_size=shard if p.sharding == "hybrid" else 0, mixed_precision=p.mixed_precision,
-        activation_checkpointing=p.activation_checkpointing, device_memory_gb=device_memory_gb(d.device),
-    )  # fmt: skip
-    text = render(plan)  # its compute section assumes compute-optimal tokens, not this run's: leave it out
-    return text.split("\ncompute for", 1)[0]
 
 
 def run(cfg: RunConfig, out: Path) -> None:
@@ -93,7 +87,8 @@ def run(cfg: RunConfig, out: Path) -> None:
             f"parameters: {n_params:,} ({n_dense:,} without the embedding) | ranks: {d.world_size} on "
             f"{d.device.type} | mesh: {tuple(d.mesh.shape)} | train samples: {len(train_ds):,}"
         )
-        print(memory_plan(cfg, d, train_ds.seq_len), flush=True)
+        # the memory part only: the plan's compute budget assumes compute-optimal tokens, not this run's
+        print("\n".join(render_memory(memory_plan(cfg, d, train_ds.seq_len))), flush=True)
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps, schedule)
     ckpt = Checkpointer(out, cfg.checkpoint, rank=d.rank, world_size=d.world_size)
