@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import Any, Protocol
@@ -103,6 +106,30 @@ class PoolExecutor:
 def _start_worker(threads: int) -> None:
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the worker first uses the Rust core
     os.environ[WORKER_ENV] = "1"
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
+    """A worker must not outlive a killed driver: it would wait for work forever, holding the run's
+    output pipes open. Linux kills it with its parent (PR_SET_PDEATHSIG); elsewhere a thread checks."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) == 0:  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the parent died before the call
+                os._exit(1)
+            return
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="llmpipe-parent-watch").start()
 
 
 def map_with(
