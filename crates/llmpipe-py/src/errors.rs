@@ -73,7 +73,7 @@ macro_rules! kinds {
         }
     )*};
 }
-kinds!(ConfigError => Config, ShardError => Shard);
+kinds!(ConfigError => Config, ShardError => Shard, InputError => Input);
 
 /// A core error and the `llmpipe.errors` class it is raised as.
 pub trait CoreError: Send {
