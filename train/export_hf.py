@@ -29,7 +29,7 @@ if __package__ in (None, ""):
 import torch
 import torch.distributed.checkpoint as dcp
 from llmpipe.config import load_yaml
-from llmpipe.data.format import MANIFEST, TOKENIZER_FILE
+from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
 from llmpipe.errors import LlmpipeError
 from safetensors.torch import save_file
 
@@ -78,8 +78,17 @@ def load_run(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Transfo
 
 
 def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """HF names; a muP model's attention scale and output multiplier are folded into q_proj and lm_head
+    (HF Llama scales attention by 1/sqrt(head_dim) and has no output multiplier)."""
+    m = model.cfg
+    if m.mup_base_dim and m.tie_embeddings:
+        raise LlmpipeError("a muP model with tied embeddings cannot fold its output multiplier for HF")
     out: dict[str, torch.Tensor] = {}
     for name, t in model.state_dict().items():
+        if m.mup_base_dim and name.endswith("attn.wq.weight"):
+            t = t * ((m.attn_scale or 0.0) * m.head_dim**0.5)
+        elif m.mup_base_dim and name == "output.weight":
+            t = t / m.width_mult
         if name == "tok_embeddings.weight":
             key = "model.embed_tokens.weight"
         elif name == "norm.weight":
@@ -207,7 +216,10 @@ def export(
         raise LlmpipeError(f"no tokenizer at {tok}; pass --tokenizer FILE")
     eos_id = None
     if shards is not None and (shards / MANIFEST).is_file():
-        eos_id = json.loads((shards / MANIFEST).read_text())["tokenizer"]["eos_id"]
+        manifest = read_manifest(shards)
+        eos_id = manifest["tokenizer"]["eos_id"]
+        if tokenizer is None:  # the shards' own tokenizer: it must be the one they were made with
+            check_tokenizer(shards, manifest)
     tok_json = tok.read_text(encoding="utf-8")
     ids = [t["id"] for t in json.loads(tok_json).get("added_tokens", [])]
     ids += list(json.loads(tok_json).get("model", {}).get("vocab", {}).values())

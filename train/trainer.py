@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from train.checkpoint import Checkpointer
 from train.config import RunConfig
-from train.guard import SpikeGuard
+from train.guard import SpikeGuard, TrainingDiverged
 from train.metrics import MetricsWriter, Throughput, peak_memory_mib
 from train.optim import clip_grad_norm
 from train.parallel import Dist, all_reduce_, all_reduce_sum, autocast
@@ -96,6 +96,7 @@ class Trainer:
         self.schedule = schedule or BatchSchedule(g, 1, cfg.train.grad_accum, 1, 0)
         self.data_ended = False
         self.guard = SpikeGuard(cfg.guard)
+        self.rollbacks = 0  # since the last checkpoint saved (guard.max_rollbacks)
         self.step = 0  # optimizer steps done
         self.injected: dict[int, int] = {}
         self.history: list[tuple[int, float]] = []
@@ -130,6 +131,7 @@ class Trainer:
                 ) from e
 
     def save(self, *, blocking: bool) -> None:
+        self.rollbacks = 0  # a new checkpoint: the run got past whatever it rolled back from
         self.ckpt.save(self.step, self.model, self.optimizer, self.train_state(), blocking=blocking)
 
     # -- one optimizer step ---------------------------------------------------------------------------
@@ -145,12 +147,14 @@ class Trainer:
         tokens = all_reduce_(torch.stack([(b.target != -100).sum() for b in batches]).sum().double())
         amp = functools.partial(autocast, self.cfg.parallel, self.d)
         loss_sum = forward_backward(self.model, batches, tokens, self.d.world_size, self._loss_scale(), amp)
-        total, global_tokens = torch.stack([all_reduce_(loss_sum), tokens]).tolist()
+        # the global gradient norm joins the one host sync: a finite loss with a NaN/inf gradient
+        # (a diverged run) must not reach the weights
+        grad_norm = clip_grad_norm(self.model, self.cfg.optim.grad_clip)
+        reduced = [all_reduce_(loss_sum), tokens, grad_norm.to(loss_sum.device, torch.float64)]
+        total, global_tokens, norm = torch.stack(reduced).tolist()
         mean = total / max(global_tokens, 1.0)
-        decision = self.guard.check(mean)
-        grad_norm = None
+        decision = self.guard.check(mean, norm)
         if decision == "ok":
-            grad_norm = clip_grad_norm(self.model, self.cfg.optim.grad_clip)  # read only when logged
             self.optimizer.step()
             self.scheduler.step()
             self.step += 1
@@ -281,13 +285,27 @@ class Trainer:
             print(f"done: {self.step} steps in {time.perf_counter() - t0:.1f}s", flush=True)
 
     def _on_spike(self, res: StepResult) -> None:
+        norm = float(res.grad_norm) if res.grad_norm is not None else None
         self.record(
-            {"spike_loss": res.loss, "spike_decision": res.decision, "spikes": self.guard.total_spikes}
+            {
+                "spike_loss": res.loss,
+                "spike_grad_norm": norm,
+                "spike_decision": res.decision,
+                "spikes": self.guard.total_spikes,
+            }
         )
         if res.decision != "rollback":
             return
         self.ckpt.wait()
         path = self.ckpt.latest()
+        self.rollbacks += 1
+        if self.rollbacks > self.cfg.guard.max_rollbacks:
+            where = f"to {path.name}" if path is not None else "without a checkpoint to roll back to"
+            raise TrainingDiverged(
+                f"training diverged at step {self.step + 1}: {self.rollbacks - 1} rollback(s) {where} did "
+                f"not get past it (last loss {res.loss:.4g}, gradient norm {norm:.4g}); lower optim.lr, "
+                "raise optim.warmup_steps or optim.grad_clip, or guard.max_rollbacks to keep trying"
+            )
         if path is None:
             if self.d.is_main:
                 print(
