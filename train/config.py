@@ -125,6 +125,16 @@ class DebugConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Bits per byte on named text sets during training (llmpipe.eval; docs/evaluation.md)."""
+
+    every: int = 0  # steps between evaluations (and at the last step); 0: off
+    sets: dict[str, str] = field(default_factory=dict)  # name -> .txt (one document) or .jsonl[.gz] file
+    max_docs: int = 200  # documents per set
+    batch_size: int = 8  # windows per forward pass, per rank
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -135,6 +145,7 @@ class RunConfig:
     guard: GuardConfig = field(default_factory=GuardConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 def _sections() -> dict[str, set[str]]:
@@ -281,10 +292,16 @@ def validate(cfg: RunConfig) -> None:
         (cfg.train.ramp_start > 0, "train.ramp_start must be positive"),
         (cfg.guard.factor > 1, "guard.factor must be above 1"),
         (cfg.train.log_every > 0, "train.log_every must be positive"),
+        (cfg.eval.every >= 0 and cfg.eval.max_docs > 0, "eval.every must be >= 0, eval.max_docs positive"),
+        (cfg.eval.batch_size > 0, "eval.batch_size must be positive"),
+        (not cfg.eval.every or bool(cfg.eval.sets), "eval.every needs eval.sets (name: text file)"),
     ]
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
+    for name, path in cfg.eval.sets.items():
+        if not isinstance(path, str) or not Path(path).is_file():
+            raise ConfigError(f"eval.sets.{name}: {path!r} is not a file")
 
 
 def dump(cfg: RunConfig) -> str:

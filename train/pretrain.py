@@ -17,6 +17,7 @@ if __package__ in (None, ""):  # run as a script (torchrun train/pretrain.py): i
 
 import torch
 import torch.distributed as dist
+from llmpipe.data.format import TOKENIZER_FILE
 from llmpipe.errors import LlmpipeError
 from llmpipe.plan import Plan, plan_for_run, render_memory
 
@@ -29,6 +30,7 @@ from train.model import Transformer, count_params
 from train.optim import build_optimizer, build_scheduler
 from train.parallel import Dist, apply_fsdp, init_distributed
 from train.schedule import BatchSchedule
+from train.text_eval import TextEval
 from train.trainer import Trainer
 
 
@@ -56,6 +58,16 @@ def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> Plan:
         local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size)),
         seq_len=seq_len,
         device_memory_gb=device_memory_gb(d.device),
+    )
+
+
+def build_text_eval(cfg: RunConfig, eos_id: int, seq_len: int) -> TextEval | None:
+    if not cfg.eval.every:
+        return None
+    shards = cfg.data.path if cfg.data.path is not None else cfg.data.sources[0].path
+    assert shards is not None
+    return TextEval(
+        cfg.eval, shards / TOKENIZER_FILE, eos_id, cfg.model.max_seq_len or seq_len, cfg.train.steps
     )
 
 
@@ -113,6 +125,7 @@ def run(cfg: RunConfig, out: Path) -> None:
         Throughput(fpt, d.world_size, peak_tflops(d.device, cfg.metrics.peak_tflops)),
         val_sources=data.val if "" not in data.val else None,
         schedule=schedule,
+        text_eval=build_text_eval(cfg, train_ds.eos_id, train_ds.seq_len),
     )
     latest = ckpt.latest() if cfg.checkpoint.resume else None
     if latest is not None:

@@ -26,6 +26,7 @@ from train.metrics import MetricsWriter, Throughput, peak_memory_mib
 from train.optim import clip_grad_norm
 from train.parallel import Dist, all_reduce_, all_reduce_sum, autocast
 from train.schedule import BatchSchedule
+from train.text_eval import TextEval
 
 SPIKE_SCALE = 1000.0  # debug.inject_spike_at_step multiplies the loss by this
 
@@ -87,7 +88,9 @@ class Trainer:
         *,
         val_sources: dict[str, ShardDataset] | None = None,  # a mixture: validation loss per source
         schedule: BatchSchedule | None = None,  # micro-batches per step (a batch-size ramp)
+        text_eval: TextEval | None = None,  # bits per byte on the eval section's text sets
     ) -> None:
+        self.text_eval = text_eval
         self.cfg, self.d, self.model = cfg, d, model
         self.optimizer, self.scheduler, self.loader = optimizer, scheduler, loader
         self.val_ds, self.ckpt, self.metrics, self.throughput = val_ds, checkpointer, metrics, throughput
@@ -234,6 +237,7 @@ class Trainer:
         self.model.train()
         if self.step == 0:
             self.record(self.validation_record())
+            self._text_eval()
         batches = self._batches()
         t0 = time.perf_counter()
         while self.step < steps:
@@ -264,6 +268,7 @@ class Trainer:
             self._log_events()
             if cfg.train.val_every and self.step % cfg.train.val_every == 0 and self.step != steps:
                 self.record(self.validation_record())
+            self._text_eval()
             if cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0 and self.step != steps:
                 self.save(blocking=False)
             if cfg.debug.stop_after_step and self.step >= cfg.debug.stop_after_step:
@@ -279,6 +284,13 @@ class Trainer:
         self.ckpt.close()
         if log:
             print(f"done: {self.step} steps in {time.perf_counter() - t0:.1f}s", flush=True)
+
+    def _text_eval(self) -> None:
+        if self.text_eval is not None and self.text_eval.due(self.step):
+            amp = functools.partial(autocast, self.cfg.parallel, self.d)
+            self.record(
+                self.text_eval.evaluate(self.model, self.d.device, self.d.rank, self.d.world_size, amp)
+            )
 
     def _on_spike(self, res: StepResult) -> None:
         self.record(
