@@ -26,9 +26,9 @@ DATA = (ROOT / ".." / "shared" / "data").resolve()
 
 def build_model(out: Path, texts: list[str], dim: int, layers: int, seq_len: int) -> None:
     import torch
+    from llmpipe.tokenizer import Tokenizer
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from llmpipe.tokenizer import Tokenizer
     from train.export_hf import tokenizer_files
 
     tok = Tokenizer.train_from_texts(texts, 2048)
@@ -52,7 +52,6 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=8)
     args = p.parse_args()
     import torch
-
     from llmpipe.eval import Evaluator, load_lm, read_texts
 
     torch.set_num_threads(1)
