@@ -24,20 +24,32 @@ from llmpipe.plan import plan_for_trainer, render
 from train.checkpoint import Checkpointer
 from train.config import RunConfig, dump, parse_args
 from train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
-from train.model import Transformer, count_params
+from train.model import Transformer, _local, count_params
 from train.optim import build_optimizer, build_scheduler
-from train.parallel import Dist, apply_fsdp, init_distributed
+from train.parallel import Dist, init_distributed, microbatches, parallelize, stages_per_rank
+from train.pipeline import Pipeline
 from train.trainer import Trainer
 
 
 def build_model(cfg: RunConfig, d: Dist) -> Transformer:
-    """Build on the meta device, shard, then allocate only this rank's shards and initialise them."""
+    """Build on the meta device, parallelise (TP, then FSDP), then allocate only this rank's shards and
+    initialise them."""
     with torch.device("meta"):
         model = Transformer(cfg.model)
-    apply_fsdp(model, cfg.parallel, d.mesh)
+    parallelize(model, cfg.parallel, d)
     model.to_empty(device=d.device)
     model.init_weights(seed=cfg.train.seed)
     return model
+
+
+def build_parallel_model(cfg: RunConfig, d: Dist) -> tuple[torch.nn.Module, Pipeline | None]:
+    """The module the optimizer and checkpoints see, and the pipeline that runs it when pp > 1."""
+    if d.layout.pp == 1:
+        return build_model(cfg, d), None
+    with torch.device("meta"):
+        model = Transformer(cfg.model)
+    pipe = Pipeline(cfg, d, model)
+    return pipe.parts, pipe
 
 
 def device_memory_gb(device: torch.device) -> float:
@@ -48,23 +60,27 @@ def device_memory_gb(device: torch.device) -> float:
 
 def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> str:
     """`llmpipe plan`'s estimate for this run: per-device memory by component, and whether it fits."""
-    m, p = cfg.model, cfg.parallel
-    shard = (
-        1 if p.sharding == "none" else (p.shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size)))
-    )
+    m, p, lay = cfg.model, cfg.parallel, d.layout
     plan = plan_for_trainer(
         dim=m.dim, n_layers=m.n_layers, n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, hidden=m.hidden,
         vocab_size=m.vocab_size or 0, tie_embeddings=m.tie_embeddings, seq_len=seq_len,
-        micro_batch=cfg.data.batch_size, world_size=d.world_size, sharding=p.sharding,
-        shard_size=shard if p.sharding == "hybrid" else 0, mixed_precision=p.mixed_precision,
+        micro_batch=cfg.data.batch_size, world_size=d.world_size, dp_replicate=lay.dp_replicate,
+        dp_shard=lay.dp_shard, mixed_precision=p.mixed_precision,
         activation_checkpointing=p.activation_checkpointing, device_memory_gb=device_memory_gb(d.device),
+        tp=lay.tp, pp=lay.pp, microbatches=microbatches(p) if lay.pp > 1 else 0, pp_schedule=p.pp_schedule,
+        stages_per_rank=stages_per_rank(p), loss_parallel=p.loss_parallel, cpu_offload=p.cpu_offload,
     )  # fmt: skip
     text = render(plan)  # its compute section assumes compute-optimal tokens, not this run's: leave it out
     return text.split("\ncompute for", 1)[0]
 
 
 def run(cfg: RunConfig, out: Path) -> None:
-    d = init_distributed(cfg.parallel)
+    d = init_distributed(cfg.parallel, cfg.model)
+    if d.layout.pp > 1 and (cfg.data.batch_size % microbatches(cfg.parallel)):
+        raise LlmpipeError(
+            f"data.batch_size {cfg.data.batch_size} is not a multiple of the {microbatches(cfg.parallel)} "
+            "pipeline micro-batches (parallel.pp_microbatches)"
+        )
     assert cfg.data.path is not None
     train_ds = ShardDataset(cfg.data.path, "train", verify=cfg.data.verify)
     val_ds = ShardDataset(cfg.data.path, "val", verify=cfg.data.verify)
@@ -75,31 +91,37 @@ def run(cfg: RunConfig, out: Path) -> None:
             f"model vocab {cfg.model.vocab_size} / max_seq_len {cfg.model.max_seq_len} is smaller than the "
             f"shards' vocab {train_ds.vocab_size} / seq_len {train_ds.seq_len}"
         )
-    need = cfg.data.batch_size * d.world_size
+    need = cfg.data.batch_size * d.dp_size
     if len(train_ds) < need:
         raise LlmpipeError(
             f"{cfg.data.path}: {len(train_ds)} training samples, fewer than one global batch ({need} = "
-            f"data.batch_size {cfg.data.batch_size} x {d.world_size} ranks); lower --data.batch_size"
+            f"data.batch_size {cfg.data.batch_size} x {d.dp_size} data-parallel ranks); lower --data.batch_size"
         )
-    model = build_model(cfg, d)
-    n_params = count_params(model)
-    n_dense = count_params(model, exclude_embeddings=True)
+    model, pipeline = build_parallel_model(cfg, d)
+    with torch.device("meta"):
+        whole = Transformer(cfg.model)
+    n_params = count_params(whole)
+    n_dense = count_params(whole, exclude_embeddings=True)
     if d.is_main:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(dump(cfg))
         print(dump(cfg), end="")
         print(
             f"parameters: {n_params:,} ({n_dense:,} without the embedding) | ranks: {d.world_size} on "
-            f"{d.device.type} | mesh: {tuple(d.mesh.shape)} | train samples: {len(train_ds):,}"
+            f"{d.device.type} | mesh: {d.layout} | train samples: {len(train_ds):,}"
         )
         print(memory_plan(cfg, d, train_ds.seq_len), flush=True)
+    if cfg.parallel.cpu_offload:
+        on_cpu = sum(_local(p).device.type == "cpu" for p in model.parameters())
+        if d.is_main:
+            print(f"cpu offload: {on_cpu} of {len(list(model.parameters()))} parameter shards in host memory")
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps)
     loader = TokenLoader(
         train_ds,
         cfg.data.batch_size,
-        rank=d.rank,
-        world_size=d.world_size,
+        rank=d.dp_rank,
+        world_size=d.dp_size,
         seed=cfg.data.seed,
         device=d.device,
         prefetch=cfg.data.prefetch,
@@ -119,6 +141,7 @@ def run(cfg: RunConfig, out: Path) -> None:
         ckpt,
         metrics,
         Throughput(fpt, d.world_size, peak_tflops(d.device, cfg.metrics.peak_tflops)),
+        pipeline,
     )
     latest = ckpt.latest() if cfg.checkpoint.resume else None
     if latest is not None:

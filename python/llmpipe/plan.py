@@ -48,6 +48,7 @@ from llmpipe.errors import ConfigError
 GB = 1e9
 Precision = Literal["fp32", "bf16", "fp16", "int8", "int4"]
 Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp_full", "fsdp_hybrid", "fsdp_none"]
+PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
 Optimizer = Literal["adamw", "adam8bit", "sgd_momentum", "sgd"]
 
 #: dense bf16 peak TFLOP/s per device (no sparsity), for MFU and GPU-hours
@@ -139,6 +140,12 @@ class PlanInput:
     retention: float = 0.02
     device: Literal["cuda", "cpu"] = "cuda"
     fused_optimizer: bool = False  # a fused AdamW kernel: no full-size temporaries in the step
+    tp: int = 1  # tensor-parallel ranks (sequence parallel: activations split too)
+    pp: int = 1  # pipeline stages' ranks
+    microbatches: int = 0  # pipeline micro-batches per step (0: pp x stages per rank)
+    pp_schedule: PipelineSchedule = "1f1b"
+    stages_per_rank: int = 0  # 0: 1, or 2 for interleaved_1f1b
+    loss_parallel: bool = False  # tp: vocabulary-sharded logits
 
 
 @dataclass
@@ -162,14 +169,53 @@ class Plan:
     retention: float
     raw_tokens_to_crawl: float
     notes: list[str] = field(default_factory=list)
+    layout: dict[str, int] = field(default_factory=dict)  # dp_replicate, dp_shard, pp, tp
+    params_per_rank: float = 0.0  # before data-parallel sharding: after tp and pp
+    bubble_fraction: float = 0.0  # pipeline idle share of a step
+    comm_gb: dict[str, float] = field(default_factory=dict)  # bytes each GPU sends per step, by kind
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def _dp(p: PlanInput) -> int:
+    if p.tp < 1 or p.pp < 1 or p.gpus % (p.tp * p.pp):
+        raise ConfigError(f"tp {p.tp} x pp {p.pp} does not divide the {p.gpus} GPUs")
+    return p.gpus // (p.tp * p.pp)
+
+
+def _stages_per_rank(p: PlanInput) -> int:
+    return p.stages_per_rank or (2 if p.pp_schedule == "interleaved_1f1b" else 1)
+
+
+def _microbatches(p: PlanInput) -> int:
+    return p.microbatches or p.pp * _stages_per_rank(p)
+
+
+def bubble_fraction(p: PlanInput) -> float:
+    """Idle share of a pipeline step: (pp - 1) / (m + pp - 1) for GPipe and 1F1B, with m micro-batches;
+    interleaving v stages per rank makes each bubble v times shorter: (pp - 1) / (v m + pp - 1)."""
+    if p.pp == 1:
+        return 0.0
+    v = _stages_per_rank(p) if p.pp_schedule == "interleaved_1f1b" else 1
+    return (p.pp - 1) / (v * _microbatches(p) + p.pp - 1)
+
+
+def _rank_params(p: PlanInput) -> float:
+    """Parameters on the busiest rank before data-parallel sharding: a pp stage's blocks plus the larger
+    end (embedding, or final norm and output layer), all divided over the tp ranks."""
+    m = p.model
+    if p.pp == 1 or not m.known_layout:
+        return m.params / (p.tp * p.pp)
+    emb = m.vocab_size * m.dim
+    block = (m.params - emb * (1 if m.tie_embeddings else 2) - m.dim) / m.n_layers
+    layers = math.ceil(m.n_layers / (p.pp * _stages_per_rank(p))) * _stages_per_rank(p)
+    return (layers * block + emb + m.dim) / p.tp
+
+
 def _shard_factors(p: PlanInput) -> tuple[int, int, int]:
-    """(weights, gradients, optimizer) sharding factors."""
-    n = max(1, p.gpus)
+    """(weights, gradients, optimizer) sharding factors over the data-parallel ranks."""
+    n = _dp(p)
     group = p.shard_size or n
     if p.strategy == "fsdp_hybrid" and n % group:
         raise ConfigError(f"fsdp_hybrid: {n} GPUs are not a multiple of shard_size {group}")
@@ -197,15 +243,57 @@ def _per_param_bytes(p: PlanInput) -> tuple[float, float, float]:
 
 
 def activation_bytes(p: PlanInput, micro_batch: int) -> float:
+    """Activations held at the peak. Tensor parallel with sequence parallel divides every block tensor
+    by tp; a pipeline rank holds its own blocks for the micro-batches in flight: all of them (GPipe),
+    up to pp (1F1B) or (v - 1) pp + 2 (pp - 1) + 1 stage chunks (interleaved), each of
+    ``micro_batch / microbatches`` sequences."""
     m = p.model
-    s, b = p.seq_len, micro_batch
+    s = p.seq_len
     scale = 2.0 if p.precision == "fp32" else 1.0
     kv_ratio = m.n_kv_heads / m.n_heads if m.n_heads else 1.0
-    layer = scale * (s * b * m.dim * (12 + 4 * kv_ratio) + s * b * m.hidden * 8)
-    head = scale * 2 * s * b * m.dim + 8.0 * s * b * m.vocab_size  # fp32 logits + log-softmax output
+    layers, in_flight, b = m.n_layers, 1, float(micro_batch)
+    if p.pp > 1:
+        v, mb = _stages_per_rank(p), _microbatches(p)
+        per_stage = math.ceil(m.n_layers / (p.pp * v))
+        b = micro_batch / mb
+        if p.pp_schedule == "gpipe":
+            layers, in_flight = per_stage * v, mb
+        elif p.pp_schedule == "1f1b":
+            layers, in_flight = per_stage, min(mb, p.pp)
+        else:
+            layers, in_flight = per_stage, min(mb * v, (v - 1) * p.pp + 2 * (p.pp - 1) + 1)
+    layer = scale * (s * b * m.dim * (12 + 4 * kv_ratio) + s * b * m.hidden * 8) / p.tp
+    head = scale * 2 * s * b * m.dim / p.tp + 8.0 * s * b * m.vocab_size / (p.tp if p.loss_parallel else 1)
     if p.activation_checkpointing:
-        return m.n_layers * scale * 2 * s * b * m.dim + layer + head
-    return m.n_layers * layer + head
+        return in_flight * layers * scale * 2 * s * b * m.dim / p.tp + layer + head
+    return in_flight * layers * layer + head
+
+
+def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
+    """Bytes each GPU sends per optimizer step (ring collectives: (n - 1) / n of the buffer each).
+    FSDP: all-gather of the compute-dtype weights in forward and again in backward (once with pp, which
+    keeps them gathered) and reduce-scatter of fp32 gradients; replicas: all-reduce (2x) of the
+    gradient shard. TP (sequence parallel): per block, 2 all-gathers and 2 reduce-scatters of the
+    activations in forward and the same in backward. PP: each stage boundary sends the activations
+    forward and their gradients back."""
+    m = p.model
+    cb = 4.0 if p.precision == "fp32" else 2.0
+    dp = _dp(p)
+    rep = dp // wf if wf else 1
+    out = {"fsdp": 0.0, "replicate": 0.0, "tp": 0.0, "pp": 0.0}
+    if wf > 1:
+        gathers = 1 if p.pp > 1 else 2
+        out["fsdp"] = (gathers * rank_params * cb + rank_params * 4.0) * (wf - 1) / wf
+    if rep > 1:
+        out["replicate"] = 2 * rank_params / wf * 4.0 * (rep - 1) / rep
+    if m.known_layout and p.seq_len and p.micro_batch:
+        act = p.seq_len * p.micro_batch * m.dim * cb
+        layers = m.n_layers / p.pp
+        if p.tp > 1:
+            out["tp"] = 8 * act * layers * (p.tp - 1) / p.tp
+        if p.pp > 1:
+            out["pp"] = 2 * act * _stages_per_rank(p) / p.tp
+    return out
 
 
 def _fsdp_buffers(p: PlanInput, wf: int) -> float:
@@ -227,7 +315,9 @@ def _optimizer_step_temporaries(p: PlanInput, n: int, of: int) -> float:
 
 
 def _loss_temporaries(p: PlanInput, micro_batch: int) -> float:
-    return 8.0 * p.seq_len * micro_batch * p.model.vocab_size
+    """The loss gradient of one (pipeline) micro-batch; vocabulary-sharded under loss parallel."""
+    b = micro_batch / _microbatches(p) if p.pp > 1 else micro_batch
+    return 8.0 * p.seq_len * b * p.model.vocab_size / (p.tp if p.loss_parallel else 1)
 
 
 def estimate(p: PlanInput) -> Plan:
@@ -237,19 +327,20 @@ def estimate(p: PlanInput) -> Plan:
     n = p.model.params
     wf, gf, of = _shard_factors(p)
     wb, gb, ob = _per_param_bytes(p)
-    weights = n * wb / wf
-    grads = n * gb / gf
-    opt = n * ob / of
+    rank_params = _rank_params(p)
+    weights = rank_params * wb / wf
+    grads = rank_params * gb / gf
+    opt = rank_params * ob / of
     offload = 0.0
     if p.cpu_offload:
         offload, opt = opt, 0.0
     notes: list[str] = []
-    fsdp = _fsdp_buffers(p, wf)
+    fsdp = _fsdp_buffers(p, wf) / p.tp
     if p.model.known_layout and p.seq_len and p.micro_batch:
         acts = activation_bytes(p, p.micro_batch)
         temps = fsdp + _loss_temporaries(p, p.micro_batch)
         basis = f"formula: seq_len {p.seq_len}, micro-batch {p.micro_batch}; the peak, not the sum"
-        step = _optimizer_step_temporaries(p, n, of)
+        step = _optimizer_step_temporaries(p, rank_params, of)
         total = weights + opt + max(acts + temps, grads + fsdp + step)
     else:
         acts, temps = 2.0 * n * wb, fsdp
@@ -299,6 +390,10 @@ def estimate(p: PlanInput) -> Plan:
         retention=p.retention,
         raw_tokens_to_crawl=tokens / p.retention if p.retention > 0 else math.inf,
         notes=notes,
+        layout={"dp_replicate": _dp(p) // wf, "dp_shard": wf, "pp": p.pp, "tp": p.tp},
+        params_per_rank=rank_params,
+        bubble_fraction=bubble_fraction(p),
+        comm_gb={k: v / GB for k, v in comm_bytes(p, rank_params, wf).items()},
     )
 
 
@@ -339,6 +434,18 @@ def render(plan: Plan) -> str:
     lines.append(f"  -> {verdict} in {i['gpu_memory_gb']:g} GB")
     if plan.max_micro_batch is not None:
         lines.append(f"  largest micro-batch that fits: {plan.max_micro_batch}")
+    lay = plan.layout
+    lines.append(
+        f"layout: dp_replicate {lay['dp_replicate']} x dp_shard {lay['dp_shard']} x pp {lay['pp']} x "
+        f"tp {lay['tp']}; {human(plan.params_per_rank)} parameters per rank before data-parallel sharding"
+    )
+    if lay["pp"] > 1:
+        lines.append(
+            f"  pipeline: {i['pp_schedule']}, {i['microbatches'] or 'default'} micro-batches, "
+            f"bubble {plan.bubble_fraction:.1%} of each step"
+        )
+    comm = ", ".join(f"{k} {_size(v).strip()}" for k, v in plan.comm_gb.items() if v > 0) or "none"
+    lines.append(f"  communication per GPU per step: {comm}")
     lines += [
         f"compute for {human(plan.tokens)} tokens (compute-optimal: {human(plan.compute_optimal_tokens)}):",
         f"  {plan.train_flops:.3e} FLOPs (6 N T); {plan.train_flops_with_attention:.3e} with attention",
@@ -366,13 +473,20 @@ def plan_for_trainer(
     seq_len: int,
     micro_batch: int,
     world_size: int,
-    sharding: str,
-    shard_size: int,
+    dp_replicate: int,
+    dp_shard: int,
     mixed_precision: str,
     activation_checkpointing: bool,
     device_memory_gb: float,
+    tp: int = 1,
+    pp: int = 1,
+    microbatches: int = 0,
+    pp_schedule: str = "1f1b",
+    stages_per_rank: int = 0,
+    loss_parallel: bool = False,
+    cpu_offload: bool = False,
 ) -> Plan:
-    """The plan of a train/pretrain.py run, from its resolved config (the trainer prints it at start)."""
+    """The plan of a train/pretrain.py run, from its resolved config and layout (printed at start)."""
     shape = ModelShape.llama(
         dim,
         n_layers,
@@ -382,7 +496,9 @@ def plan_for_trainer(
         ffn_hidden=hidden,
         tie_embeddings=tie_embeddings,
     )
-    strategy: Strategy = {"full": "fsdp_full", "hybrid": "fsdp_hybrid", "none": "fsdp_none"}[sharding]  # type: ignore[assignment]
+    strategy: Strategy = "fsdp_none"
+    if dp_shard > 1:
+        strategy = "fsdp_hybrid" if dp_replicate > 1 else "fsdp_full"
     return estimate(
         PlanInput(
             model=shape,
@@ -390,9 +506,16 @@ def plan_for_trainer(
             gpu_memory_gb=device_memory_gb,
             precision="fp32" if mixed_precision == "fp32" else "bf16",
             strategy=strategy,
-            shard_size=shard_size,
+            shard_size=dp_shard if strategy == "fsdp_hybrid" else 0,
+            cpu_offload=cpu_offload,
             seq_len=seq_len,
             micro_batch=micro_batch,
             activation_checkpointing=activation_checkpointing,
+            tp=tp,
+            pp=pp,
+            microbatches=microbatches,
+            pp_schedule=pp_schedule,  # type: ignore[arg-type]
+            stages_per_rank=stages_per_rank,
+            loss_parallel=loss_parallel,
         )
     )

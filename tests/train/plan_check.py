@@ -1,0 +1,63 @@
+"""Run under torchrun: the measured peak memory of one rank training the trainer's model at a layout
+(``tp=N`` or ``pp=N``, CPU, fp32, MemTracker around two optimizer steps) next to ``llmpipe plan``'s
+estimate for that layout. Prints ``rank R: measured M estimated E``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from llmpipe.data import ShardDataset, TokenLoader  # noqa: E402
+from llmpipe.plan import plan_for_trainer  # noqa: E402
+from torch.distributed._tools.mem_tracker import MemTracker  # noqa: E402
+
+from train.config import load_config  # noqa: E402
+from train.optim import build_optimizer  # noqa: E402
+from train.parallel import init_distributed, microbatches, stages_per_rank  # noqa: E402
+from train.pretrain import build_parallel_model  # noqa: E402
+from train.trainer import forward_backward  # noqa: E402
+
+
+def main(shards: str, config: str, *overrides: str) -> int:
+    cfg = load_config(config, [*overrides, "parallel.mixed_precision=fp32"])
+    ds = ShardDataset(shards, "train", verify="none")
+    cfg.model.vocab_size, cfg.model.max_seq_len = ds.vocab_size, ds.seq_len
+    d = init_distributed(cfg.parallel, cfg.model)
+    loader = iter(
+        TokenLoader(ds, cfg.data.batch_size, rank=d.dp_rank, world_size=d.dp_size, seed=0, prefetch=1)
+    )
+    tracker = MemTracker()
+    with tracker:  # the model's own allocation counts too
+        model, pipe = build_parallel_model(cfg, d)
+        opt = build_optimizer(model, cfg.optim)
+        for _ in range(2):  # the second step has the optimizer states
+            b = next(loader)
+            tokens = float((b.target != -100).sum())
+            if pipe is not None:
+                pipe.train_batches([b], torch.tensor(1.0 / tokens))
+            else:
+                forward_backward(model, [b], tokens, 1)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            tracker.reset_mod_stats()
+    measured = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+    m, p, lay = cfg.model, cfg.parallel, d.layout
+    plan = plan_for_trainer(
+        dim=m.dim, n_layers=m.n_layers, n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, hidden=m.hidden,
+        vocab_size=ds.vocab_size, tie_embeddings=m.tie_embeddings, seq_len=ds.seq_len,
+        micro_batch=cfg.data.batch_size, world_size=d.world_size, dp_replicate=lay.dp_replicate,
+        dp_shard=lay.dp_shard, mixed_precision="fp32", activation_checkpointing=False, device_memory_gb=80,
+        tp=lay.tp, pp=lay.pp, microbatches=microbatches(p) if lay.pp > 1 else 0, pp_schedule=p.pp_schedule,
+        stages_per_rank=stages_per_rank(p), loss_parallel=p.loss_parallel,
+    )  # fmt: skip
+    print(f"rank {d.rank}: measured {measured} estimated {int(plan.total_gb * 1e9)}", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
