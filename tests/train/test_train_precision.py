@@ -57,7 +57,7 @@ def test_cpu_offload_gives_the_losses_of_the_run_without(byte_shards: Path, tmp_
 @pytest.mark.parametrize(
     ("world", "kw", "model", "expect"),
     [
-        (2, {"tp": 2}, {"n_heads": 6, "dim": 96}, "must divide model.n_heads 6"),
+        (2, {"tp": 2}, {"n_heads": 3, "dim": 96}, "must divide model.n_heads 3"),
         (4, {"tp": 2, "dp_shard": 3}, {}, "does not multiply to the world size 4"),
         (3, {"tp": 2}, {}, "does not divide the world size 3"),
         (4, {"pp": 4}, {"n_layers": 2}, "more stages than model.n_layers 2"),
