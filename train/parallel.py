@@ -185,8 +185,9 @@ def init_distributed(cfg: ParallelConfig, model: ModelConfig | None = None) -> D
         os.environ.setdefault("MASTER_PORT", "29511")
         os.environ.setdefault("RANK", str(rank))
         os.environ.setdefault("WORLD_SIZE", str(world))
-        kwargs = {"device_id": device} if want_cuda else {}
-        dist.init_process_group(backend=backend, rank=rank, world_size=world, **kwargs)
+        dist.init_process_group(
+            backend=backend, rank=rank, world_size=world, device_id=device if want_cuda else None
+        )
     mesh = build_mesh(cfg, world, device.type, model)
     return Dist(rank, world, local_rank, device, mesh, layout)
 
@@ -204,11 +205,15 @@ class Stage(nn.Module):
     layer (last stage). Parameter names are the whole model's (``layers.5.attn.wq.weight``), so
     checkpoints and the optimizer see one model whatever the split."""
 
+    rope: torch.Tensor
+
     def __init__(self, model: Transformer, layer_ids: list[int], first: bool, last: bool) -> None:
         super().__init__()
         self.cfg = model.cfg
         self.tok_embeddings = model.tok_embeddings if first else None
-        self.layers = nn.ModuleDict({str(i): model.layers[i] for i in layer_ids})
+        blocks = model.layers
+        assert isinstance(blocks, nn.ModuleList)
+        self.layers = nn.ModuleDict({str(i): blocks[i] for i in layer_ids})
         self.norm = model.norm if last else None
         self.output = model.output if last else None
         self.register_buffer("rope", model.rope, persistent=False)
@@ -241,7 +246,7 @@ class StageParts(nn.Module):
         for s in stages:
             if s.tok_embeddings is not None:
                 self.tok_embeddings = s.tok_embeddings
-            self.layers.update(s.layers)
+            self.layers.update(dict(s.layers.items()))
             if s.norm is not None:
                 self.norm, self.output = s.norm, s.output
 
@@ -266,11 +271,11 @@ def stage_ids(cfg: ParallelConfig, pp_rank: int) -> list[int]:
 def apply_tp(model: Transformer | Stage, mesh: DeviceMesh, loss_par: bool) -> None:
     """Megatron-style TP with sequence parallel: between blocks the residual stream is sharded over the
     sequence; attention and MLP gather it, split heads / hidden over tp ranks and reduce-scatter back."""
-    if getattr(model, "tok_embeddings", None) is not None:
+    if model.tok_embeddings is not None:
         parallelize_module(
             model.tok_embeddings, mesh, RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
         )
-    if getattr(model, "norm", None) is not None:
+    if model.norm is not None and model.output is not None:
         parallelize_module(model.norm, mesh, SequenceParallel())
         parallelize_module(
             model.output,
@@ -315,8 +320,13 @@ def _mp_policy(cfg: ParallelConfig) -> MixedPrecisionPolicy:
 
 def _fsdp(module: nn.Module, cfg: ParallelConfig, d: Dist, reshard: bool) -> None:
     offload = CPUOffloadPolicy(pin_memory=d.device.type == "cuda") if cfg.cpu_offload else None
-    kwargs = {"offload_policy": offload} if offload is not None else {}
-    fully_shard(module, mesh=d.dp_mesh, mp_policy=_mp_policy(cfg), reshard_after_forward=reshard, **kwargs)
+    mp = _mp_policy(cfg)
+    if offload is not None:
+        fully_shard(
+            module, mesh=d.dp_mesh, mp_policy=mp, reshard_after_forward=reshard, offload_policy=offload
+        )
+    else:
+        fully_shard(module, mesh=d.dp_mesh, mp_policy=mp, reshard_after_forward=reshard)
 
 
 def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:
@@ -326,9 +336,10 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:
     module of DTensors) and bf16 / fp16 come from ``autocast``."""
     if d.layout.tp > 1:
         apply_tp(model, d.mesh["tp"], cfg.loss_parallel)  # type: ignore[arg-type]
-    if hasattr(model, "activation_checkpointing"):
+    if isinstance(model, Transformer | Stage):
         model.activation_checkpointing = cfg.activation_checkpointing
     layers = model.get_submodule("layers")
+    assert isinstance(layers, nn.ModuleDict | nn.ModuleList)
     blocks = list(layers.values()) if isinstance(layers, nn.ModuleDict) else list(layers)
     if cfg.compile:
         for block in blocks:

@@ -10,12 +10,14 @@ gradients equal the unsplit model's (``scale_grads=False``: no division by the m
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from llmpipe.data import Batch
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.stage import _PipelineStageBase
 from torch.distributed.pipelining.schedules import (
     PipelineScheduleMulti,
     PipelineScheduleSingle,
@@ -60,9 +62,8 @@ class Pipeline:
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = self._loss
         self.schedule: PipelineScheduleSingle | PipelineScheduleMulti
         if p.pp_schedule == "interleaved_1f1b":
-            self.schedule = ScheduleInterleaved1F1B(
-                self.pipe_stages, self.n_micro, loss_fn=loss_fn, scale_grads=False
-            )
+            stages: list[_PipelineStageBase] = list(self.pipe_stages)
+            self.schedule = ScheduleInterleaved1F1B(stages, self.n_micro, loss_fn=loss_fn, scale_grads=False)
         else:
             cls = ScheduleGPipe if p.pp_schedule == "gpipe" else Schedule1F1B
             self.schedule = cls(self.pipe_stages[0], self.n_micro, loss_fn=loss_fn, scale_grads=False)
@@ -75,7 +76,7 @@ class Pipeline:
 
     def _run(self, b: Batch, train: bool) -> torch.Tensor:
         args = (b.input,) if self.has_first else ()
-        kwargs = {"doc_ids": b.doc_ids} if b.doc_ids is not None else {}
+        kwargs: dict[str, Any] = {"doc_ids": b.doc_ids} if b.doc_ids is not None else {}
         target = b.target if self.has_last else None
         losses: list[torch.Tensor] = []  # one per micro-batch, on the last stage: loss_fn's values
         if train:

@@ -17,17 +17,18 @@ if __package__ in (None, ""):  # run as a script (torchrun train/pretrain.py): i
 
 import torch
 import torch.distributed as dist
-from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.errors import LlmpipeError
 from llmpipe.plan import plan_for_trainer, render
 
 from train.checkpoint import Checkpointer
 from train.config import RunConfig, dump, parse_args
+from train.data import build_data, open_train
 from train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
 from train.model import Transformer, _local, count_params
 from train.optim import build_optimizer, build_scheduler
 from train.parallel import Dist, init_distributed, microbatches, parallelize, stages_per_rank
 from train.pipeline import Pipeline
+from train.schedule import BatchSchedule
 from train.trainer import Trainer
 
 
@@ -81,9 +82,7 @@ def run(cfg: RunConfig, out: Path) -> None:
             f"data.batch_size {cfg.data.batch_size} is not a multiple of the {microbatches(cfg.parallel)} "
             "pipeline micro-batches (parallel.pp_microbatches)"
         )
-    assert cfg.data.path is not None
-    train_ds = ShardDataset(cfg.data.path, "train", verify=cfg.data.verify)
-    val_ds = ShardDataset(cfg.data.path, "val", verify=cfg.data.verify)
+    train_ds = open_train(cfg.data)
     cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
     cfg.model.max_seq_len = cfg.model.max_seq_len or train_ds.seq_len
     if cfg.model.vocab_size < train_ds.vocab_size or cfg.model.max_seq_len < train_ds.seq_len:
@@ -91,12 +90,14 @@ def run(cfg: RunConfig, out: Path) -> None:
             f"model vocab {cfg.model.vocab_size} / max_seq_len {cfg.model.max_seq_len} is smaller than the "
             f"shards' vocab {train_ds.vocab_size} / seq_len {train_ds.seq_len}"
         )
-    need = cfg.data.batch_size * d.dp_size
-    if len(train_ds) < need:
-        raise LlmpipeError(
-            f"{cfg.data.path}: {len(train_ds)} training samples, fewer than one global batch ({need} = "
-            f"data.batch_size {cfg.data.batch_size} x {d.dp_size} data-parallel ranks); lower --data.batch_size"
-        )
+    schedule = BatchSchedule(
+        cfg.data.batch_size * d.dp_size,
+        train_ds.seq_len,
+        cfg.train.grad_accum,
+        cfg.train.ramp_start,
+        cfg.train.ramp_tokens,
+    )
+    data = build_data(cfg, d, schedule, train_ds)
     model, pipeline = build_parallel_model(cfg, d)
     with torch.device("meta"):
         whole = Transformer(cfg.model)
@@ -116,17 +117,7 @@ def run(cfg: RunConfig, out: Path) -> None:
         if d.is_main:
             print(f"cpu offload: {on_cpu} of {len(list(model.parameters()))} parameter shards in host memory")
     optimizer = build_optimizer(model, cfg.optim)
-    scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps)
-    loader = TokenLoader(
-        train_ds,
-        cfg.data.batch_size,
-        rank=d.dp_rank,
-        world_size=d.dp_size,
-        seed=cfg.data.seed,
-        device=d.device,
-        prefetch=cfg.data.prefetch,
-        doc_ids=cfg.model.doc_mask,  # per-token document ids only when the model masks with them
-    )
+    scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps, schedule)
     ckpt = Checkpointer(out, cfg.checkpoint, rank=d.rank, world_size=d.world_size)
     fpt = flops_per_token(cfg.model, n_params, train_ds.seq_len)
     metrics = MetricsWriter(out, enabled=d.is_main, tensorboard=cfg.metrics.tensorboard)
@@ -136,12 +127,14 @@ def run(cfg: RunConfig, out: Path) -> None:
         model,
         optimizer,
         scheduler,
-        loader,
-        val_ds,
+        data.loader,
+        data.val.get(""),
         ckpt,
         metrics,
         Throughput(fpt, d.world_size, peak_tflops(d.device, cfg.metrics.peak_tflops)),
-        pipeline,
+        val_sources=data.val if "" not in data.val else None,
+        schedule=schedule,
+        pipeline=pipeline,
     )
     latest = ckpt.latest() if cfg.checkpoint.resume else None
     if latest is not None:

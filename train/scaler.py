@@ -8,6 +8,7 @@ every rank skips the same step: on overflow the step is skipped and counted and 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -23,7 +24,7 @@ class LossScaler:
         self.clean_steps = 0
         self.skipped = 0  # overflow steps skipped so far
 
-    def unscale_(self, params: list[torch.Tensor], device: torch.device) -> bool:
+    def unscale_(self, params: Sequence[torch.Tensor], device: torch.device) -> bool:
         """Divide the gradients by the scale; False (and the scale halved) when any rank overflowed."""
         if not self.enabled:
             return True
