@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from llmpipe.data import Batch
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.stage import _PipelineStageBase
 from torch.distributed.pipelining.schedules import (
     PipelineScheduleMulti,
     PipelineScheduleSingle,
@@ -25,6 +24,7 @@ from torch.distributed.pipelining.schedules import (
     ScheduleGPipe,
     ScheduleInterleaved1F1B,
 )
+from torch.distributed.pipelining.stage import _PipelineStageBase
 
 from train.config import RunConfig
 from train.model import Transformer, rope_tables
