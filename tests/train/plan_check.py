@@ -1,10 +1,15 @@
 """Run under torchrun: the measured peak memory of one rank training the trainer's model at a layout
-(``tp=N`` or ``pp=N``, CPU, fp32, MemTracker around two optimizer steps) next to ``llmpipe plan``'s
-estimate for that layout. Prints ``rank R: measured M estimated E``."""
+(``tp=N`` or ``pp=N``, CPU, fp32, two optimizer steps) next to ``llmpipe plan``'s estimate for that
+layout. Prints ``rank R: measured M estimated E``.
+
+The peak is the most bytes of tensor storage alive at once, counted by a dispatch mode that sees every
+tensor an operator returns and is told when its storage is freed (torch's MemTracker does the same but
+also hooks modules' backward, which the pipeline's stage-wise ``autograd.grad`` does not allow)."""
 
 from __future__ import annotations
 
 import sys
+import weakref
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -13,13 +18,44 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from llmpipe.data import ShardDataset, TokenLoader  # noqa: E402
 from llmpipe.plan import plan_for_trainer  # noqa: E402
-from torch.distributed._tools.mem_tracker import MemTracker  # noqa: E402
+from torch.distributed.tensor import DTensor  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_flatten  # noqa: E402
 
 from train.config import load_config  # noqa: E402
 from train.optim import build_optimizer  # noqa: E402
 from train.parallel import init_distributed, microbatches, stages_per_rank  # noqa: E402
 from train.pretrain import build_parallel_model  # noqa: E402
 from train.trainer import forward_backward  # noqa: E402
+
+
+class PeakBytes(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}  # storage address -> bytes
+        self.refs: dict[int, weakref.ref[torch.UntypedStorage]] = {}
+        self.now = self.peak = 0
+
+    def _freed(self, key: int) -> None:
+        self.now -= self.live.pop(key, 0)
+        self.refs.pop(key, None)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, DTensor):  # its local shard is the memory
+                t = t.to_local()
+            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                continue
+            st = t.untyped_storage()
+            key = id(st)
+            if key in self.live or st.nbytes() == 0:
+                continue
+            self.live[key] = st.nbytes()
+            self.refs[key] = weakref.ref(st, lambda _r, k=key: self._freed(k))
+            self.now += st.nbytes()
+            self.peak = max(self.peak, self.now)
+        return out
 
 
 def main(shards: str, config: str, *overrides: str) -> int:
@@ -30,7 +66,7 @@ def main(shards: str, config: str, *overrides: str) -> int:
     loader = iter(
         TokenLoader(ds, cfg.data.batch_size, rank=d.dp_rank, world_size=d.dp_size, seed=0, prefetch=1)
     )
-    tracker = MemTracker()
+    tracker = PeakBytes()
     with tracker:  # the model's own allocation counts too
         model, pipe = build_parallel_model(cfg, d)
         opt = build_optimizer(model, cfg.optim)
@@ -43,8 +79,7 @@ def main(shards: str, config: str, *overrides: str) -> int:
                 forward_backward(model, [b], tokens, 1)
             opt.step()
             opt.zero_grad(set_to_none=True)
-            tracker.reset_mod_stats()
-    measured = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+    measured = tracker.peak
     m, p, lay = cfg.model, cfg.parallel, d.layout
     plan = plan_for_trainer(
         dim=m.dim, n_layers=m.n_layers, n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, hidden=m.hidden,
