@@ -90,7 +90,11 @@ def main() -> int:
     args = ap.parse_args()
     steps = args.steps or (12 if args.quick else 30)
     repeats = args.repeats or (1 if args.quick else 2)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "python")]),
+    }
     layouts = LAYOUTS[args.nproc]
     results: dict[str, list[float]] = {name: [] for name in layouts}
     with tempfile.TemporaryDirectory() as tmp:

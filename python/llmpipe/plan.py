@@ -27,6 +27,18 @@ is what "total" and "fits" use (tests/test_plan.py checks it against the real tr
 optimizer step of torch's default (foreach) AdamW adds two fp32 copies of the (sharded) parameters;
 ``--fused-optimizer`` (the trainer's ``optim.fused`` on CUDA) removes them.
 
+Layouts (``--tp``, ``--pp``, ``--microbatches``, ``--pp-schedule``): the GPUs are ``dp x pp x tp``
+and the strategy shards over the ``dp`` ranks. Model states per rank are the busiest pipeline stage's
+(its blocks plus the embedding or the output layer) divided by tp, then by the data-parallel sharding.
+Activations with tensor (sequence) parallel are divided by tp; a pipeline rank holds its blocks'
+activations for the micro-batches in flight (GPipe: all m; 1F1B: up to pp; interleaved: up to
+``(v-1) pp + 2 (pp-1) + 1`` stage chunks) of ``micro_batch / m`` sequences. The bubble is
+``(pp-1) / (m + pp-1)``, ``(pp-1) / (v m + pp-1)`` interleaved (v stages per rank). Communication per
+GPU per step: FSDP all-gathers (twice, once with pp) and reduce-scatters, replicas all-reduce, TP moves
+8 activation-sized tensors per block (sequence parallel), PP sends activations and gradients across
+each stage boundary. tests/train/test_train_plan.py checks the memory against a tp=2 and a pp=2 rank of
+the real trainer.
+
 Without a sequence length and micro-batch (a bare parameter count), activations follow the rule of
 thumb ``2 x weights`` (so fp32 AdamW training needs about 6 x the weights: ~24 GB for 1B parameters).
 Compute: ``6 * N * tokens`` FLOPs (PaLM adds ``12 * layers * h * s`` per token for attention; shown
