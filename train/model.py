@@ -37,6 +37,9 @@ class ModelConfig:
     doc_mask: bool = False  # mask attention across the documents packed into one row
     init_std: float = 0.02
     dropout: float = 0.0  # on the embeddings and each residual branch, in training only
+    init_from: str | None = (
+        None  # a Llama-format HF checkpoint directory to continue from (train/init_from.py)
+    )
 
     def __post_init__(self) -> None:
         if self.dim % self.n_heads:

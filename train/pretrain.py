@@ -18,15 +18,16 @@ if __package__ in (None, ""):  # run as a script (torchrun train/pretrain.py): i
 import torch
 import torch.distributed as dist
 from llmpipe.errors import LlmpipeError
-from llmpipe.plan import plan_for_trainer, render
+from llmpipe.plan import Plan, plan_for_run, render_memory
 
+from train import init_from
 from train.checkpoint import Checkpointer
 from train.config import RunConfig, dump, parse_args
-from train.data import build_data, open_train
+from train.data import build_data, first_directory, open_train
 from train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
 from train.model import Transformer, _local, count_params
 from train.optim import build_optimizer, build_scheduler
-from train.parallel import Dist, init_distributed, microbatches, parallelize, stages_per_rank
+from train.parallel import Dist, init_distributed, microbatches, parallelize
 from train.pipeline import Pipeline
 from train.schedule import BatchSchedule
 from train.trainer import Trainer
@@ -59,20 +60,17 @@ def device_memory_gb(device: torch.device) -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
 
 
-def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> str:
+def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> Plan:
     """`llmpipe plan`'s estimate for this run: per-device memory by component, and whether it fits."""
-    m, p, lay = cfg.model, cfg.parallel, d.layout
-    plan = plan_for_trainer(
-        dim=m.dim, n_layers=m.n_layers, n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, hidden=m.hidden,
-        vocab_size=m.vocab_size or 0, tie_embeddings=m.tie_embeddings, seq_len=seq_len,
-        micro_batch=cfg.data.batch_size, world_size=d.world_size, dp_replicate=lay.dp_replicate,
-        dp_shard=lay.dp_shard, mixed_precision=p.mixed_precision,
-        activation_checkpointing=p.activation_checkpointing, device_memory_gb=device_memory_gb(d.device),
-        tp=lay.tp, pp=lay.pp, microbatches=microbatches(p) if lay.pp > 1 else 0, pp_schedule=p.pp_schedule,
-        stages_per_rank=stages_per_rank(p), loss_parallel=p.loss_parallel, cpu_offload=p.cpu_offload,
-    )  # fmt: skip
-    text = render(plan)  # its compute section assumes compute-optimal tokens, not this run's: leave it out
-    return text.split("\ncompute for", 1)[0]
+    return plan_for_run(
+        cfg,
+        world_size=d.world_size,
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size)),
+        seq_len=seq_len,
+        device_memory_gb=device_memory_gb(d.device),
+        dp_replicate=d.layout.dp_replicate,
+        dp_shard=d.layout.dp_shard,
+    )
 
 
 def run(cfg: RunConfig, out: Path) -> None:
@@ -83,6 +81,7 @@ def run(cfg: RunConfig, out: Path) -> None:
             "pipeline micro-batches (parallel.pp_microbatches)"
         )
     train_ds = open_train(cfg.data)
+    init_from.prepare(cfg.model, first_directory(cfg.data))  # the checkpoint's shape, its tokenizer checked
     cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
     cfg.model.max_seq_len = cfg.model.max_seq_len or train_ds.seq_len
     if cfg.model.vocab_size < train_ds.vocab_size or cfg.model.max_seq_len < train_ds.seq_len:
@@ -99,6 +98,12 @@ def run(cfg: RunConfig, out: Path) -> None:
     )
     data = build_data(cfg, d, schedule, train_ds)
     model, pipeline = build_parallel_model(cfg, d)
+    if cfg.model.init_from is not None:
+        if pipeline is not None:
+            raise LlmpipeError("model.init_from loads a whole model: use it with parallel.pp=1")
+        init_from.load_hf_weights(model, cfg.model, Path(cfg.model.init_from))
+        if d.is_main:
+            print(f"model weights from {cfg.model.init_from} (a fresh optimizer)", flush=True)
     with torch.device("meta"):
         whole = Transformer(cfg.model)
     n_params = count_params(whole)
@@ -111,7 +116,8 @@ def run(cfg: RunConfig, out: Path) -> None:
             f"parameters: {n_params:,} ({n_dense:,} without the embedding) | ranks: {d.world_size} on "
             f"{d.device.type} | mesh: {d.layout} | train samples: {len(train_ds):,}"
         )
-        print(memory_plan(cfg, d, train_ds.seq_len), flush=True)
+        # the memory part only: the plan's compute budget assumes compute-optimal tokens, not this run's
+        print("\n".join(render_memory(memory_plan(cfg, d, train_ds.seq_len))), flush=True)
     if cfg.parallel.cpu_offload:
         on_cpu = sum(_local(p).device.type == "cpu" for p in model.parameters())
         if d.is_main:

@@ -17,14 +17,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from llmpipe.data import ShardDataset, TokenLoader  # noqa: E402
-from llmpipe.plan import plan_for_trainer  # noqa: E402
+from llmpipe.plan import plan_for_run  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
 from train.config import load_config  # noqa: E402
 from train.optim import build_optimizer  # noqa: E402
-from train.parallel import init_distributed, microbatches, stages_per_rank  # noqa: E402
+from train.parallel import init_distributed  # noqa: E402
 from train.pretrain import build_parallel_model  # noqa: E402
 from train.trainer import forward_backward  # noqa: E402
 
@@ -80,14 +80,10 @@ def main(shards: str, config: str, *overrides: str) -> int:
             opt.step()
             opt.zero_grad(set_to_none=True)
     measured = tracker.peak
-    m, p, lay = cfg.model, cfg.parallel, d.layout
-    plan = plan_for_trainer(
-        dim=m.dim, n_layers=m.n_layers, n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, hidden=m.hidden,
-        vocab_size=ds.vocab_size, tie_embeddings=m.tie_embeddings, seq_len=ds.seq_len,
-        micro_batch=cfg.data.batch_size, world_size=d.world_size, dp_replicate=lay.dp_replicate,
-        dp_shard=lay.dp_shard, mixed_precision="fp32", activation_checkpointing=False, device_memory_gb=80,
-        tp=lay.tp, pp=lay.pp, microbatches=microbatches(p) if lay.pp > 1 else 0, pp_schedule=p.pp_schedule,
-        stages_per_rank=stages_per_rank(p), loss_parallel=p.loss_parallel,
+    lay = d.layout
+    plan = plan_for_run(
+        cfg, world_size=d.world_size, local_world_size=d.world_size, seq_len=ds.seq_len, device_memory_gb=80,
+        dp_replicate=lay.dp_replicate, dp_shard=lay.dp_shard,
     )  # fmt: skip
     print(f"rank {d.rank}: measured {measured} estimated {int(plan.total_gb * 1e9)}", flush=True)
     dist.destroy_process_group()
