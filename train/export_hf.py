@@ -78,8 +78,17 @@ def load_run(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Transfo
 
 
 def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """HF names; a muP model's attention scale and output multiplier are folded into q_proj and lm_head
+    (HF Llama scales attention by 1/sqrt(head_dim) and has no output multiplier)."""
+    m = model.cfg
+    if m.mup_base_dim and m.tie_embeddings:
+        raise LlmpipeError("a muP model with tied embeddings cannot fold its output multiplier for HF")
     out: dict[str, torch.Tensor] = {}
     for name, t in model.state_dict().items():
+        if m.mup_base_dim and name.endswith("attn.wq.weight"):
+            t = t * ((m.attn_scale or 0.0) * m.head_dim**0.5)
+        elif m.mup_base_dim and name == "output.weight":
+            t = t / m.width_mult
         if name == "tok_embeddings.weight":
             key = "model.embed_tokens.weight"
         elif name == "norm.weight":

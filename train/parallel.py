@@ -232,7 +232,10 @@ class Stage(nn.Module):
             else:
                 h = block(h, rope, mask)
         if self.norm is not None and self.output is not None:
-            return self.output(self.norm(h)).float()
+            logits = self.output(self.norm(h)).float()
+            if self.cfg.mup_base_dim:  # muP's output multiplier, as Transformer.forward
+                logits = logits / self.cfg.width_mult
+            return logits
         return h
 
 
