@@ -124,6 +124,9 @@ class GuardConfig:
     warmup: int = 20  # steps before the guard judges
     ema: float = 0.95  # running average weight
     max_spikes: int = 3  # consecutive spikes before rolling back to the last checkpoint
+    #: rollbacks (or attempts without a checkpoint) before a new checkpoint is reached; one more and
+    #: the run stops as diverged (exit code 3)
+    max_rollbacks: int = 3
 
 
 @dataclass

@@ -66,9 +66,16 @@ def build_data(
     }
     need = data.batch_size * d.dp_size
     if len(train) < need:
+        n = len(train)
+        if n == 0:
+            advice = "the shards hold no training samples: curate more text (or lower pack.val_fraction)"
+        elif n >= d.dp_size:
+            advice = f"lower --data.batch_size to at most {n // d.dp_size}"
+        else:
+            advice = f"fewer samples than ranks: run on at most {n} rank(s) or curate more text"
         raise LlmpipeError(
-            f"{train.directory}: {len(train)} training samples, fewer than one global batch ({need} = "
-            f"data.batch_size {data.batch_size} x {d.dp_size} data-parallel ranks); lower --data.batch_size"
+            f"{train.directory}: {n} training samples, fewer than one global batch ({need} = "
+            f"data.batch_size {data.batch_size} x {d.dp_size} data-parallel ranks); {advice}"
         )
     loader: TokenLoader
     if isinstance(train, MixedShards):

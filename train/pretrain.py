@@ -18,6 +18,7 @@ if __package__ in (None, ""):  # run as a script (torchrun train/pretrain.py): i
 import torch
 import torch.distributed as dist
 from llmpipe.errors import LlmpipeError
+from llmpipe.lock import DirLock
 from llmpipe.plan import Plan, plan_for_run, render_memory
 
 from train import init_from
@@ -73,6 +74,25 @@ def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> Plan:
     )
 
 
+def lock_run_dir(out: Path, d: Dist) -> DirLock | None:
+    """Rank 0 creates ``out`` and takes its lock; every rank stops with the same one line if it cannot."""
+    lock: DirLock | None = None
+    box: list[str | None] = [None]
+    if d.is_main:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            lock = DirLock(out, "run directory").acquire()
+        except OSError as e:
+            box = [f"--out {out}: cannot create the run directory ({e.strerror})"]
+        except LlmpipeError as e:
+            box = [str(e)]
+    if dist.is_initialized():
+        dist.broadcast_object_list(box, src=0)
+    if box[0]:
+        raise LlmpipeError(box[0])
+    return lock
+
+
 def run(cfg: RunConfig, out: Path) -> None:
     d = init_distributed(cfg.parallel, cfg.model)
     if d.layout.pp > 1 and (cfg.data.batch_size % microbatches(cfg.parallel)):
@@ -80,6 +100,15 @@ def run(cfg: RunConfig, out: Path) -> None:
             f"data.batch_size {cfg.data.batch_size} is not a multiple of the {microbatches(cfg.parallel)} "
             "pipeline micro-batches (parallel.pp_microbatches)"
         )
+    lock = lock_run_dir(out, d)
+    try:
+        _run(cfg, out, d)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     train_ds = open_train(cfg.data)
     init_from.prepare(cfg.model, first_directory(cfg.data))  # the checkpoint's shape, its tokenizer checked
     cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
@@ -159,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         run(cfg, args.out)
     except LlmpipeError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return getattr(e, "exit_code", 2)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -23,7 +23,7 @@ from torch.distributed.tensor import DTensor
 
 from train.checkpoint import Checkpointer
 from train.config import RunConfig
-from train.guard import SpikeGuard
+from train.guard import SpikeGuard, TrainingDiverged
 from train.metrics import MetricsWriter, Throughput, peak_memory_mib
 from train.optim import clip_grad_norm
 from train.parallel import Dist, all_reduce_, all_reduce_sum, autocast, loss_context
@@ -111,6 +111,7 @@ class Trainer:
         p = cfg.parallel
         self.scaler = LossScaler(p.mixed_precision == "fp16", p.fp16_init_scale, p.fp16_growth_interval)
         self.overflows_injected: set[int] = set()
+        self.rollbacks = 0  # since the last checkpoint saved (guard.max_rollbacks)
         self.step = 0  # optimizer steps done
         self.injected: dict[int, int] = {}
         self.history: list[tuple[int, float]] = []
@@ -148,6 +149,7 @@ class Trainer:
                 ) from e
 
     def save(self, *, blocking: bool) -> None:
+        self.rollbacks = 0  # a new checkpoint: the run got past whatever it rolled back from
         self.ckpt.save(self.step, self.model, self.optimizer, self.train_state(), blocking=blocking)
 
     # -- one optimizer step ---------------------------------------------------------------------------
@@ -168,24 +170,27 @@ class Trainer:
         amp = functools.partial(autocast, self.cfg.parallel, self.d)
         gs = self.scaler.scale
         if self.pipeline is not None:
-            norm = lay.dp / tokens.clamp(min=1).float()
-            loss_sum = self.pipeline.train_batches(batches, norm, self._loss_scale(), gs)
+            norm_t = lay.dp / tokens.clamp(min=1).float()
+            loss_sum = self.pipeline.train_batches(batches, norm_t, self._loss_scale(), gs)
         else:
             ctx = functools.partial(loss_context, self.cfg.parallel)
             loss_sum = forward_backward(self.model, batches, tokens, lay.dp, self._loss_scale(), amp, gs, ctx)
-        total, global_tokens = torch.stack([all_reduce_(loss_sum) / lay.tp, tokens]).tolist()
+        self._inject_overflow()
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if not self.scaler.unscale_(params, self.d.device):  # fp16 overflow on some rank: skip the step
+            total, global_tokens = torch.stack([all_reduce_(loss_sum) / lay.tp, tokens]).tolist()
+            self.optimizer.zero_grad(set_to_none=True)
+            return StepResult(total / max(global_tokens, 1.0), int(global_tokens), "overflow", None)
+        if self.cfg.debug.dump_grads and self.step == 0:
+            self._dump_grads()
+        # the global gradient norm joins the one host sync: a finite loss with a NaN/inf gradient
+        # (a diverged run) must not reach the weights
+        grad_norm = clip_grad_norm(self.model, self.cfg.optim.grad_clip, self._pp_group())
+        reduced = [all_reduce_(loss_sum) / lay.tp, tokens, grad_norm.to(loss_sum.device, torch.float64)]
+        total, global_tokens, norm = torch.stack(reduced).tolist()
         mean = total / max(global_tokens, 1.0)
-        decision: str = self.guard.check(mean)
-        grad_norm = None
+        decision = self.guard.check(mean, norm)
         if decision == "ok":
-            self._inject_overflow()
-            params = [p for p in self.model.parameters() if p.grad is not None]
-            if not self.scaler.unscale_(params, self.d.device):
-                decision = "overflow"
-        if decision == "ok":
-            if self.cfg.debug.dump_grads and self.step == 0:
-                self._dump_grads()
-            grad_norm = clip_grad_norm(self.model, self.cfg.optim.grad_clip, self._pp_group())
             self.optimizer.step()
             self.scheduler.step()
             self.step += 1
@@ -356,13 +361,27 @@ class Trainer:
             print(f"done: {self.step} steps in {time.perf_counter() - t0:.1f}s", flush=True)
 
     def _on_spike(self, res: StepResult) -> None:
+        norm = float(res.grad_norm) if res.grad_norm is not None else None
         self.record(
-            {"spike_loss": res.loss, "spike_decision": res.decision, "spikes": self.guard.total_spikes}
+            {
+                "spike_loss": res.loss,
+                "spike_grad_norm": norm,
+                "spike_decision": res.decision,
+                "spikes": self.guard.total_spikes,
+            }
         )
         if res.decision != "rollback":
             return
         self.ckpt.wait()
         path = self.ckpt.latest()
+        self.rollbacks += 1
+        if self.rollbacks > self.cfg.guard.max_rollbacks:
+            where = f"to {path.name}" if path is not None else "without a checkpoint to roll back to"
+            raise TrainingDiverged(
+                f"training diverged at step {self.step + 1}: {self.rollbacks - 1} rollback(s) {where} did "
+                f"not get past it (last loss {res.loss:.4g}, gradient norm {norm:.4g}); lower optim.lr, "
+                "raise optim.warmup_steps or optim.grad_clip, or guard.max_rollbacks to keep trying"
+            )
         if path is None:
             if self.d.is_main:
                 print(
