@@ -51,6 +51,7 @@ class TextEval:
         rank: int,
         world_size: int,
         amp: Callable[[], AbstractContextManager[None]],
+        copies: int = 1,  # ranks that score the same windows (tensor parallelism): counted once
     ) -> dict[str, float]:
         def forward(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
             with amp():
@@ -64,6 +65,7 @@ class TextEval:
                 rank=rank, world_size=world_size,
             )  # fmt: skip
             (total,) = all_reduce_sum([float(nll.sum())], device)
+            total /= copies
             rec[f"bpb/{name}"] = total / (LN2 * max(n_bytes, 1))
             rec[f"eval_loss/{name}"] = total / max(tokens, 1)
         model.train()
