@@ -701,7 +701,15 @@ impl FastText {
         heap.into_iter().map(|(s, i)| (s.exp(), i as u32)).collect()
     }
 
-    fn dfs(&self, k: usize, threshold: f32, node: i32, score: f32, heap: &mut Vec<(f32, i32)>, hidden: &[f32]) {
+    fn dfs(
+        &self,
+        k: usize,
+        threshold: f32,
+        node: i32,
+        score: f32,
+        heap: &mut Vec<(f32, i32)>,
+        hidden: &[f32],
+    ) {
         if score < std_log(threshold) {
             return;
         }
@@ -741,7 +749,8 @@ impl FastText {
 /// nodes `n..2n-1`, the root last.
 fn build_tree(counts: &[i64]) -> Vec<Node> {
     let osz = counts.len();
-    let mut tree: Vec<(Node, i64)> = (0..2 * osz - 1).map(|_| (Node { left: -1, right: -1 }, 1_000_000_000_000_000)).collect();
+    let mut tree: Vec<(Node, i64)> =
+        (0..2 * osz - 1).map(|_| (Node { left: -1, right: -1 }, 1_000_000_000_000_000)).collect();
     for i in 0..osz {
         tree[i].1 = counts[i];
     }
