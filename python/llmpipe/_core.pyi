@@ -179,6 +179,9 @@ def quality_c4(texts: _Texts, config_json: str) -> tuple[list[str | None], list[
 def english_words(texts: _Texts) -> list[list[str]]: ...
 def detect_language(texts: _Texts) -> tuple[list[str], list[float]]: ...
 def language_codes() -> list[tuple[str, str]]: ...
+def quality_defaults() -> str:
+    """The Rust core's default of every filter config, JSON keyed by filter (tests compare it with Python's)."""
+
 def pii_redact(
     texts: _Texts, config_json: str
 ) -> tuple[list[str | None], list[tuple[int, int, int, int]]]: ...
@@ -196,13 +199,14 @@ class QualityModel:
 
 # -- fastText models (crates/llmpipe-quality/src/fasttext.rs, crates/llmpipe-py/src/fasttext.rs) -----
 
+@final
 class FastTextModel:
     """A supervised fastText model (``.bin``/``.ftz``); texts: list of str or (offsets, data) buffers."""
 
     @staticmethod
     def load(path: str | PathLike[str]) -> FastTextModel: ...
     def predict(
-        self, texts: Sequence[str] | tuple[object, object], k: int = 1, threshold: float = 0.0
+        self, texts: _Texts, k: int = 1, threshold: float = 0.0
     ) -> tuple[list[list[int]], list[list[float]]]: ...
     @property
     def labels(self) -> list[str]: ...

@@ -151,7 +151,7 @@ enum Matrix {
 impl Matrix {
     fn load_dense(r: &mut Reader<'_>, what: &str) -> Result<Self, String> {
         let (rows, cols) = dims(r.i64(what)?, r.i64(what)?, what)?;
-        let data = r.f32s(rows.checked_mul(cols).unwrap_or(usize::MAX), what)?;
+        let data = r.f32s(rows.saturating_mul(cols), what)?;
         Ok(Matrix::Dense { rows, cols, data })
     }
 
@@ -678,8 +678,8 @@ impl FastText {
                         *o /= z;
                     }
                 } else {
-                    for i in 0..nl {
-                        output[i] = self.sigmoid(output[i]);
+                    for o in output.iter_mut().take(nl) {
+                        *o = self.sigmoid(*o);
                     }
                 }
                 for (i, &o) in output.iter().enumerate() {

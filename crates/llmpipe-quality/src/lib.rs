@@ -54,6 +54,22 @@ impl HeuristicsConfig {
     }
 }
 
+/// This crate's own defaults of every config, as one JSON object keyed by filter (`gopher_repetition`,
+/// `gopher_quality`, `c4`, `fineweb`, `pii`, `classifier`). The pipeline always sends its values from
+/// Python (`python/llmpipe/quality.py`); the Rust defaults serve Rust callers and tests, and a Python
+/// test compares the two field by field so that they cannot drift apart.
+pub fn default_configs_json() -> String {
+    serde_json::json!({
+        "gopher_repetition": GopherRepetitionConfig::default(),
+        "gopher_quality": GopherQualityConfig::default(),
+        "c4": C4Config::default(),
+        "fineweb": FineWebConfig::default(),
+        "pii": pii::PiiConfig::default(),
+        "classifier": classifier::TrainConfig::default(),
+    })
+    .to_string()
+}
+
 /// Parse a JSON config (as the Python side sends it) into one of this crate's config types.
 pub fn parse_config<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, String> {
     serde_json::from_str(json).map_err(|e| e.to_string())
