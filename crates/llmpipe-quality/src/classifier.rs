@@ -23,13 +23,14 @@ pub struct TrainConfig {
     pub lr: f64,
     pub l2: f64,
     pub seed: u64,
-    /// character n-grams of each word, `[min, max]` characters (with `<` `>`); `[0, 0]` = none
+    /// character n-grams of each word, `[min, max]` characters (with `<` `>`); `[0, 0]` = none;
+    /// the default is the CLI's (`--char-ngrams 3-5`)
     pub char_ngrams: [u32; 2],
 }
 
 impl Default for TrainConfig {
     fn default() -> Self {
-        Self { bits: 20, epochs: 5, lr: 0.5, l2: 1e-6, seed: 0, char_ngrams: [0, 0] }
+        Self { bits: 20, epochs: 5, lr: 0.5, l2: 1e-6, seed: 0, char_ngrams: [3, 5] }
     }
 }
 
