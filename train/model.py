@@ -36,11 +36,17 @@ class ModelConfig:
     tie_embeddings: bool = False
     doc_mask: bool = False  # mask attention across the documents packed into one row
     init_std: float = 0.02
-    init_from: str | None = (
-        None  # a Llama-format HF checkpoint directory to continue from (train/init_from.py)
-    )
+    # muP (maximal update parametrisation): 0 = off (standard parametrisation). Otherwise the width the
+    # hyperparameters were tuned at; the width multiplier is dim / mup_base_dim. See docs/training.md.
+    mup_base_dim: int = 0
+    # a Llama-format HF checkpoint directory to continue from (train/init_from.py)
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
+        if self.mup_base_dim < 0 or (self.mup_base_dim and self.mup_base_dim % self.n_heads):
+            raise ValueError(f"mup_base_dim {self.mup_base_dim} must be 0 or a multiple of n_heads")
+        if self.mup_base_dim and self.init_from:
+            raise ValueError("init_from loads standard-parametrisation HF weights: set mup_base_dim to 0")
         if self.dim % self.n_heads:
             raise ValueError(f"dim {self.dim} is not a multiple of n_heads {self.n_heads}")
         if self.n_heads % self.kv_heads:
@@ -55,6 +61,19 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_heads
+
+    @property
+    def width_mult(self) -> float:
+        """muP's width multiplier dim / mup_base_dim (1 when muP is off)."""
+        return self.dim / self.mup_base_dim if self.mup_base_dim else 1.0
+
+    @property
+    def attn_scale(self) -> float | None:
+        """The attention logits' scale: None (1/sqrt(head_dim)) without muP; with muP 1/head_dim, times
+        sqrt(base head_dim) so that it equals the standard scale at the base width."""
+        if not self.mup_base_dim:
+            return None
+        return math.sqrt(self.mup_base_dim // self.n_heads) / self.head_dim
 
     @property
     def hidden(self) -> int:
@@ -100,6 +119,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.n_heads, self.kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
+        self.scale = cfg.attn_scale
         self.wq = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=False)
         self.wk = nn.Linear(cfg.dim, cfg.kv_heads * cfg.head_dim, bias=False)
         self.wv = nn.Linear(cfg.dim, cfg.kv_heads * cfg.head_dim, bias=False)
@@ -115,9 +135,9 @@ class Attention(nn.Module):
             rep = self.n_heads // self.kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         if mask is None:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
         return self.wo(y.transpose(1, 2).reshape(b, n, -1))
 
 
@@ -171,18 +191,23 @@ class Transformer(nn.Module):
     def init_weights(self, seed: int = 0) -> None:
         """Fill every parameter and buffer (after ``to_empty``): N(0, std), the output projections of
         each block scaled down by sqrt(2 * n_layers) as in GPT-2, norms at one, rotary tables recomputed.
-        The values depend on the seed only, not on how the parameters are sharded (see ``_fill``)."""
+        With muP the hidden matrices (every block's linear layers) take std / sqrt(width_mult): variance
+        in 1 / fan_in; the embedding and output matrices keep std. The values depend on the seed only,
+        not on how the parameters are sharded (see ``_fill``)."""
         self.rope.copy_(
             rope_tables(self.cfg.head_dim, self.cfg.max_seq_len or 0, self.cfg.rope_theta, self.rope.device)
         )
         gen: torch.Generator | None = None
+        hidden_std = self.cfg.init_std / math.sqrt(self.cfg.width_mult)
         for name, p in self.named_parameters():  # a tied output matrix is the embedding: filled once
             if gen is None:
                 gen = torch.Generator(device=_local(p).device).manual_seed(seed)
             if name.endswith("norm.weight"):
                 _fill(p, None, gen)
             elif name.endswith(("attn.wo.weight", "ffn.w2.weight")):
-                _fill(p, self.cfg.init_std / math.sqrt(2 * self.cfg.n_layers), gen)
+                _fill(p, hidden_std / math.sqrt(2 * self.cfg.n_layers), gen)
+            elif name.startswith("layers."):
+                _fill(p, hidden_std, gen)
             else:
                 _fill(p, self.cfg.init_std, gen)
 
@@ -201,7 +226,10 @@ class Transformer(nn.Module):
                 h = checkpoint(block, h, rope, mask, use_reentrant=False)
             else:
                 h = block(h, rope, mask)
-        return self.output(self.norm(h)).float()
+        logits = self.output(self.norm(h)).float()
+        if self.cfg.mup_base_dim:  # muP's output multiplier: logits / width_mult
+            logits = logits / self.cfg.width_mult
+        return logits
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:

@@ -19,20 +19,28 @@ from train.schedule import BatchSchedule
 
 
 def param_groups(model: nn.Module, cfg: OptimConfig) -> list[dict[str, object]]:
-    """Weight decay on 2-D weights of linear layers; never on norms or biases; embeddings as configured."""
-    decay, no_decay = [], []
+    """Weight decay on 2-D weights of linear layers; never on norms or biases; embeddings as configured.
+    With muP (the model's ``cfg.mup_base_dim``), the hidden matrices (every block's linear layers) get
+    lr / width_mult, Adam's muP rule; embeddings, output and norms keep lr."""
+    decay, no_decay, hidden = [], [], []
+    mult = float(getattr(getattr(model, "cfg", None), "width_mult", 1.0))
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         is_embedding = "tok_embeddings" in name
         if p.ndim < 2 or (is_embedding and not cfg.decay_embeddings):
             no_decay.append(p)
+        elif mult != 1.0 and name.startswith("layers."):
+            hidden.append(p)
         else:
             decay.append(p)
-    return [
+    groups: list[dict[str, object]] = [
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+    if hidden:
+        groups.append({"params": hidden, "weight_decay": cfg.weight_decay, "lr": cfg.lr / mult})
+    return groups
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:

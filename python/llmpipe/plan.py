@@ -30,7 +30,7 @@ optimizer step of torch's default (foreach) AdamW adds two fp32 copies of the (s
 Without a sequence length and micro-batch (a bare parameter count), activations follow the rule of
 thumb ``2 x weights`` (so fp32 AdamW training needs about 6 x the weights: ~24 GB for 1B parameters).
 Compute: ``6 * N * tokens`` FLOPs (PaLM adds ``12 * layers * h * s`` per token for attention; shown
-too). Compute-optimal data: 20 tokens per parameter (Chinchilla). Curation keeps about 1-3% of crawled
+too). Compute-optimal data: 20 tokens per parameter (Chinchilla), or D_opt(N) from a fitted scaling law. Curation keeps about 1-3% of crawled
 tokens (default 2%, or the retention a curate run measured).
 """
 
@@ -130,6 +130,7 @@ class PlanInput:
     mfu: float = 0.4
     peak_tflops: float = 989.0
     tokens: float = 0.0  # training tokens; 0: compute-optimal
+    optimal_tokens: float = 0.0  # compute-optimal tokens (from a scaling fit); 0: 20 per parameter
     retention: float = 0.02
     device: Literal["cuda", "cpu"] = "cuda"
     fused_optimizer: bool = False  # a fused AdamW kernel: no full-size temporaries in the step
@@ -262,7 +263,8 @@ def estimate(p: PlanInput) -> Plan:
         per_sample = activation_bytes(p, 1) + _loss_temporaries(p, 1)
         room = budget - weights - opt - fsdp
         max_mb = max(0, int(room // per_sample)) if grads <= room else 0
-    tokens = p.tokens or 20.0 * n
+    optimal_tokens = p.optimal_tokens or 20.0 * n
+    tokens = p.tokens or optimal_tokens
     flops = 6.0 * n * tokens
     attn = 12.0 * p.model.n_layers * p.model.dim * p.seq_len * tokens if p.seq_len else 0.0
     peak = p.peak_tflops * 1e12
@@ -284,7 +286,7 @@ def estimate(p: PlanInput) -> Plan:
         cpu_offload_gb=offload / GB,
         activation_basis=basis,
         tokens=tokens,
-        compute_optimal_tokens=20.0 * n,
+        compute_optimal_tokens=optimal_tokens,
         train_flops=flops,
         train_flops_with_attention=flops + attn,
         petaflop_s_days=flops / (1e15 * 86400.0),
@@ -346,7 +348,9 @@ def render_budgets(plan: Plan) -> list[str]:
     """Training FLOPs, GPU-hours and raw tokens to crawl for the plan's token budget, and the notes."""
     i = plan.inputs
     lines = [
-        f"compute for {human(plan.tokens)} tokens (compute-optimal: {human(plan.compute_optimal_tokens)}):",
+        f"compute for {human(plan.tokens)} tokens (compute-optimal: {human(plan.compute_optimal_tokens)}, "
+        + ("from the scaling fit" if i["optimal_tokens"] else "20 per parameter")
+        + "):",
         f"  {plan.train_flops:.3e} FLOPs (6 N T); {plan.train_flops_with_attention:.3e} with attention",
         f"  {plan.petaflop_s_days:.3f} petaFLOP/s-days; {plan.gpu_hours:,.1f} GPU-hours at "
         f"{i['mfu']:.0%} MFU of {i['peak_tflops']:g} TFLOP/s; {plan.wall_clock_hours:,.1f} h on {i['gpus']} GPU(s)",

@@ -64,7 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
             "Estimate per-GPU memory by component (weights, gradients, optimizer states, activations, "
             "temporaries), whether it fits, the largest micro-batch that fits, training FLOPs, "
             "petaFLOP/s-days and GPU-hours for a token budget, the compute-optimal token count "
-            "(20 per parameter) and the raw tokens to crawl at a curation retention rate. The formulas "
+            "(20 per parameter, or from a scaling fit: --scaling) and the raw tokens to crawl at a curation retention rate. The formulas "
             "are in llmpipe/plan.py's docstring."
         ),
     )
@@ -100,6 +100,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     r.add_argument(
         "--from-curation", type=Path, metavar="DIR", help="use the retention a curate run measured"
     )
+    p.add_argument(
+        "--scaling",
+        type=Path,
+        metavar="FIT.json",
+        help="compute-optimal tokens from a scaling fit (`llmpipe scaling`'s fit.json) instead of 20 x N",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -116,6 +122,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--micro-batch needs --seq-len (or a config with model.max_seq_len)")
     peak = args.peak_tflops or PEAK_TFLOPS[args.gpu or "h100"]
     retention = retention_from_curation(args.from_curation) if args.from_curation else args.retention
+    optimal_tokens = 0.0
+    if args.scaling is not None:
+        from llmpipe.tune.scaling import load_fit
+
+        optimal_tokens = load_fit(args.scaling).optimal_tokens(shape.params)
     plan = estimate(
         PlanInput(
             model=shape,
@@ -135,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             peak_tflops=peak,
             tokens=args.tokens,
             retention=retention,
+            optimal_tokens=optimal_tokens,
         )
     )
     print(json.dumps(plan.to_dict(), indent=2) if args.json else render(plan))
