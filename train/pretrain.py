@@ -18,6 +18,7 @@ if __package__ in (None, ""):  # run as a script (torchrun train/pretrain.py): i
 import torch
 import torch.distributed as dist
 from llmpipe.data import ShardDataset, TokenLoader
+from llmpipe.compress.training import TrainCompression
 from llmpipe.errors import LlmpipeError
 from llmpipe.plan import plan_for_trainer, render
 
@@ -30,13 +31,22 @@ from train.parallel import Dist, apply_fsdp, init_distributed
 from train.trainer import Trainer
 
 
-def build_model(cfg: RunConfig, d: Dist) -> Transformer:
-    """Build on the meta device, shard, then allocate only this rank's shards and initialise them."""
+def compression_hooks(cfg: RunConfig) -> TrainCompression:
+    q = cfg.qat
+    return TrainCompression(q.scheme, q.group_size, q.from_step, cfg.init.from_hf)
+
+
+def build_model(cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None) -> Transformer:
+    """Build on the meta device, shard, then allocate only this rank's shards and initialise them
+    (QAT fake quantizers go in before sharding; ``init.from_hf`` weights and masks load after)."""
+    hooks = hooks or compression_hooks(cfg)
     with torch.device("meta"):
         model = Transformer(cfg.model)
+    hooks.prepare(model)
     apply_fsdp(model, cfg.parallel, d.mesh)
     model.to_empty(device=d.device)
     model.init_weights(seed=cfg.train.seed)
+    hooks.load_init(model)
     return model
 
 
@@ -81,7 +91,8 @@ def run(cfg: RunConfig, out: Path) -> None:
             f"{cfg.data.path}: {len(train_ds)} training samples, fewer than one global batch ({need} = "
             f"data.batch_size {cfg.data.batch_size} x {d.world_size} ranks); lower --data.batch_size"
         )
-    model = build_model(cfg, d)
+    hooks = compression_hooks(cfg)
+    model = build_model(cfg, d, hooks)
     n_params = count_params(model)
     n_dense = count_params(model, exclude_embeddings=True)
     if d.is_main:
@@ -119,6 +130,7 @@ def run(cfg: RunConfig, out: Path) -> None:
         ckpt,
         metrics,
         Throughput(fpt, d.world_size, peak_tflops(d.device, cfg.metrics.peak_tflops)),
+        hooks,
     )
     latest = ckpt.latest() if cfg.checkpoint.resume else None
     if latest is not None:

@@ -18,6 +18,8 @@ from llmpipe.errors import LlmpipeError
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 
+from llmpipe.compress.training import TrainCompression
+
 from train.checkpoint import Checkpointer
 from train.config import RunConfig
 from train.guard import SpikeGuard
@@ -82,11 +84,13 @@ class Trainer:
         checkpointer: Checkpointer,
         metrics: MetricsWriter,
         throughput: Throughput,
+        compression: TrainCompression | None = None,
     ) -> None:
         self.cfg, self.d, self.model = cfg, d, model
         self.optimizer, self.scheduler, self.loader = optimizer, scheduler, loader
         self.val_ds, self.ckpt, self.metrics, self.throughput = val_ds, checkpointer, metrics, throughput
         self.guard = SpikeGuard(cfg.guard)
+        self.compression = compression  # QAT fake quantization, pruning masks (llmpipe.compress)
         self.step = 0  # optimizer steps done
         self.injected: dict[int, int] = {}
         self.history: list[tuple[int, float]] = []
@@ -98,6 +102,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "loader": self.loader.state_dict(),
             "guard": self.guard.state_dict(),
+            "compression": self.compression.state_dict() if self.compression else None,
         }
 
     def restore(self, path: Path, *, rollback: bool = False) -> None:
@@ -111,6 +116,8 @@ class Trainer:
         self.step = saved["step"]
         self.scheduler.load_state_dict(saved["scheduler"])
         self.guard.load_state_dict(saved["guard"])
+        if self.compression is not None:
+            self.compression.load_state_dict(self.model, saved.get("compression"))
         if not rollback:  # a rollback keeps the loader where it is: the data after the spike is skipped
             try:
                 self.loader.load_state_dict(saved["loader"])
@@ -135,6 +142,8 @@ class Trainer:
         # token count and loss are reduced as device tensors: one host sync per step, for the guard
         tokens = all_reduce_(torch.stack([(b.target != -100).sum() for b in batches]).sum().double())
         amp = functools.partial(autocast, self.cfg.parallel, self.d)
+        if self.compression is not None:
+            self.compression.before_step(self.model, self.step)
         loss_sum = forward_backward(self.model, batches, tokens, self.d.world_size, self._loss_scale(), amp)
         total, global_tokens = torch.stack([all_reduce_(loss_sum), tokens]).tolist()
         mean = total / max(global_tokens, 1.0)
@@ -143,6 +152,8 @@ class Trainer:
         if decision == "ok":
             grad_norm = clip_grad_norm(self.model, self.cfg.optim.grad_clip)  # read only when logged
             self.optimizer.step()
+            if self.compression is not None:
+                self.compression.apply_masks(self.model)  # pruned weights stay zero
             self.scheduler.step()
             self.step += 1
         self.optimizer.zero_grad(set_to_none=True)

@@ -7,10 +7,10 @@ import sys
 from collections.abc import Sequence
 
 from llmpipe import __version__
-from llmpipe.commands import curate, inspect, plan, quality, report, tokenizer
+from llmpipe.commands import curate, inspect, plan, prune, quality, quantize, report, tokenizer
 from llmpipe.errors import LlmpipeError
 
-COMMANDS = [curate, inspect, plan, tokenizer, quality, report]
+COMMANDS = [curate, inspect, plan, tokenizer, quality, report, quantize, prune]
 
 
 def build_parser() -> argparse.ArgumentParser:
