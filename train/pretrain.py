@@ -17,8 +17,8 @@ if __package__ in (None, ""):  # run as a script (torchrun train/pretrain.py): i
 
 import torch
 import torch.distributed as dist
-from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.compress.training import TrainCompression
+from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.errors import LlmpipeError
 from llmpipe.plan import plan_for_trainer, render
 

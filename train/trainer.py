@@ -13,12 +13,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from llmpipe.compress.training import TrainCompression
 from llmpipe.data import Batch, ShardDataset, TokenLoader
 from llmpipe.errors import LlmpipeError
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
-
-from llmpipe.compress.training import TrainCompression
 
 from train.checkpoint import Checkpointer
 from train.config import RunConfig

@@ -29,12 +29,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--method", choices=PRUNE_METHODS, default="magnitude")
     p.add_argument("--structure", choices=STRUCTURES, default="unstructured")
     p.add_argument("--sparsity", type=float, default=None, help="share removed, in (0, 1) (2:4: 0.5)")
-    p.add_argument("--calib", type=Path, default=None, help="shards for Wanda's activations (default: the run's)")
+    p.add_argument(
+        "--calib", type=Path, default=None, help="shards for Wanda's activations (default: the run's)"
+    )
     p.add_argument("--calib-seqs", type=int, default=32)
     p.add_argument("--eval", type=Path, default=None, help="shards whose val split gives bits/byte")
     p.add_argument("--eval-rows", type=int, default=64)
-    p.add_argument("--finetune", type=int, default=0, metavar="STEPS", help="fine-tuning steps with masks held")
-    p.add_argument("--data", type=Path, default=None, help="fine-tuning shards (default: --calib or the run's)")
+    p.add_argument(
+        "--finetune", type=int, default=0, metavar="STEPS", help="fine-tuning steps with masks held"
+    )
+    p.add_argument(
+        "--data", type=Path, default=None, help="fine-tuning shards (default: --calib or the run's)"
+    )
     p.add_argument("--train-config", type=Path, default=None, help="trainer YAML for fine-tuning")
     p.add_argument("--nproc", type=int, default=1, help="fine-tuning processes (torchrun)")
     p.add_argument("--lr", type=float, default=1e-3, help="fine-tuning learning rate")
@@ -55,8 +61,8 @@ def _model_overrides(hf_config: dict[str, Any]) -> list[str]:
 
 def finetune(out: Path, data: Path, steps: int, args: argparse.Namespace) -> Path:
     """Train ``steps`` steps from the pruned checkpoint in OUT (masks held) into OUT-finetune."""
+    import llmpipe
     import train
-
     from llmpipe.errors import LlmpipeError
 
     run_dir = out.with_name(f"{out.name}-finetune")
@@ -69,7 +75,12 @@ def finetune(out: Path, data: Path, steps: int, args: argparse.Namespace) -> Pat
         f"--optim.warmup_steps={max(1, steps // 10)}", "--checkpoint.resume=true",
         f"--train.val_every={steps}", f"--train.log_every={max(1, steps // 5)}", "--guard.enabled=false",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(script.parents[1]), os.environ.get("PYTHONPATH", "")])}
+    paths = [
+        str(script.parents[1]),
+        str(Path(llmpipe.__file__).resolve().parents[1]),
+        os.environ.get("PYTHONPATH", ""),
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -91,14 +102,24 @@ def run(args: argparse.Namespace) -> int:
     if args.finetune < 0:
         raise ConfigError("--finetune must be a non-negative number of steps")
     if args.finetune and args.structure == "neurons":
-        raise ConfigError("--finetune holds masks; a neuron-pruned model is dense: train it with init.from_hf")
+        raise ConfigError(
+            "--finetune holds masks; a neuron-pruned model is dense: train it with init.from_hf"
+        )
     loaded = load_model(args.model)
-    model = loaded.model
+    model: Any = loaded.model
     cfg = model.cfg
     shards = args.eval or loaded.shards
-    before = measure(model, shards, seq_len=cfg.max_seq_len, vocab=cfg.vocab_size, eval_rows=args.eval_rows)
+    before = measure(
+        model,
+        shards,
+        seq_len=int(cfg.max_seq_len or 0),
+        vocab=int(cfg.vocab_size or 0),
+        eval_rows=args.eval_rows,
+    )
     fp32_bytes = fp32_file_bytes(model)
-    calib = calibration_tokens(args.calib or loaded.shards, args.calib_seqs) if args.method == "wanda" else None
+    calib = (
+        calibration_tokens(args.calib or loaded.shards, args.calib_seqs) if args.method == "wanda" else None
+    )
     t0 = time.perf_counter()
     extra: dict[str, Any] = {"structure": args.structure, "prune_method": args.method}
     masks: dict[str, torch.Tensor] = {}
@@ -115,16 +136,32 @@ def run(args: argparse.Namespace) -> int:
         if data is None:
             raise ConfigError("--finetune needs shards: pass --data SHARDS")
         extra["bpb_pruned_before_finetune"] = measure(
-            model, shards, seq_len=cfg.max_seq_len, vocab=cfg.vocab_size, eval_rows=args.eval_rows
+            model,
+            shards,
+            seq_len=int(cfg.max_seq_len or 0),
+            vocab=int(cfg.vocab_size or 0),
+            eval_rows=args.eval_rows,
         )["bpb"]
         run_dir = finetune(args.out, data, args.finetune, args)
         tuned = load_model(run_dir)
         loaded.shards = loaded.shards or data
         model = tuned.model
-        save_hf(model, args.out, loaded, masks=masks, extra={"pruned_from": str(args.model), "finetuned_in": str(run_dir), **extra})
+        save_hf(
+            model,
+            args.out,
+            loaded,
+            masks=masks,
+            extra={"pruned_from": str(args.model), "finetuned_in": str(run_dir), **extra},
+        )
         extra["finetune_steps"] = args.finetune
         extra["sparsity"] = sparsity_of(model)
-    after = measure(model, shards, seq_len=cfg.max_seq_len, vocab=cfg.vocab_size, eval_rows=args.eval_rows)
+    after = measure(
+        model,
+        shards,
+        seq_len=int(cfg.max_seq_len or 0),
+        vocab=int(cfg.vocab_size or 0),
+        eval_rows=args.eval_rows,
+    )
     rep = build_report(
         method=f"prune-{args.method}-{args.structure}", source=args.model, out=args.out,
         weights_file=args.out / "model.safetensors", baseline_weights_bytes=fp32_bytes, before=before,

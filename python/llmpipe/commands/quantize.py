@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from llmpipe.compress.spec import DEFAULT_GROUP, METHODS
 
@@ -23,7 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("model", type=Path, metavar="MODEL", help="run directory or HF checkpoint directory")
     p.add_argument("--method", choices=METHODS, default=None, help="default: the run's QAT scheme, else int8")
     p.add_argument("--group-size", type=int, default=DEFAULT_GROUP, help="4-bit methods: weights per scale")
-    p.add_argument("--calib", type=Path, default=None, help="shards for GPTQ calibration (default: the run's)")
+    p.add_argument(
+        "--calib", type=Path, default=None, help="shards for GPTQ calibration (default: the run's)"
+    )
     p.add_argument("--calib-seqs", type=int, default=32, help="calibration sequences (default 32)")
     p.add_argument("--eval", type=Path, default=None, help="shards whose val split gives bits/byte")
     p.add_argument("--eval-rows", type=int, default=64, help="validation rows for bits/byte (default 64)")
@@ -46,30 +49,40 @@ def run(args: argparse.Namespace) -> int:
         want = "int4" if loaded.qat["scheme"] == "int4" else "int8"
         method = method or want
         if method not in (want, "gptq-int4" if want == "int4" else want):
-            raise ConfigError(f"{args.model} was trained with qat.scheme={loaded.qat['scheme']}; use --method {want}")
+            raise ConfigError(
+                f"{args.model} was trained with qat.scheme={loaded.qat['scheme']}; use --method {want}"
+            )
         if want == "int4" and args.group_size != loaded.qat["group_size"]:
             raise ConfigError(
                 f"{args.model} was trained with qat.group_size={loaded.qat['group_size']}; "
                 f"pass --group-size {loaded.qat['group_size']}"
             )
     spec = QuantSpec(method or "int8", args.group_size)
-    model = loaded.model
+    model: Any = loaded.model
     check(spec, model)
     if args.calib_seqs <= 0:
         raise ConfigError("--calib-seqs must be positive")
     shards = args.eval or loaded.shards
     cfg = model.cfg
     seq_len = cfg.max_seq_len
-    before = measure(model, shards, seq_len=seq_len, vocab=cfg.vocab_size, eval_rows=args.eval_rows)
+    before = measure(
+        model, shards, seq_len=int(seq_len or 0), vocab=int(cfg.vocab_size or 0), eval_rows=args.eval_rows
+    )
     fp32_bytes = fp32_file_bytes(model)
-    calib = calibration_tokens(args.calib or loaded.shards, args.calib_seqs) if spec.method == "gptq-int4" else None
+    calib = (
+        calibration_tokens(args.calib or loaded.shards, args.calib_seqs)
+        if spec.method == "gptq-int4"
+        else None
+    )
     t0 = time.perf_counter()
     quantize_model(model, spec, calib)
     took = time.perf_counter() - t0
     from llmpipe.compress.model_io import hf_config_of
 
     weights = save_quantized(model, spec, args.out, hf_config_of(model, loaded), loaded.tokenizer)
-    after = measure(model, shards, seq_len=seq_len, vocab=cfg.vocab_size, eval_rows=args.eval_rows)
+    after = measure(
+        model, shards, seq_len=int(seq_len or 0), vocab=int(cfg.vocab_size or 0), eval_rows=args.eval_rows
+    )
     rep = build_report(
         method=spec.method, source=args.model, out=args.out, weights_file=weights,
         baseline_weights_bytes=fp32_bytes, before=before, after=after,

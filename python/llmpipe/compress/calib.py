@@ -10,12 +10,16 @@ import torch
 from llmpipe.errors import InputError
 
 
-def calibration_tokens(shards: Path | None, n_seqs: int = 32, *, seed: int = 0, split: str = "train") -> torch.Tensor:
+def calibration_tokens(
+    shards: Path | None, n_seqs: int = 32, *, seed: int = 0, split: str = "train"
+) -> torch.Tensor:
     """``n_seqs`` random rows of the split as a LongTensor [n, seq_len] (inputs only, no target shift)."""
     from llmpipe.data import ShardDataset
 
     if shards is None:
-        raise InputError("this method needs calibration data: pass --calib SHARDS (a `llmpipe curate` output)")
+        raise InputError(
+            "this method needs calibration data: pass --calib SHARDS (a `llmpipe curate` output)"
+        )
     ds = ShardDataset(shards, split, verify="fast")
     if len(ds) == 0:
         raise InputError(f"{shards}: no {split} samples for calibration")

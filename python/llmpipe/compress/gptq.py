@@ -11,6 +11,8 @@ rounded to nearest. The result is the same tensor type and the same bits as ``in
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -48,7 +50,9 @@ def gptq_weight(
 
 
 @torch.no_grad()
-def _hessians(model: nn.Module, names: list[str], calib: torch.Tensor, batch: int = 8) -> dict[str, torch.Tensor]:
+def _hessians(
+    model: nn.Module, names: list[str], calib: torch.Tensor, batch: int = 8
+) -> dict[str, torch.Tensor]:
     hs: dict[str, torch.Tensor] = {}
     counts: dict[str, int] = {}
     hooks = []
@@ -74,10 +78,10 @@ def _hessians(model: nn.Module, names: list[str], calib: torch.Tensor, batch: in
 def _install(model: nn.Module, spec: QuantSpec, name: str, codes: torch.Tensor, scales: torch.Tensor) -> None:
     """RTN-quantize the module to get torchao's int4 tensor, then overwrite its codes and scales."""
     apply_rtn(model, spec, only=lambda fqn: fqn == name)
-    t = model.get_submodule(name).weight
-    t.qdata.copy_(codes)  # type: ignore[operator]
-    t.scale.copy_(scales.to(t.scale.dtype))  # type: ignore[operator]
-    t.zero_point.zero_()  # type: ignore[operator]
+    t: Any = model.get_submodule(name).weight
+    t.qdata.copy_(codes)
+    t.scale.copy_(scales.to(t.scale.dtype))
+    t.zero_point.zero_()
 
 
 @torch.no_grad()
@@ -85,13 +89,16 @@ def apply_gptq(model: nn.Module, spec: QuantSpec, calib: torch.Tensor, damp: flo
     groups: list[list[str]] = []
     for i, _ in enumerate(model.layers):  # type: ignore[arg-type]
         groups.append(
-            [f"layers.{i}.{m}" for m in ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "ffn.w1", "ffn.w3", "ffn.w2")]
+            [
+                f"layers.{i}.{m}"
+                for m in ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "ffn.w1", "ffn.w3", "ffn.w2")
+            ]
         )
     groups.append(["output"])
     for names in groups:
         hs = _hessians(model, names, calib)
         for name in names:
-            w = model.get_submodule(name).weight
+            w: Any = model.get_submodule(name).weight
             codes, scales = gptq_weight(w, hs[name], spec.group_size, damp)
             _install(model, spec, name, codes, scales)
     apply_rtn(model, spec, only=lambda fqn: fqn == "tok_embeddings")

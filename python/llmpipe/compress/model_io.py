@@ -47,7 +47,9 @@ def model_config_from_hf(c: dict[str, Any]) -> ModelConfig:
     from train.model import ModelConfig
 
     if c.get("model_type") != "llama":
-        raise InputError(f"config.json: model_type {c.get('model_type')!r}; only llama checkpoints are supported")
+        raise InputError(
+            f"config.json: model_type {c.get('model_type')!r}; only llama checkpoints are supported"
+        )
     return ModelConfig(
         dim=c["hidden_size"], n_layers=c["num_hidden_layers"], n_heads=c["num_attention_heads"],
         n_kv_heads=c.get("num_key_value_heads"), ffn_hidden=c["intermediate_size"],

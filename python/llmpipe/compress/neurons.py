@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,7 +22,7 @@ from llmpipe.compress.prune import input_norms
 def prune_neurons(model: nn.Module, method: str, sparsity: float, calib: torch.Tensor | None) -> nn.Module:
     from train.model import Transformer
 
-    cfg = model.cfg  # type: ignore[attr-defined]
+    cfg: Any = model.cfg
     hidden = cfg.hidden
     keep_n = max(1, round((1 - sparsity) * hidden))
     w2_names = [f"layers.{i}.ffn.w2" for i in range(cfg.n_layers)]

@@ -40,7 +40,9 @@ def check_sparsity(sparsity: float | None, structure: str) -> float:
 
 
 @torch.no_grad()
-def input_norms(model: nn.Module, names: list[str], calib: torch.Tensor, batch: int = 8) -> dict[str, torch.Tensor]:
+def input_norms(
+    model: nn.Module, names: list[str], calib: torch.Tensor, batch: int = 8
+) -> dict[str, torch.Tensor]:
     """Per-input-feature L2 norm of each named module's input over the calibration tokens."""
     sq: dict[str, torch.Tensor] = {}
     hooks = []
@@ -89,7 +91,7 @@ def prune_weights(
     norms = input_norms(model, names, calib) if calib is not None and method == "wanda" else {}
     masks: dict[str, torch.Tensor] = {}
     for name in names:
-        w = model.get_submodule(name).weight
+        w: torch.Tensor = model.get_submodule(name).weight  # type: ignore[assignment]
         score = w.abs() * norms[name][None, :] if method == "wanda" else w.abs()
         mask = _mask(score, sparsity, structure, per_row=method == "wanda")
         w.mul_(mask)
@@ -99,6 +101,7 @@ def prune_weights(
 
 def sparsity_of(model: nn.Module, names: list[str] | None = None) -> float:
     names = names or prunable(model)
-    zeros = sum(int((model.get_submodule(n).weight == 0).sum()) for n in names)
-    total = sum(model.get_submodule(n).weight.numel() for n in names)
+    weights: list[torch.Tensor] = [model.get_submodule(n).weight for n in names]  # type: ignore[misc]
+    zeros = sum(int((w == 0).sum()) for w in weights)
+    total = sum(w.numel() for w in weights)
     return zeros / total

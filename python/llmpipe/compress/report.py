@@ -41,7 +41,7 @@ def dir_size(path: Path) -> int:
 
 
 @torch.inference_mode()
-def cpu_speed(model: nn.Module, seq_len: int, vocab: int, *, reps: int = 5) -> dict[str, float]:
+def cpu_speed(model: nn.Module, seq_len: int, vocab: int, *, reps: int = 3) -> dict[str, float]:
     ids = torch.randint(0, vocab, (1, seq_len), generator=torch.Generator().manual_seed(0))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: comparable figures on a shared, busy machine
@@ -58,7 +58,9 @@ def cpu_speed(model: nn.Module, seq_len: int, vocab: int, *, reps: int = 5) -> d
     return {"latency_ms": lat * 1e3, "tokens_per_s": seq_len / lat, "seq_len": seq_len}
 
 
-def measure(model: nn.Module, shards: Path | None, *, seq_len: int, vocab: int, eval_rows: int) -> dict[str, Any]:
+def measure(
+    model: nn.Module, shards: Path | None, *, seq_len: int, vocab: int, eval_rows: int
+) -> dict[str, Any]:
     out: dict[str, Any] = {"bpb": None}
     if shards is not None:
         out["bpb"] = bits_per_byte(model, shards, max_rows=eval_rows)

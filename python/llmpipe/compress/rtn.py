@@ -25,7 +25,7 @@ def _configs(spec: QuantSpec) -> tuple[object, object]:
         return Int8WeightOnlyConfig(), Int8WeightOnlyConfig()
     if spec.method == "int8-dynamic":
         return Int8DynamicActivationInt8WeightConfig(), Int8WeightOnlyConfig()
-    int4 = IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(spec.group_size))
+    int4 = IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(spec.group_size))  # type: ignore[attr-defined]
     return int4, int4
 
 

@@ -43,7 +43,7 @@ def check(spec: QuantSpec, model: nn.Module) -> None:
     if spec.group_size <= 0:
         raise ConfigError(f"--group-size must be positive, got {spec.group_size}")
     for name, m in targets(model):
-        width = m.in_features if isinstance(m, nn.Linear) else m.embedding_dim
+        width = int(m.in_features if isinstance(m, nn.Linear) else m.embedding_dim)  # type: ignore[arg-type]
         if width % spec.group_size:
             raise ConfigError(
                 f"--group-size {spec.group_size} does not divide the input width {width} of {name}; "

@@ -80,7 +80,7 @@ def save_quantized(
     if tokenizer is not None:
         shutil.copyfile(tokenizer, tmp / "tokenizer.json")
     doc = {"format": FORMAT, "version": 1, "method": spec.method, "bits": spec.bits,
-           "group_size": spec.group_size if spec.grouped else None, "tensors": meta}  # fmt: skip
+           "group_size": spec.group_size, "tensors": meta}  # fmt: skip
     (tmp / META).write_text(json.dumps(doc, indent=1) + "\n")
     if out.exists():
         shutil.rmtree(out)
@@ -102,7 +102,7 @@ def load_quantized(path: Path) -> tuple[nn.Module, QuantSpec]:
         raise InputError(f"{meta_file}: unknown format {doc.get('format')!r} version {doc.get('version')!r}")
     from train.model import Transformer
 
-    spec = QuantSpec(doc["method"], doc["group_size"] or 64)
+    spec = QuantSpec(doc["method"], doc["group_size"])
     model = Transformer(model_config_from_hf(json.loads((path / "config.json").read_text()))).eval()
     if spec.method == "gptq-int4":  # same tensors as int4; GPTQ only chose other codes and scales
         quantize_model(model, QuantSpec("int4", spec.group_size))

@@ -27,18 +27,27 @@ def qat_base_config(scheme: str, group_size: int) -> Any:
     from torchao.quantization.granularity import PerAxis, PerGroup
 
     if scheme == "int4":
-        return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group_size))
+        return IntxWeightOnlyConfig(
+            weight_dtype=torch.int4,  # type: ignore[attr-defined]
+            granularity=PerGroup(group_size),
+        )
     if scheme == "int8":
         return IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
     raise ConfigError(f"qat.scheme must be none, int4 or int8, got {scheme!r}")
 
 
 def _fake_quantizers(model: nn.Module) -> list[Any]:
-    return [m.weight_fake_quantizer for m in model.modules() if getattr(m, "weight_fake_quantizer", None) is not None]
+    return [
+        m.weight_fake_quantizer
+        for m in model.modules()
+        if getattr(m, "weight_fake_quantizer", None) is not None
+    ]
 
 
 class TrainCompression:
-    def __init__(self, qat_scheme: str, qat_group_size: int, qat_from_step: int, init_from: Path | None) -> None:
+    def __init__(
+        self, qat_scheme: str, qat_group_size: int, qat_from_step: int, init_from: Path | None
+    ) -> None:
         self.scheme, self.group_size, self.from_step = qat_scheme, qat_group_size, qat_from_step
         self.init_from = init_from
         self.masks: dict[str, torch.Tensor] = {}  # full masks by parameter name (True = kept)
@@ -61,9 +70,17 @@ class TrainCompression:
         from torchao.quantization.qat import QATConfig
 
         for name, m in model.named_modules():
-            for width in [m.in_features] if isinstance(m, nn.Linear) else [m.embedding_dim] if isinstance(m, nn.Embedding) else []:
+            for width in (
+                [m.in_features]
+                if isinstance(m, nn.Linear)
+                else [m.embedding_dim]
+                if isinstance(m, nn.Embedding)
+                else []
+            ):
                 if self.scheme == "int4" and width % self.group_size:
-                    raise ConfigError(f"qat.group_size {self.group_size} does not divide the width {width} of {name}")
+                    raise ConfigError(
+                        f"qat.group_size {self.group_size} does not divide the width {width} of {name}"
+                    )
         quantize_(model, QATConfig(qat_base_config(self.scheme, self.group_size), step="prepare"),
                   filter_fn=lambda m, _fqn: isinstance(m, nn.Linear | nn.Embedding))  # fmt: skip
 
@@ -84,7 +101,9 @@ class TrainCompression:
         if getattr(model, "cfg", None) is not None and model.cfg.tie_embeddings:  # type: ignore[union-attr]
             state.pop("output.weight", None)
         try:
-            set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=True))
+            set_model_state_dict(
+                model, dict(state), options=StateDictOptions(full_state_dict=True, strict=True)
+            )
         except (RuntimeError, ValueError, KeyError) as e:
             raise ConfigError(
                 f"init.from_hf: {weights} does not fit the model config ({str(e).splitlines()[0][:200]}); "
@@ -102,10 +121,14 @@ class TrainCompression:
                 raise ConfigError(f"pruning mask for {name}, which the model does not have")
             p = params[name]
             if tuple(mask.shape) != tuple(p.shape):
-                raise ConfigError(f"pruning mask {name} has shape {tuple(mask.shape)}, the weight {tuple(p.shape)}")
+                raise ConfigError(
+                    f"pruning mask {name} has shape {tuple(mask.shape)}, the weight {tuple(p.shape)}"
+                )
             m = mask.to(dtype=p.dtype)
             if isinstance(p, DTensor):
-                m = distribute_tensor(m.to(p.to_local().device), p.device_mesh, p.placements, src_data_rank=None)
+                m = distribute_tensor(
+                    m.to(p.to_local().device), p.device_mesh, p.placements, src_data_rank=None
+                )
             else:
                 m = m.to(p.device)
             self._local[name] = m
