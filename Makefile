@@ -1,13 +1,16 @@
 # llmpipe: one target each for setup, demo, lint, test and bench.
 # Everything runs inside $(VENV), created and filled from requirements.lock by `make setup`.
+# CI (.ci/run) runs `make lint` then `make test` on a fresh machine.
 VENV      ?= .venv
 PY        := $(VENV)/bin/python
 UV        := $(VENV)/bin/uv
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 DEMO_OUT  ?= out/demo
+# the compiled extension, built in place by `maturin develop` (stubtest checks the stub against it)
+CORE      := python/llmpipe/_core.abi3.so
 
-.PHONY: setup deps build demo test test-rust test-python lint bench clean
+.PHONY: setup deps build system-deps demo test test-rust test-python lint lint-python lint-rust stubtest bench clean
 
 setup: build
 
@@ -30,7 +33,12 @@ demo: build
 	torchrun --standalone --nproc_per_node=2 train/pretrain.py --data $(DEMO_OUT)/shards \
 	  --config configs/train/tiny.yaml --out $(DEMO_OUT)/run
 
-test: build test-rust test-python
+# chromium, sshd, ssh and rsync for the report and cluster-launcher tests: installed when missing
+# (root or passwordless sudo), else one line saying what to install (tools/system-deps.sh)
+system-deps:
+	@tools/system-deps.sh
+
+test: system-deps build test-rust test-python
 
 test-rust:
 	cargo test --workspace --exclude llmpipe-py
@@ -38,12 +46,25 @@ test-rust:
 test-python:
 	pytest -q
 
-lint: deps
+lint: lint-python lint-rust stubtest
+
+lint-python: deps
 	ruff check python train tests bench
 	ruff format --check python train tests bench
 	mypy
-	cargo fmt --all --check
+
+# the workspace's crates only: vendor/whatlang is vendored code, outside the workspace (Cargo.toml)
+lint-rust:
+	cargo fmt --check
 	cargo clippy --workspace --all-targets -- -D warnings
+
+# the hand-written stub python/llmpipe/_core.pyi against the compiled module; the allowlist holds
+# only pyo3/CPython artefacts. Builds the extension if it is not there (after changing Rust: make build).
+stubtest: deps | $(CORE)
+	cd python && $(abspath $(PY)) -m mypy.stubtest llmpipe._core --allowlist ../.ci/stubtest-allowlist
+
+$(CORE): | deps
+	maturin develop --release --uv -q
 
 bench: build
 	$(PY) bench/run_all.py

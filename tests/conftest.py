@@ -10,13 +10,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the real data the suite reads (crawls, web pages, reference text): beside the repository, described
+#: by its SOURCES.md; never copied into the repository
 DATA = (ROOT / ".." / "shared" / "data").resolve()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Without the data directory nothing meaningful runs: stop the session with one line that says so."""
+    if not (DATA / "SOURCES.md").is_file():
+        raise pytest.UsageError(
+            f"the test data directory {DATA} (../shared/data beside the repository, with its SOURCES.md) "
+            "is missing: the suite reads real crawl data from it; see README.md, section Tests"
+        )
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    if not DATA.is_dir():
-        raise AssertionError(f"the shared real data is missing at {DATA}")
     return DATA
 
 

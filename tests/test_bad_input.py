@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from llmpipe.curate.stage import StageCounts
+from llmpipe.errors import InputError
 from llmpipe.io.read import ReadConfig, read_batches
 from llmpipe.io.records import Bad
 
@@ -121,8 +122,9 @@ def test_truncated_warc_cut_between_records(data_dir: Path, tmp_path: Path) -> N
     read = StageCounts("read")
     list(read_batches(plain, "cut", ReadConfig(), bad.append, read, StageCounts("extract")))
     assert [b.reason for b in bad] == ["truncated_or_corrupt_stream"]
-    # FastWARC hands out the cut header as a record of unknown type with no content: counted as skipped
-    assert read.docs_in == 2 and read.dropped == {"skipped_warcinfo_record": 1, "skipped_unknown_record": 1}
+    # FastWARC hands out the cut header as a record with no Content-Length: counted once, as the cut
+    # (not also as a skipped record of unknown type)
+    assert read.docs_in == 1 and read.dropped == {"skipped_warcinfo_record": 1}
 
 
 def _peak_rss_mb(code: str) -> float:
@@ -222,3 +224,121 @@ def test_funnel_adds_up_with_quarantine(curated_bad: tuple[Path, Path]) -> None:
     }
     assert sum(quarantined.values()) == stats["quarantine"]["records"] == 8
     assert quarantined == stats["quarantine"]["by_reason"]
+
+
+# -- issue 21: cuts and corruption that used to go unreported --------------------------------------
+
+
+def _read(path: Path) -> tuple[StageCounts, list[Bad], int]:
+    """(read counts with quarantine counted as the pipeline does, bad records, documents)."""
+    read, bad = StageCounts("read"), []
+
+    def on_bad(b: Bad) -> None:
+        bad.append(b)
+        read.docs_in += b.records
+        read.dropped[f"quarantined_{b.reason}"] += b.records
+
+    batches = list(read_batches(path, path.name, ReadConfig(), on_bad, read, StageCounts("extract")))
+    read.check()
+    return read, bad, sum(b.num_rows for b in batches)
+
+
+def _warc_spans(raw: bytes) -> list[tuple[int, int]]:
+    """(start, end of content) of each record of an uncompressed WARC, by its Content-Length."""
+    import re
+
+    spans, pos = [], 0
+    while (s := raw.find(b"WARC/1.0\r\n", pos)) >= 0:
+        e = raw.index(b"\r\n\r\n", s)
+        n = int(re.search(rb"(?im)^content-length:\s*(\d+)", raw[s:e]).group(1))  # type: ignore[union-attr]
+        spans.append((s, e + 4 + n))
+        pos = e + 4 + n
+    return spans
+
+
+def test_warc_cut_in_any_record_is_reported_once(data_dir: Path, tmp_path: Path) -> None:
+    """A cut inside a request/metadata record (whose body is never read) or inside a header is one
+    quarantined record; every record before it is counted once, in plain and gzip WARC."""
+    import zlib
+
+    data = (data_dir / "web" / "cc-main-2020-34-excerpt.warc.gz").read_bytes()
+    # the issue's reproduction: 60,800 bytes end inside the 20th record (a request)
+    cut = tmp_path / "cut.warc.gz"
+    cut.write_bytes(data[:60_800])
+    read, bad, docs = _read(cut)
+    assert docs == 6 and len(bad) == 1 and bad[0].reason.startswith("truncated")
+    assert read.docs_in == 20
+    with pytest.raises(InputError, match="truncated"):  # what --strict does with it
+        list(read_batches(cut, "cut", ReadConfig(), _strict, None, None))
+    raw = gzip.decompress(data)
+    spans = _warc_spans(raw)[:21]
+    plain = tmp_path / "cut.warc"
+    for s, e in spans[1:]:
+        for at in (s + 20, (s + e) // 2, e):  # in the header, in the body, at the record's end
+            plain.write_bytes(raw[:at])
+            read, bad, _ = _read(plain)
+            complete = sum(1 for _, end in spans if end <= at)
+            assert len(bad) == (at < e), (at, bad)
+            assert read.docs_in == complete + (at < e), (at, read.dropped)
+    members, pos = [], 0
+    while pos < len(data):
+        d = zlib.decompressobj(wbits=31)
+        d.decompress(data[pos:])
+        members.append(pos)
+        pos = len(data) - len(d.unused_data)
+    for j in range(1, 21):  # gzip: cut inside each member (one record each)
+        cut.write_bytes(data[: (members[j] + members[j + 1]) // 2])
+        read, bad, _ = _read(cut)
+        assert len(bad) == 1 and read.docs_in == j + 1, (j, bad, read.dropped)
+
+
+def _strict(b: Bad) -> None:
+    raise InputError(f"{b.location}: {b.reason}")
+
+
+def test_truncated_zstd_jsonl_is_reported(data_dir: Path, tmp_path: Path) -> None:
+    import zstandard
+
+    lines = _real_lines(data_dir, 100)
+    comp = zstandard.ZstdCompressor().compressobj()
+    out, ends = b"", []
+    for line in lines:  # a flush per line: a cut after a line ends on a block boundary
+        out += comp.compress(line) + comp.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+        ends.append(len(out))
+    out += comp.flush()
+    path = tmp_path / "x.jsonl.zst"
+    path.write_bytes(out)
+    assert _read(path)[2] == 100 and not _read(path)[1]
+    for at in (ends[56], ends[56] + 30):  # after line 57, and inside line 58
+        path.write_bytes(out[:at])
+        read, bad, docs = _read(path)
+        assert docs == 57
+        assert [(b.reason, b.location) for b in bad] == [("truncated_or_corrupt_stream", "after line 57")]
+
+
+def test_jsonl_records_quarantined_after_parsing_name_their_line(data_dir: Path, tmp_path: Path) -> None:
+    good = _real_lines(data_dir, 5)
+    surrogate = b'{"id": "s", "text": "lone \\ud800 surrogate"}\n'
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b"".join([good[0], b"\n", good[1], surrogate, good[2]]))
+    _, bad, docs = _read(path)
+    assert docs == 3 and [(b.reason, b.location) for b in bad] == [("undecodable_bytes", "line 4")]
+
+
+def test_rows_of_a_corrupt_parquet_row_group_are_counted(data_dir: Path, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [json.loads(line) for line in _real_lines(data_dir, 90)]
+    path = tmp_path / "x.parquet"
+    table = pa.table({"id": [str(i) for i in range(len(rows))], "text": [r["text"] for r in rows]})
+    pq.write_table(table, path, row_group_size=30, compression="zstd", use_dictionary=False)
+    meta = pq.read_metadata(path).row_group(1).column(1)
+    data = bytearray(path.read_bytes())
+    start = meta.data_page_offset + meta.total_compressed_size // 2
+    data[start : start + 64] = random.Random(1).randbytes(64)  # in the middle of row group 1's text
+    path.write_bytes(bytes(data))
+    read, bad, docs = _read(path)
+    assert docs == 60
+    assert [(b.reason, b.records) for b in bad] == [("unreadable_row_group", 30)]
+    assert read.docs_in == 90 and read.dropped["quarantined_unreadable_row_group"] == 30

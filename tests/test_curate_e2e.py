@@ -115,14 +115,18 @@ def test_shards_decode_to_the_kept_documents(curated: tuple[Path, Path]) -> None
     assert len({" ".join(d.lower().split()) for d in docs}) == len(docs), "no exact duplicates remain"
 
 
-def test_bad_json_line_is_counted_and_quarantined(tmp_path: Path) -> None:
-    good = "The quick brown fox jumps over the lazy dog near the river bank. " * 3
+def test_bad_json_line_is_counted_and_quarantined(tmp_path: Path, data_dir: Path) -> None:
+    # two real crawl documents (made-up text falls to the quality filters, and a run that keeps
+    # nothing is an error) around a line cut short
+    with gzip.open(data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz", "rt") as f:
+        texts = [json.loads(line)["text"] for line in f]
+    good = [t for t in texts if 300 < len(t.split()) < 2000][:2]
     src = tmp_path / "in.jsonl"
     src.write_text(
-        json.dumps({"id": "a", "text": good})
+        json.dumps({"id": "a", "text": good[0]})
         + "\n"
         + '{"id": "b", "text": "cut off\n'
-        + json.dumps({"id": "c", "text": good + " again and again"})
+        + json.dumps({"id": "c", "text": good[1]})
         + "\n"
     )
     cfg = tmp_path / "c.yaml"

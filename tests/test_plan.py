@@ -117,7 +117,7 @@ def test_memory_estimate_within_20_percent_of_the_measured_peak(
             del logits, loss
             tracker.reset_mod_stats()
     measured = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
-    shape, _ = ModelShape.from_train_config(path, vocab)
+    shape = ModelShape.of(cfg)
     plan = estimate(
         PlanInput(
             model=shape, precision="fp32", strategy="ddp", seq_len=seq_len, micro_batch=batch, device="cpu"
@@ -125,3 +125,26 @@ def test_memory_estimate_within_20_percent_of_the_measured_peak(
     )
     est = plan.total_gb * 1e9
     assert abs(est - measured) / measured < 0.20, (config, est, measured)
+
+
+def test_config_is_the_trainers_typed_config(tmp_path: Path) -> None:
+    """`plan --config` reads train/config.py's RunConfig: its defaults, its checks, its unknown keys."""
+    sys.path.insert(0, str(ROOT))
+    from train.model import ModelConfig
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(
+        "model:\n  dim: 96\n  n_heads: 6\n  n_kv_heads: 2\n  vocab_size: 1000\n  max_seq_len: 64\n"
+    )
+    p = _plan("--config", str(cfg), "--micro-batch", "2")
+    m = ModelConfig(dim=96, n_heads=6, n_kv_heads=2, vocab_size=1000)  # n_layers etc.: the trainer's defaults
+    assert p["params"] == ModelShape.of(m).params
+    assert p["inputs"]["seq_len"] == 64
+    assert _plan("--config", str(cfg), "--vocab-size", "2000")["params"] > p["params"]
+
+    cfg.write_text("model:\n  dim: 96\n  n_head: 6\n")
+    bad = run_cli("plan", "--config", str(cfg), check=False)
+    assert bad.returncode != 0 and "n_head" in bad.stderr and "Traceback" not in bad.stderr
+    cfg.write_text("train:\n  steps: many\n")
+    bad = run_cli("plan", "--config", str(cfg), check=False)
+    assert bad.returncode != 0 and "train.steps" in bad.stderr and "Traceback" not in bad.stderr

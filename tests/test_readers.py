@@ -96,8 +96,8 @@ def read_all(path: Path, cfg: ReadConfig | None = None) -> tuple[StageCounts, St
 
     def on_bad(b: Bad) -> None:  # what the pipeline does with a quarantined record
         bad.append(b)
-        read.docs_in += 1
-        read.dropped[f"quarantined_{b.reason}"] += 1
+        read.docs_in += b.records
+        read.dropped[f"quarantined_{b.reason}"] += b.records
 
     batches = list(read_batches(path, path.name, cfg or ReadConfig(), on_bad, read, extract))
     rows = [r for b in batches for r in b.to_pylist()]

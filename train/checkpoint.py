@@ -60,9 +60,11 @@ class Checkpointer:
         self.rank = rank
         self.world_size = world_size
         self._pending: tuple[Future[Any], Path, Path] | None = None
-        self._async_group = None
+        self._async_group: dist.ProcessGroup | None = None
         if cfg.async_save and dist.is_initialized():
-            self._async_group = dist.new_group(backend="gloo")  # keeps checkpoint I/O off the training group
+            group = dist.new_group(backend="gloo")  # keeps checkpoint I/O off the training group
+            assert isinstance(group, dist.ProcessGroup)  # every rank is a member of a group of all ranks
+            self._async_group = group
         if rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
             for stale in self.root.glob(".tmp-step-*"):  # left by a run killed mid-save
@@ -141,7 +143,7 @@ class Checkpointer:
     ) -> dict[str, Any]:
         """Load model and optimizer (resharded to this run's ranks); returns the saved train state."""
         model_sd, optim_sd = get_state_dict(model, optimizer)
-        state = {"model": model_sd, "optim": optim_sd}
+        state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=str(path))
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         saved: dict[str, Any] = torch.load(path / STATE_FILE, weights_only=False)

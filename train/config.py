@@ -25,12 +25,33 @@ _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 @dataclass
+class SourceConfig:
+    """One source of a weighted mixture (``--data name=path:weight``)."""
+
+    name: str = ""
+    path: Path | None = None  # its shard directory
+    weight: float = 1.0  # share of target tokens (normalised over the sources)
+    max_epochs: int = 0  # passes over the source before it is exhausted; 0: repeated without limit
+
+
+@dataclass
+class StageConfig:
+    """From optimizer step ``from_step`` on, the mixture takes these weights (source name -> weight)."""
+
+    from_step: int = 0
+    weights: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
 class DataConfig:
     path: Path | None = None  # the shard directory (``--data``)
     batch_size: int = 8  # sequences per rank per micro-batch
     seed: int = 0  # data order
     verify: Literal["full", "fast", "none"] = "fast"
     prefetch: int = 4
+    sources: list[SourceConfig] = field(default_factory=list)  # a weighted mixture instead of ``path``
+    stages: list[StageConfig] = field(default_factory=list)  # later mixtures (e.g. anneal on one source)
+    on_exhausted: Literal["stop", "renormalize"] = "stop"  # when a source passes its max_epochs
 
 
 @dataclass
@@ -42,8 +63,11 @@ class OptimConfig:
     weight_decay: float = 0.1  # matrices only: never norms or biases
     decay_embeddings: bool = False  # whether the embedding (and a tied output) matrix decays
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
-    warmup_steps: int = 100  # linear warmup from 0, then cosine to min_lr_ratio * lr at train.steps
+    warmup_steps: int = 100  # linear warmup from 0, then the schedule to min_lr_ratio * lr at train.steps
     min_lr_ratio: float = 0.1
+    schedule: Literal["cosine", "linear", "wsd", "constant"] = "cosine"  # after the warmup
+    decay_fraction: float = 0.2  # wsd: the last fraction of train.steps decays linearly to the minimum
+    batch_lr: Literal["sqrt", "linear", "none"] = "sqrt"  # lr scaling with a ramped batch (train.ramp_*)
     fused: bool = False  # fused AdamW kernel (CUDA)
 
 
@@ -61,7 +85,9 @@ class ParallelConfig:
 @dataclass
 class LoopConfig:
     steps: int = 100  # optimizer steps
-    grad_accum: int = 1  # micro-batches per optimizer step
+    grad_accum: int = 1  # micro-batches per optimizer step (the full batch when ramping)
+    ramp_tokens: int = 0  # batch-size ramp: tokens over which the batch grows to grad_accum; 0: off
+    ramp_start: int = 1  # ramp: micro-batches per step at the start, doubled up to grad_accum
     seed: int = 0  # weight init
     log_every: int = 10
     val_every: int = 50  # 0: only at the end
@@ -126,9 +152,10 @@ class RunConfig:
 
 
 def _sections() -> dict[str, set[str]]:
+    default = RunConfig()
     return {
-        f.name: {g.name for g in dataclasses.fields(f.default_factory())}  # type: ignore[misc]
-        for f in dataclasses.fields(RunConfig)
+        f.name: {g.name for g in dataclasses.fields(getattr(default, f.name))}
+        for f in dataclasses.fields(default)
     }
 
 
@@ -174,7 +201,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, RunCo
         epilog="Any other --section.key=value (or unique --key=value) overrides the config.",
     )
     p.add_argument("--config", type=Path, default=None, help="YAML config (configs/train/*.yaml)")
-    p.add_argument("--data", type=Path, default=None, help="shard directory written by `llmpipe curate`")
+    p.add_argument(
+        "--data",
+        action="append",
+        default=None,
+        metavar="DIR | NAME=DIR:WEIGHT",
+        help="shard directory written by `llmpipe curate`; repeat NAME=DIR:WEIGHT to mix sources",
+    )
     p.add_argument("--out", type=Path, required=True, help="run directory: checkpoints, logs, config")
     args, rest = p.parse_known_args(argv)
     overrides = []
@@ -183,21 +216,83 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, RunCo
             raise ConfigError(f"unexpected argument {item!r}; overrides look like --section.key=value")
         overrides.append(item[2:])
     cfg = load_config(args.config, overrides)
-    if args.data is not None:
-        cfg.data.path = args.data
-    if cfg.data.path is None:
+    if args.data:
+        apply_data_args(cfg.data, args.data)
+    if cfg.data.path is None and not cfg.data.sources:
         raise ConfigError("no shard directory: pass --data DIR (or set data.path in the config)")
     validate(cfg)
     return args, cfg
 
 
+_SOURCE = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$")
+
+
+def parse_source(item: str) -> SourceConfig:
+    """``NAME=DIR:WEIGHT`` (or ``NAME=DIR``, weight 1) as a mixture source."""
+    m = _SOURCE.match(item)
+    if m is None:
+        raise ConfigError(f"--data {item!r}: expected DIR or NAME=DIR:WEIGHT")
+    name, rest = m.groups()
+    path, weight = rest, 1.0
+    if ":" in rest:
+        head, tail = rest.rsplit(":", 1)
+        try:
+            path, weight = head, float(tail)
+        except ValueError:
+            path = rest
+    return SourceConfig(name=name, path=Path(path), weight=weight)
+
+
+def apply_data_args(data: DataConfig, items: list[str]) -> None:
+    """``--data DIR`` once, or ``--data NAME=DIR:WEIGHT`` once per source (replacing data.sources)."""
+    if len(items) == 1 and _SOURCE.match(items[0]) is None:
+        data.path, data.sources = Path(items[0]), []
+        return
+    data.path, data.sources = None, [parse_source(item) for item in items]
+
+
+def validate_mixture(data: DataConfig) -> None:
+    if not data.sources:
+        if data.stages:
+            raise ConfigError("data.stages needs data.sources (a mixture)")
+        return
+    if data.path is not None:
+        raise ConfigError("set data.path (one directory) or data.sources (a mixture), not both")
+    names = [s.name for s in data.sources]
+    for i, s in enumerate(data.sources):
+        if not s.name or s.path is None:
+            raise ConfigError(f"data.sources[{i}]: every source needs a name and a path")
+        if s.weight < 0 or s.max_epochs < 0:
+            raise ConfigError(f"data.sources[{i}] ({s.name}): weight and max_epochs must be >= 0")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"data.sources: names must be unique, got {names}")
+    if sum(s.weight for s in data.sources) <= 0:
+        raise ConfigError("data.sources: the weights sum to zero")
+    last = 0
+    for i, st in enumerate(data.stages):
+        if st.from_step <= last:
+            raise ConfigError(f"data.stages[{i}]: from_step must be above 0 and increasing")
+        last = st.from_step
+        unknown = sorted(set(st.weights) - set(names))
+        if unknown:
+            raise ConfigError(f"data.stages[{i}]: unknown source(s) {unknown}; sources are {names}")
+        if any(not isinstance(w, int | float) or w < 0 for w in st.weights.values()):
+            raise ConfigError(f"data.stages[{i}]: weights must be non-negative numbers")
+        if sum(st.weights.values()) <= 0:
+            raise ConfigError(f"data.stages[{i}]: the weights sum to zero")
+
+
 def validate(cfg: RunConfig) -> None:
+    validate_mixture(cfg.data)
     checks = [
         (cfg.train.steps > 0, "train.steps must be positive"),
         (cfg.train.grad_accum > 0, "train.grad_accum must be positive"),
         (cfg.data.batch_size > 0, "data.batch_size must be positive"),
         (cfg.checkpoint.keep > 0, "checkpoint.keep must be at least 1"),
         (0 <= cfg.optim.min_lr_ratio <= 1, "optim.min_lr_ratio must be in [0, 1]"),
+        (0 < cfg.optim.decay_fraction <= 1, "optim.decay_fraction must be in (0, 1]"),
+        (cfg.train.ramp_tokens >= 0, "train.ramp_tokens must be >= 0"),
+        (cfg.train.ramp_start > 0, "train.ramp_start must be positive"),
         (cfg.guard.factor > 1, "guard.factor must be above 1"),
         (cfg.train.log_every > 0, "train.log_every must be positive"),
     ]

@@ -145,6 +145,8 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
+    rope: torch.Tensor  # [2, max_seq_len, head_dim // 2] cos/sin tables, a non-persistent buffer
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         if cfg.vocab_size is None or cfg.max_seq_len is None:

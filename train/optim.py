@@ -1,4 +1,11 @@
-"""AdamW with decoupled weight decay on matrices only, warmup + cosine schedule, gradient clipping."""
+"""AdamW with decoupled weight decay on matrices only, learning-rate schedules, gradient clipping.
+
+Schedules (``optim.schedule``), after a linear warmup of ``warmup_steps`` from 0 to the peak:
+``cosine`` to ``min_lr_ratio * lr`` at ``train.steps``; ``linear`` to the same minimum; ``wsd``
+(warmup-stable-decay) holds the peak and decays linearly to the minimum over the last
+``decay_fraction`` of the steps; ``constant`` holds the peak. With a batch-size ramp the rate is also
+scaled by ``BatchSchedule.lr_scale`` (train/schedule.py).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import torch
 from torch import nn
 
 from train.config import OptimConfig
+from train.schedule import BatchSchedule
 
 
 def param_groups(model: nn.Module, cfg: OptimConfig) -> list[dict[str, object]]:
@@ -37,28 +45,41 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
     )
 
 
-def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
-    """Multiplier of the peak lr for optimizer step ``step`` (0-based): linear warmup, cosine to min."""
+def lr_factor(
+    step: int, warmup: int, total: int, min_ratio: float, kind: str = "cosine", decay_fraction: float = 0.2
+) -> float:
+    """Multiplier of the peak lr for optimizer step ``step`` (0-based)."""
     if warmup > 0 and step < warmup:
         return (step + 1) / warmup
-    if total <= warmup:
+    if kind == "constant" or total <= warmup:
         return 1.0
+    if kind == "wsd":
+        decay_from = max(warmup, total - math.ceil(decay_fraction * total))
+        if step < decay_from:
+            return 1.0
+        progress = min(1.0, (step - decay_from) / max(1, total - decay_from))
+        return 1.0 - (1.0 - min_ratio) * progress
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    if kind == "linear":
+        return 1.0 - (1.0 - min_ratio) * progress
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def build_scheduler(
-    opt: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int
+    opt: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int, batches: BatchSchedule | None = None
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    return torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor(s, cfg.warmup_steps, total_steps, cfg.min_lr_ratio)
-    )
+    def factor(s: int) -> float:
+        f = lr_factor(s, cfg.warmup_steps, total_steps, cfg.min_lr_ratio, cfg.schedule, cfg.decay_fraction)
+        return f * (batches.lr_scale(s, cfg.batch_lr) if batches is not None else 1.0)
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
 def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:
     """The global gradient norm (over all shards) before clipping; clips when ``max_norm > 0``."""
     params = [p for p in model.parameters() if p.grad is not None]
-    norm = torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True)
+    grads = [p.grad for p in params if p.grad is not None]  # all of them: the filter is for the type checker
+    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
     if hasattr(norm, "full_tensor"):  # DTensor: reduce the partial norms across the mesh
         norm = norm.full_tensor()
     if max_norm > 0:

@@ -24,6 +24,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from train.config import ParallelConfig
+from train.model import Transformer
 
 
 @dataclass
@@ -60,8 +61,9 @@ def init_distributed(cfg: ParallelConfig) -> Dist:
         os.environ.setdefault("MASTER_PORT", "29511")
         os.environ.setdefault("RANK", str(rank))
         os.environ.setdefault("WORLD_SIZE", str(world))
-        kwargs = {"device_id": device} if want_cuda else {}
-        dist.init_process_group(backend=backend, rank=rank, world_size=world, **kwargs)
+        dist.init_process_group(
+            backend=backend, rank=rank, world_size=world, device_id=device if want_cuda else None
+        )
     mesh = build_mesh(cfg, world, device.type)
     return Dist(rank, world, local_rank, device, mesh)
 
@@ -82,7 +84,7 @@ def apply_fsdp(model: nn.Module, cfg: ParallelConfig, mesh: DeviceMesh) -> nn.Mo
     parameters and gradients through its buffers) and bf16 comes from ``autocast`` instead."""
     layers = model.get_submodule("layers")
     assert isinstance(layers, nn.ModuleList)
-    if hasattr(model, "activation_checkpointing"):
+    if isinstance(model, Transformer):
         model.activation_checkpointing = cfg.activation_checkpointing
     if mesh.size() == 1:
         if cfg.compile:

@@ -18,16 +18,17 @@ if __package__ in (None, ""):  # run as a script (torchrun train/pretrain.py): i
 import torch
 import torch.distributed as dist
 from llmpipe.compress.training import TrainCompression
-from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.errors import LlmpipeError
-from llmpipe.plan import plan_for_trainer, render
+from llmpipe.plan import Plan, plan_for_run, render_memory
 
 from train.checkpoint import Checkpointer
 from train.config import RunConfig, dump, parse_args
+from train.data import build_data, open_train
 from train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
 from train.model import Transformer, count_params
 from train.optim import build_optimizer, build_scheduler
 from train.parallel import Dist, apply_fsdp, init_distributed
+from train.schedule import BatchSchedule
 from train.trainer import Trainer
 
 
@@ -56,28 +57,20 @@ def device_memory_gb(device: torch.device) -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
 
 
-def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> str:
+def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> Plan:
     """`llmpipe plan`'s estimate for this run: per-device memory by component, and whether it fits."""
-    m, p = cfg.model, cfg.parallel
-    shard = (
-        1 if p.sharding == "none" else (p.shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size)))
+    return plan_for_run(
+        cfg,
+        world_size=d.world_size,
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size)),
+        seq_len=seq_len,
+        device_memory_gb=device_memory_gb(d.device),
     )
-    plan = plan_for_trainer(
-        dim=m.dim, n_layers=m.n_layers, n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, hidden=m.hidden,
-        vocab_size=m.vocab_size or 0, tie_embeddings=m.tie_embeddings, seq_len=seq_len,
-        micro_batch=cfg.data.batch_size, world_size=d.world_size, sharding=p.sharding,
-        shard_size=shard if p.sharding == "hybrid" else 0, mixed_precision=p.mixed_precision,
-        activation_checkpointing=p.activation_checkpointing, device_memory_gb=device_memory_gb(d.device),
-    )  # fmt: skip
-    text = render(plan)  # its compute section assumes compute-optimal tokens, not this run's: leave it out
-    return text.split("\ncompute for", 1)[0]
 
 
 def run(cfg: RunConfig, out: Path) -> None:
     d = init_distributed(cfg.parallel)
-    assert cfg.data.path is not None
-    train_ds = ShardDataset(cfg.data.path, "train", verify=cfg.data.verify)
-    val_ds = ShardDataset(cfg.data.path, "val", verify=cfg.data.verify)
+    train_ds = open_train(cfg.data)
     cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
     cfg.model.max_seq_len = cfg.model.max_seq_len or train_ds.seq_len
     if cfg.model.vocab_size < train_ds.vocab_size or cfg.model.max_seq_len < train_ds.seq_len:
@@ -85,12 +78,14 @@ def run(cfg: RunConfig, out: Path) -> None:
             f"model vocab {cfg.model.vocab_size} / max_seq_len {cfg.model.max_seq_len} is smaller than the "
             f"shards' vocab {train_ds.vocab_size} / seq_len {train_ds.seq_len}"
         )
-    need = cfg.data.batch_size * d.world_size
-    if len(train_ds) < need:
-        raise LlmpipeError(
-            f"{cfg.data.path}: {len(train_ds)} training samples, fewer than one global batch ({need} = "
-            f"data.batch_size {cfg.data.batch_size} x {d.world_size} ranks); lower --data.batch_size"
-        )
+    schedule = BatchSchedule(
+        cfg.data.batch_size * d.world_size,
+        train_ds.seq_len,
+        cfg.train.grad_accum,
+        cfg.train.ramp_start,
+        cfg.train.ramp_tokens,
+    )
+    data = build_data(cfg, d, schedule, train_ds)
     hooks = compression_hooks(cfg)
     model = build_model(cfg, d, hooks)
     n_params = count_params(model)
@@ -103,19 +98,10 @@ def run(cfg: RunConfig, out: Path) -> None:
             f"parameters: {n_params:,} ({n_dense:,} without the embedding) | ranks: {d.world_size} on "
             f"{d.device.type} | mesh: {tuple(d.mesh.shape)} | train samples: {len(train_ds):,}"
         )
-        print(memory_plan(cfg, d, train_ds.seq_len), flush=True)
+        # the memory part only: the plan's compute budget assumes compute-optimal tokens, not this run's
+        print("\n".join(render_memory(memory_plan(cfg, d, train_ds.seq_len))), flush=True)
     optimizer = build_optimizer(model, cfg.optim)
-    scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps)
-    loader = TokenLoader(
-        train_ds,
-        cfg.data.batch_size,
-        rank=d.rank,
-        world_size=d.world_size,
-        seed=cfg.data.seed,
-        device=d.device,
-        prefetch=cfg.data.prefetch,
-        doc_ids=cfg.model.doc_mask,  # per-token document ids only when the model masks with them
-    )
+    scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps, schedule)
     ckpt = Checkpointer(out, cfg.checkpoint, rank=d.rank, world_size=d.world_size)
     fpt = flops_per_token(cfg.model, n_params, train_ds.seq_len)
     metrics = MetricsWriter(out, enabled=d.is_main, tensorboard=cfg.metrics.tensorboard)
@@ -125,12 +111,14 @@ def run(cfg: RunConfig, out: Path) -> None:
         model,
         optimizer,
         scheduler,
-        loader,
-        val_ds,
+        data.loader,
+        data.val.get(""),
         ckpt,
         metrics,
         Throughput(fpt, d.world_size, peak_tflops(d.device, cfg.metrics.peak_tflops)),
-        hooks,
+        val_sources=data.val if "" not in data.val else None,
+        schedule=schedule,
+        compression=hooks,
     )
     latest = ckpt.latest() if cfg.checkpoint.resume else None
     if latest is not None:

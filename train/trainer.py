@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from llmpipe.compress.training import TrainCompression
 from llmpipe.data import Batch, ShardDataset, TokenLoader
+from llmpipe.data.loader import MixtureLoader
 from llmpipe.errors import LlmpipeError
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
@@ -25,6 +26,7 @@ from train.guard import SpikeGuard
 from train.metrics import MetricsWriter, Throughput, peak_memory_mib
 from train.optim import clip_grad_norm
 from train.parallel import Dist, all_reduce_, all_reduce_sum, autocast
+from train.schedule import BatchSchedule
 
 SPIKE_SCALE = 1000.0  # debug.inject_spike_at_step multiplies the loss by this
 
@@ -83,11 +85,18 @@ class Trainer:
         checkpointer: Checkpointer,
         metrics: MetricsWriter,
         throughput: Throughput,
-        compression: TrainCompression | None = None,
+        *,
+        val_sources: dict[str, ShardDataset] | None = None,  # a mixture: validation loss per source
+        schedule: BatchSchedule | None = None,  # micro-batches per step (a batch-size ramp)
+        compression: TrainCompression | None = None,  # QAT, pruning masks (llmpipe.compress)
     ) -> None:
         self.cfg, self.d, self.model = cfg, d, model
         self.optimizer, self.scheduler, self.loader = optimizer, scheduler, loader
         self.val_ds, self.ckpt, self.metrics, self.throughput = val_ds, checkpointer, metrics, throughput
+        self.val_sources = val_sources or {}
+        g = cfg.data.batch_size * d.world_size
+        self.schedule = schedule or BatchSchedule(g, 1, cfg.train.grad_accum, 1, 0)
+        self.data_ended = False
         self.guard = SpikeGuard(cfg.guard)
         self.compression = compression  # QAT fake quantization, pruning masks (llmpipe.compress)
         self.step = 0  # optimizer steps done
@@ -160,8 +169,8 @@ class Trainer:
 
     # -- validation ---------------------------------------------------------------------------------
     @torch.no_grad()
-    def validate(self) -> float | None:
-        ds = self.val_ds
+    def _val_sums(self, ds: ShardDataset | None) -> tuple[float, float] | None:
+        """Summed loss and target tokens over the first val_batches of ``ds``, all ranks."""
         batch = min(self.cfg.data.batch_size, len(ds) // self.d.world_size) if ds is not None else 0
         if ds is None or batch == 0:
             return None
@@ -186,25 +195,67 @@ class Trainer:
             tokens += count_targets(b)
         self.model.train()
         total, count = all_reduce_sum([loss, tokens], self.d.device)
-        return total / max(count, 1.0)
+        return total, count
+
+    def validate(self) -> float | None:
+        sums = self._val_sums(self.val_ds)
+        return None if sums is None else sums[0] / max(sums[1], 1.0)
+
+    def validation_record(self) -> dict[str, Any]:
+        """``val_loss``; for a mixture also ``val_loss/NAME`` per source (``val_loss`` pools them)."""
+        if not self.val_sources:
+            return {"val_loss": self.validate()}
+        rec: dict[str, Any] = {}
+        total, count = 0.0, 0.0
+        for name, ds in self.val_sources.items():
+            sums = self._val_sums(ds)
+            if sums is None:
+                continue
+            rec[f"val_loss/{name}"] = sums[0] / max(sums[1], 1.0)
+            total, count = total + sums[0], count + sums[1]
+        return {"val_loss": total / count if count else None, **rec}
 
     # -- the loop -------------------------------------------------------------------------------------
     def _batches(self) -> Iterator[list[Batch]]:
         it = iter(self.loader)
         while True:
-            yield [next(it) for _ in range(self.cfg.train.grad_accum)]
+            try:
+                yield [next(it) for _ in range(self.schedule.accum(self.step))]
+            except StopIteration:  # a mixture whose sources ran out (data.on_exhausted=stop)
+                return
+
+    def _data_record(self) -> dict[str, Any]:
+        """Per-source tokens and samples seen (a mixture) and the global batch (a ramp)."""
+        rec: dict[str, Any] = {}
+        if isinstance(self.loader, MixtureLoader):
+            rec.update(self.loader.source_stats())
+        if self.schedule.ramped:
+            rec["global_batch"] = self.schedule.accum(max(self.step - 1, 0)) * self.schedule.micro_global
+        return rec
+
+    def _log_events(self) -> None:
+        if isinstance(self.loader, MixtureLoader):
+            for e in self.loader.new_events():
+                self.record({"data_event": e.message, "event_position": e.position})
 
     def fit(self) -> None:
         cfg, log = self.cfg, self.d.is_main
         steps = cfg.train.steps
         self.model.train()
         if self.step == 0:
-            self.record({"val_loss": self.validate()})
+            self.record(self.validation_record())
         batches = self._batches()
         t0 = time.perf_counter()
         while self.step < steps:
             step_before = self.step
-            res = self.train_step(next(batches))
+            group = next(batches, None)
+            if group is None:
+                self.data_ended = True
+                self._log_events()
+                if log:
+                    print(f"the data ended after step {self.step}: stopping the run here", flush=True)
+                break
+            res = self.train_step(group)
             self.throughput.add(res.tokens)
             self.ckpt.poll()
             if res.decision != "ok":
@@ -218,9 +269,11 @@ class Trainer:
                 rec.update(self.throughput.tick())
                 rec["peak_mem_mib"] = peak_memory_mib(self.d.device)
                 rec["spikes"] = self.guard.total_spikes
+                rec.update(self._data_record())
                 self.record(rec)
+            self._log_events()
             if cfg.train.val_every and self.step % cfg.train.val_every == 0 and self.step != steps:
-                self.record({"val_loss": self.validate()})
+                self.record(self.validation_record())
             if cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0 and self.step != steps:
                 self.save(blocking=False)
             if cfg.debug.stop_after_step and self.step >= cfg.debug.stop_after_step:
@@ -231,11 +284,11 @@ class Trainer:
                     )
                 self.ckpt.close()
                 return
-        self.record({"val_loss": self.validate()})
+        self.record(self.validation_record())
         self.save(blocking=True)
         self.ckpt.close()
         if log:
-            print(f"done: {steps} steps in {time.perf_counter() - t0:.1f}s", flush=True)
+            print(f"done: {self.step} steps in {time.perf_counter() - t0:.1f}s", flush=True)
 
     def _on_spike(self, res: StepResult) -> None:
         self.record(

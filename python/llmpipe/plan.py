@@ -42,11 +42,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-import yaml
+from typing import TYPE_CHECKING, Any, Literal
 
 from llmpipe.errors import ConfigError
+
+if TYPE_CHECKING:  # the trainer's typed config (train/config.py); llmpipe does not import it at run time
+    from train.config import RunConfig
+    from train.model import ModelConfig
 
 GB = 1e9
 Precision = Literal["fp32", "bf16", "fp16", "int8", "int4"]
@@ -98,28 +100,20 @@ class ModelShape:
         return cls(params, dim, n_layers, n_heads, kv, hidden, vocab_size, tie_embeddings)
 
     @classmethod
-    def from_train_config(cls, path: str | Path, vocab_size: int | None = None) -> tuple[ModelShape, int]:
-        """Shape and seq_len (0 if unknown) from a configs/train/*.yaml file."""
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"{p}: no such train config")
-        data = yaml.safe_load(p.read_text()) or {}
-        m = data.get("model") or {}
-        defaults = {"dim": 128, "n_layers": 2, "n_heads": 4, "multiple_of": 32}
-        vocab = vocab_size or m.get("vocab_size")
+    def of(cls, m: ModelConfig, vocab_size: int | None = None) -> ModelShape:
+        """The shape of the trainer's model for its typed config (``vocab_size`` overrides the config's)."""
+        vocab = vocab_size or m.vocab_size
         if not vocab:
-            raise ConfigError(f"{p}: model.vocab_size is taken from the shards; give --vocab-size")
-        shape = cls.llama(
-            m.get("dim", defaults["dim"]),
-            m.get("n_layers", defaults["n_layers"]),
-            m.get("n_heads", defaults["n_heads"]),
-            int(vocab),
-            n_kv_heads=m.get("n_kv_heads"),
-            ffn_hidden=m.get("ffn_hidden"),
-            multiple_of=m.get("multiple_of", defaults["multiple_of"]),
-            tie_embeddings=bool(m.get("tie_embeddings", False)),
+            raise ConfigError("model.vocab_size is taken from the shards; give a vocabulary size")
+        return cls.llama(
+            m.dim,
+            m.n_layers,
+            m.n_heads,
+            vocab,
+            n_kv_heads=m.n_kv_heads,
+            ffn_hidden=m.hidden,
+            tie_embeddings=m.tie_embeddings,
         )
-        return shape, int(m.get("max_seq_len") or 0)
 
 
 @dataclass
@@ -331,6 +325,12 @@ def human(n: float) -> str:
 
 
 def render(plan: Plan) -> str:
+    """The whole plan: memory per GPU, then compute and data budgets."""
+    return "\n".join(render_memory(plan) + render_budgets(plan))
+
+
+def render_memory(plan: Plan) -> list[str]:
+    """The model and its memory per GPU by component, the peak, and whether it fits."""
     i = plan.inputs
     lines = [
         f"model: {human(plan.params)} parameters; {i['gpus']} GPU(s) x {i['gpu_memory_gb']:g} GB, "
@@ -346,7 +346,13 @@ def render(plan: Plan) -> str:
     lines.append(f"  -> {verdict} in {i['gpu_memory_gb']:g} GB")
     if plan.max_micro_batch is not None:
         lines.append(f"  largest micro-batch that fits: {plan.max_micro_batch}")
-    lines += [
+    return lines
+
+
+def render_budgets(plan: Plan) -> list[str]:
+    """Training FLOPs, GPU-hours and raw tokens to crawl for the plan's token budget, and the notes."""
+    i = plan.inputs
+    lines = [
         f"compute for {human(plan.tokens)} tokens (compute-optimal: {human(plan.compute_optimal_tokens)}):",
         f"  {plan.train_flops:.3e} FLOPs (6 N T); {plan.train_flops_with_attention:.3e} with attention",
         f"  {plan.petaflop_s_days:.3f} petaFLOP/s-days; {plan.gpu_hours:,.1f} GPU-hours at "
@@ -354,52 +360,29 @@ def render(plan: Plan) -> str:
         f"data: crawl {human(plan.raw_tokens_to_crawl)} raw tokens at {plan.retention:.2%} retention",
     ]
     lines += [f"note: {n}" for n in plan.notes]
-    return "\n".join(lines)
+    return lines
 
 
 def _size(gb: float) -> str:
     return f"{gb:10.3f} GB" if gb >= 1 else f"{gb * 1000:10.1f} MB"
 
 
-def plan_for_trainer(
-    *,
-    dim: int,
-    n_layers: int,
-    n_heads: int,
-    n_kv_heads: int | None,
-    hidden: int,
-    vocab_size: int,
-    tie_embeddings: bool,
-    seq_len: int,
-    micro_batch: int,
-    world_size: int,
-    sharding: str,
-    shard_size: int,
-    mixed_precision: str,
-    activation_checkpointing: bool,
-    device_memory_gb: float,
+def plan_for_run(
+    cfg: RunConfig, *, world_size: int, local_world_size: int, seq_len: int, device_memory_gb: float
 ) -> Plan:
-    """The plan of a train/pretrain.py run, from its resolved config (the trainer prints it at start)."""
-    shape = ModelShape.llama(
-        dim,
-        n_layers,
-        n_heads,
-        vocab_size,
-        n_kv_heads=n_kv_heads,
-        ffn_hidden=hidden,
-        tie_embeddings=tie_embeddings,
-    )
-    strategy: Strategy = {"full": "fsdp_full", "hybrid": "fsdp_hybrid", "none": "fsdp_none"}[sharding]  # type: ignore[assignment]
+    """The plan of a train/pretrain.py run from its resolved config (the trainer prints its memory part)."""
+    p = cfg.parallel
+    strategies: dict[str, Strategy] = {"full": "fsdp_full", "hybrid": "fsdp_hybrid", "none": "fsdp_none"}
     return estimate(
         PlanInput(
-            model=shape,
+            model=ModelShape.of(cfg.model),
             gpus=world_size,
             gpu_memory_gb=device_memory_gb,
-            precision="fp32" if mixed_precision == "fp32" else "bf16",
-            strategy=strategy,
-            shard_size=shard_size,
+            precision="fp32" if p.mixed_precision == "fp32" else "bf16",
+            strategy=strategies[p.sharding],
+            shard_size=(p.shard_size or local_world_size) if p.sharding == "hybrid" else 0,
             seq_len=seq_len,
-            micro_batch=micro_batch,
-            activation_checkpointing=activation_checkpointing,
+            micro_batch=cfg.data.batch_size,
+            activation_checkpointing=p.activation_checkpointing,
         )
     )

@@ -45,7 +45,9 @@ def torchrun(
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
         "--master_addr=127.0.0.1", f"--master_port={free_port()}", script, *rest,
     ]  # fmt: skip
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+    # this tree's llmpipe (python/) before any installed copy, and `train` from the repo root
+    path = os.pathsep.join([str(ROOT), str(ROOT / "python")])
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=ROOT)
     if check and proc.returncode != 0:
         raise AssertionError(

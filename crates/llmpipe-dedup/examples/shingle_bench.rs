@@ -1,7 +1,7 @@
 //! Timing loop for shingling and signatures on real text (no criterion).
 //!
 //! Input: a file of length-prefixed UTF-8 documents (`u64` little-endian length, then the bytes),
-//! e.g. written from `/work/shared/data/web/cc-main-2019-30-extracted.jsonl.gz` by a few lines of
+//! e.g. written from `../shared/data/web/cc-main-2019-30-extracted.jsonl.gz` by a few lines of
 //! Python. Usage: `cargo run --release -p llmpipe-dedup --example shingle_bench -- FILE [REPS]`.
 //!
 //! Environment: `ONLY=sig` times the signature loop only; `CHECK=1` checks every document's word

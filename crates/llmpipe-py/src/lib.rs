@@ -1,6 +1,6 @@
 //! Python bindings for llmpipe. The only crate that depends on pyo3.
 //!
-//! Rules (see DESIGN.md): extract arguments, run the core with the GIL released
+//! Rules (docs/architecture.md): extract arguments, run the core with the GIL released
 //! (`py.detach`), convert once at the end; one call per batch, never per document.
 //! Each area registers its functions from its own file.
 

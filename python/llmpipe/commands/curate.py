@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from llmpipe.curate.settings import CurateConfig
+from llmpipe.errors import ConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -50,19 +51,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def config_from_args(args: argparse.Namespace) -> CurateConfig:
     cfg = CurateConfig.load(args.config)
-    if args.seq_len is not None:
-        cfg.pack = replace(cfg.pack, seq_len=args.seq_len)
-    if args.vocab_size is not None:
-        cfg.tokenizer = replace(cfg.tokenizer, vocab_size=args.vocab_size)
+    try:
+        if args.seq_len is not None:
+            cfg.pack = replace(cfg.pack, seq_len=args.seq_len)
+        if args.vocab_size is not None:
+            cfg.tokenizer = replace(cfg.tokenizer, vocab_size=args.vocab_size)
+    except ValueError as e:  # the config classes check their values
+        raise ConfigError(f"--seq-len/--vocab-size: {e}") from None
     return cfg
 
 
 def run(args: argparse.Namespace) -> int:
     from llmpipe.curate.pipeline import LocalExecutor, run_curate
+    from llmpipe.curate.stage import Executor
 
     cfg = config_from_args(args)
     progress = not args.quiet and sys.stderr.isatty()
-    executor = LocalExecutor(progress=progress)
+    executor: Executor = LocalExecutor(progress=progress)
     if args.ray:
         from llmpipe.distributed.executor import RayExecutor
 

@@ -85,17 +85,19 @@ def run(args: argparse.Namespace) -> int:
     )
     for split, s in info["splits"].items():
         print(f"  {split:5s}: {s['rows']:,} samples, {s['tokens']:,} tokens in {s['shards']} shard(s)")
-    rep = verify_directory(directory) if args.verify else None
-    if rep is None or rep.ok:  # decode only what verified (or was not asked to be verified)
+    report = verify_directory(directory) if args.verify else None
+    if report is None or report.ok:  # decode only what verified (or was not asked to be verified)
         sample = _decoded_sample(directory, args.sample, args.chars)
         if sample is not None:
             print(f"\n  train sample {args.sample}, decoded:\n  {sample!r}\n")
-    if rep is None:
+    if report is None:
         return 0
-    if rep.ok:
-        print(f"verify: OK ({rep.checked_shards} shard(s), checksums, schema, rows, token ranges, tokenizer)")
+    if report.ok:
+        print(
+            f"verify: OK ({report.checked_shards} shard(s), checksums, schema, rows, token ranges, tokenizer)"
+        )
         return 0
-    for p in rep.problems:
+    for p in report.problems:
         print(f"verify: FAIL {p}")
-    print(f"verify: {len(rep.problems)} problem(s) in {directory}")
+    print(f"verify: {len(report.problems)} problem(s) in {directory}")
     return 1

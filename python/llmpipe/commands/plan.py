@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 from llmpipe.errors import ConfigError
 from llmpipe.plan import (
@@ -20,6 +21,9 @@ from llmpipe.plan import (
     retention_from_curation,
 )
 
+if TYPE_CHECKING:
+    from train.config import RunConfig
+
 
 def _count(text: str) -> float:
     """'1.3B', '124M', '7e9', '2T' -> a number."""
@@ -29,6 +33,27 @@ def _count(text: str) -> float:
         return float(t[:-1] if mult != 1.0 else t) * mult
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"not a count: {text!r} (e.g. 124M, 1.3B, 7e9)") from e
+
+
+def load_train_config(path: Path) -> RunConfig:
+    """The trainer's own typed config (train/config.py): unknown keys and wrong types are ConfigErrors.
+
+    ``train/`` is the trainer of this source tree, not part of the installed package: when it is not
+    importable already, it is taken from the tree this module belongs to."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such train config")
+    try:
+        from train.config import load_config
+    except ModuleNotFoundError:
+        root = Path(__file__).resolve().parents[3]  # python/llmpipe/commands/plan.py -> the repository
+        if not (root / "train" / "config.py").is_file():
+            raise ConfigError(
+                "--config reads the trainer's config (train/config.py), which is in the llmpipe source "
+                "tree only; use --params with an installed package"
+            ) from None
+        sys.path.insert(0, str(root))
+        from train.config import load_config
+    return load_config(path, [])
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -46,7 +71,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     m = p.add_mutually_exclusive_group(required=True)
     m.add_argument("--params", type=_count, metavar="N", help="parameter count (e.g. 124M, 1B)")
     m.add_argument("--config", type=Path, metavar="FILE", help="a configs/train/*.yaml file")
-    p.add_argument("--vocab-size", type=int, metavar="V", help="vocabulary size for --config (default 32000)")
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        metavar="V",
+        help="vocabulary size for --config (default: its model.vocab_size, else 32000)",
+    )
     p.add_argument("--gpus", type=int, default=1, metavar="N")
     p.add_argument("--gpu-memory", type=float, default=80.0, metavar="GB", help="memory per GPU (default 80)")
     p.add_argument("--gpu", choices=sorted(PEAK_TFLOPS), help="GPU type for peak TFLOP/s (default h100)")
@@ -77,8 +107,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def run(args: argparse.Namespace) -> int:
     seq_len = args.seq_len
     if args.config is not None:
-        shape, cfg_seq = ModelShape.from_train_config(args.config, args.vocab_size or 32000)
-        seq_len = seq_len or cfg_seq
+        model = load_train_config(args.config).model
+        shape = ModelShape.of(model, args.vocab_size or model.vocab_size or 32000)
+        seq_len = seq_len or model.max_seq_len or 0
     else:
         shape = ModelShape(int(args.params))
     if args.micro_batch and not seq_len:

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from llmpipe.curate.quarantine import concatenate
+from llmpipe.curate.report import write_report
 from llmpipe.curate.stage import StageCounts
 from llmpipe.curate.workdir import fault_point
-from llmpipe.data.format import MANIFEST, atomic_write_bytes, atomic_write_json
+from llmpipe.data.format import MANIFEST, atomic_write_json
 
 SHARD_GLOBS = ("train-*.arrow", "val-*.arrow")
 
 
 def build_stats(
     stages: list[StageCounts],
-    quarantine: list[dict[str, Any]],
+    quarantine: dict[str, int],
     formats: dict[str, int],
     manifest: dict[str, Any],
 ) -> dict[str, Any]:
@@ -33,8 +34,8 @@ def build_stats(
         "stages": [s.to_dict() for s in stages],
         "inputs": {"files": sum(formats.values()), "formats": dict(sorted(formats.items()))},
         "quarantine": {
-            "records": len(quarantine),
-            "by_reason": dict(sorted(Counter(q["reason"] for q in quarantine).items())),
+            "records": sum(quarantine.values()),
+            "by_reason": dict(sorted(quarantine.items())),
             "file": "quarantine.jsonl",
         },
         "retention": {
@@ -53,10 +54,12 @@ def write_outputs(
     out: Path,
     staging: Path,
     stats: dict[str, Any],
-    quarantine: list[dict[str, Any]],
+    quarantine: list[Path],
     log: Callable[[str], None],
 ) -> None:
-    """Move new shards in (each by atomic rename), drop stale ones, then stats, report and manifest last."""
+    """``quarantine``: the per-input quarantine files, concatenated into quarantine.jsonl.
+
+    Move new shards in (each by atomic rename), drop stale ones, then stats, report and manifest last."""
     manifest = json.loads((staging / MANIFEST).read_text())
     new = {e["file"] for split in manifest["splits"].values() for e in split["shards"]}
     old_manifest = out / MANIFEST
@@ -70,16 +73,10 @@ def write_outputs(
         os.replace(staging / name, out / name)
         fault_point(f"moved {name}")
     os.replace(staging / "tokenizer.json", out / "tokenizer.json")
-    lines = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in quarantine)
-    atomic_write_bytes(out / "quarantine.jsonl", lines.encode())
+    concatenate(quarantine, out / "quarantine.jsonl")  # the per-input files, in input order
     atomic_write_json(out / "stats.json", stats)
     fault_point("stats")
-    try:
-        from llmpipe.curate.report import write_report
-    except ImportError:
-        write_report = None
-    if write_report is not None:
-        write_report(out, stats)
+    write_report(out, stats)
     os.replace(staging / MANIFEST, out / MANIFEST)
     r = stats["retention"]
     log(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmpipe import __version__
+from llmpipe.curate.quarantine import QuarantineWriter
 from llmpipe.curate.settings import CurateConfig
 from llmpipe.curate.stage import (
     DOC_SCHEMA,
@@ -44,9 +46,10 @@ from llmpipe.curate.workdir import (
 )
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, atomic_write_json, sha256_file
 from llmpipe.errors import InputError
-from llmpipe.io.discover import discover
+from llmpipe.io.discover import discover_inputs
 from llmpipe.io.read import detect_format, read_batches
 from llmpipe.io.records import Bad
+from llmpipe.lock import DirLock
 
 DOCS_SCHEMA = DOC_SCHEMA.append(pa.field("meta", pa.string()))
 TOKENS_SCHEMA = pa.schema([("tokens", pa.large_list(pa.uint32())), ("words", pa.int64())])
@@ -121,7 +124,7 @@ def _input_batches(
     i: int,
     seg: Segment,
     counts: list[StageCounts],
-    bad: list[dict[str, Any]],
+    bad: QuarantineWriter,
 ) -> Iterator[pa.RecordBatch]:
     if k == 0:
         read, extract = StageCounts("read"), StageCounts("extract")
@@ -132,9 +135,9 @@ def _input_batches(
         def on_bad(b: Bad) -> None:
             if job.strict:
                 raise InputError(f"{job.files[i]}: {b.location}: {b.reason} ({b.detail}) [--strict]")
-            bad.append(b.to_dict(src))
-            read.docs_in += 1
-            read.dropped[f"quarantined_{b.reason}"] += 1
+            bad.add(b)
+            read.docs_in += b.records
+            read.dropped[f"quarantined_{b.reason}"] += b.records
 
         yield from read_batches(Path(job.files[i]), src, cfg, on_bad, read, extract)
         return
@@ -166,7 +169,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     delay_point(f"segment {k}")
     seg = segments_of(stages_of(job))[k]
     counts: list[StageCounts] = []
-    bad: list[dict[str, Any]] = []
+    bad = QuarantineWriter(work.quarantine(i), job.keys[i])
     stage_counts = [StageCounts(s.name) for s in seg.doc_stages]
     docs_out = AtomicParquetWriter(work.docs(k, i))
     keys_out = AtomicParquetWriter(work.keys(k, i)) if seg.ends_with is not None else None
@@ -184,10 +187,12 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     docs_out.commit(DOCS_SCHEMA)
     if keys_out is not None:
         keys_out.commit(pa.schema([("id", pa.string())]))
+    if k == 0:
+        bad.commit()
     fault_point(f"segment {k}#{i} committed")  # outputs in place, marker not yet written
     result = {
         "counts": [c.to_dict() for c in counts + stage_counts],
-        "quarantine": bad,
+        "quarantine": dict(bad.by_reason),  # the records are in work.quarantine(i)
         "format": detect_format(Path(job.files[i])) if k == 0 else None,
     }
     atomic_write_json(marker, result)
@@ -289,15 +294,43 @@ def run_curate(
 ) -> dict[str, Any]:
     """Curate ``inputs`` into token shards in ``out``; returns the stats (also written to stats.json)."""
     executor = executor or LocalExecutor()
-    files = discover(inputs)
-    keys = _source_keys(files)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tok_sha = sha256_file(tokenizer_file) if tokenizer_file else None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"--out {out}: cannot create the directory ({e.strerror})") from None
+    with DirLock(out):
+        return _run_curate_locked(inputs, out, config, tokenizer_file, strict, executor, keep_work, log)
+
+
+def _run_curate_locked(
+    inputs: list[str],
+    out: Path,
+    config: CurateConfig,
+    tokenizer_file: Path | None,
+    strict: bool,
+    executor: Executor,
+    keep_work: bool,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    found = discover_inputs(inputs, exclude=[out])
+    for s in found.excluded:
+        log(f"curate: left out {s}")
+    for s in found.skipped:
+        if strict:
+            raise InputError(f"{s} [--strict]")
+        log(f"curate: skipped {s}")
+    files = found.files
+    keys = _source_keys(files)
     if tokenizer_file is not None and not Path(tokenizer_file).is_file():
-        raise InputError(f"--tokenizer {tokenizer_file}: no such file")
+        what = "a directory, not a file" if Path(tokenizer_file).is_dir() else "no such file"
+        raise InputError(f"--tokenizer {tokenizer_file}: {what}")
+    tok_sha = sha256_file(tokenizer_file) if tokenizer_file else None
     fp = fingerprint(
-        files, keys, config.to_dict(), {"tokenizer": tok_sha, "strict": strict, "v": __version__}
+        files,
+        keys,
+        config.to_dict(),
+        {"tokenizer": tok_sha, "strict": strict, "v": __version__, "skipped": found.skipped},
     )
     done = out / ".llmpipe-done.json"
     if done.exists() and (out / MANIFEST).exists() and json.loads(done.read_text()).get("fingerprint") == fp:
@@ -314,14 +347,14 @@ def run_curate(
 
     counts: dict[str, StageCounts] = {}
     order: list[str] = []
-    quarantine: list[dict[str, Any]] = []
+    quarantine: Counter[str] = Counter()
     formats: dict[str, int] = {}
     for k, seg in enumerate(segments):
         markers = executor.map(map_segment, [(job, k, i) for i in range(len(files))], f"segment {k}")
         _merge_counts(markers, counts, order)
         if k == 0:
             for m in markers:
-                quarantine.extend(m["quarantine"])
+                quarantine.update(m["quarantine"])
                 formats[m["format"]] = formats.get(m["format"], 0) + 1
         if seg.ends_with is not None:
             resolve_global(job, k, executor)
@@ -338,7 +371,15 @@ def run_curate(
     )
     _merge_counts(markers, counts, order)
 
-    stats = _pack(job, config, work, out, tok_path, counts, order, quarantine, formats, files, keys, log)
+    stats = _pack(
+        job, config, work, out, tok_path, counts, order, quarantine, formats, files, keys, found.skipped, log
+    )
+    r = stats["retention"]
+    if r["docs_out"] == 0:  # outputs stay for the report; no done marker, so a re-run says it again
+        raise InputError(
+            f"no document was kept ({r['docs_in']:,} read, all dropped or quarantined): "
+            f"see {out / 'report.html'} and {out / 'stats.json'} for why"
+        )
     fault_point("outputs")
     if not keep_work:
         work.remove()
@@ -391,10 +432,11 @@ def _pack(
     tok_path: Path,
     counts: dict[str, StageCounts],
     order: list[str],
-    quarantine: list[dict[str, Any]],
+    quarantine: Counter[str],
     formats: dict[str, int],
     files: list[Path],
     keys: list[str],
+    skipped: list[str],
     log: Callable[[str], None],
 ) -> dict[str, Any]:
     from llmpipe.curate.funnel import build_stats, write_outputs
@@ -440,6 +482,7 @@ def _pack(
     pack.tokens_out = manifest["counts"]["tokens"]
     counts["pack"] = pack
     order.append("pack")
-    stats = build_stats([counts[n] for n in order], quarantine, formats, manifest)
-    write_outputs(out, staging, stats, quarantine, log)
+    stats = build_stats([counts[n] for n in order], dict(quarantine), formats, manifest)
+    stats["inputs"]["skipped"] = skipped
+    write_outputs(out, staging, stats, [work.quarantine(i) for i in range(len(files))], log)
     return stats

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmpipe.curate.stage import Stage
 from llmpipe.curate.stages.c4 import C4
 from llmpipe.curate.stages.exact_dedup import ExactDedup
 from llmpipe.curate.stages.heuristics import FineWeb, GopherQuality, GopherRepetition
@@ -13,7 +14,7 @@ from llmpipe.curate.stages.pii import PiiRedact
 from llmpipe.curate.stages.quality_model import QualityModelFilter
 
 #: extract -> language -> heuristics -> exact dedup -> near dedup -> model score -> PII; then tokenize, pack
-STAGES: list[type] = [
+STAGES: list[type[Stage]] = [
     Normalize,
     LengthFilter,
     LanguageFilter,

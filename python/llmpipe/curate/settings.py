@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import regex
 
 from llmpipe.config import from_dict, load_yaml, to_dict
 from llmpipe.curate.registry import STAGES
@@ -24,6 +27,21 @@ class TokenizerConfig:
     min_frequency: int = 2
     #: UTF-8 bytes of kept text (taken in input order) to train on
     sample_bytes: int = 50_000_000
+
+    def __post_init__(self) -> None:
+        from llmpipe.tokenizer import PATTERNS
+
+        if self.sample_bytes < 1:
+            raise ValueError("tokenizer.sample_bytes must be positive")
+        if self.pattern not in PATTERNS:
+            if re.fullmatch(r"[A-Za-z0-9_]+", self.pattern):  # meant as a name, not as a regex
+                raise ValueError(
+                    f"tokenizer.pattern: unknown name {self.pattern!r}; use one of {list(PATTERNS)} or a regex"
+                )
+            try:
+                regex.compile(self.pattern)
+            except regex.error as e:
+                raise ValueError(f"tokenizer.pattern: not a valid regex ({e})") from None
 
 
 @dataclass

@@ -153,7 +153,7 @@ def apply_reasons(
         return batch
     ids = batch.column("id")
     texts = batch.column("text")
-    for i in np.flatnonzero(~keep):
+    for i in np.flatnonzero(~keep).tolist():
         reason = reasons[i]
         assert reason is not None
         counts.dropped[reason] += 1
@@ -171,6 +171,13 @@ class Stage(ABC):
     """A named pipeline step with one job."""
 
     name: ClassVar[str]
+    #: the stage's YAML section: a dataclass of its options (each concrete stage defines its own)
+    Config: ClassVar[type[Any]]
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, cfg: Any) -> Stage | None:
+        """The stage for its parsed config section, or None when the section disables it."""
 
 
 class DocStage(Stage):

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmpipe.data.format import atomic_write_json
+from llmpipe.data.format import atomic_write_json, sha256_file
 
 WORK = ".llmpipe-work"
 FAULT_ENV = "LLMPIPE_FAULT_AFTER"
@@ -43,14 +43,36 @@ def delay_point(name: str) -> None:
 
 
 def fingerprint(files: list[Path], keys: list[str], config: dict[str, Any], extra: dict[str, Any]) -> str:
-    """Changes when an input, the config or the tokenizer changes: stale work is then discarded."""
+    """Changes when an input, the config or a file it names (a quality model, a tokenizer) changes:
+    stale work is then discarded. Inputs go by size and mtime; the files the config names, which a
+    user may replace at the same path, by the sha256 of their bytes."""
     h = hashlib.sha256()
     for f, k in zip(files, keys, strict=True):
         st = f.stat()
         h.update(f"{k}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     h.update(json.dumps(config, sort_keys=True).encode())
     h.update(json.dumps(extra, sort_keys=True, default=str).encode())
+    for path in config_files(config):
+        h.update(f"{path}\0{sha256_file(path)}\n".encode())
     return h.hexdigest()
+
+
+def config_files(config: Any) -> list[Path]:
+    """Every existing file a config value names (model files, tokenizer files ...), sorted."""
+    found: set[Path] = set()
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list | tuple):
+            for x in v:
+                walk(x)
+        elif isinstance(v, str) and v and len(v) < 4096 and os.path.isfile(v):
+            found.add(Path(v))
+
+    walk(config)
+    return sorted(found)
 
 
 class WorkDir:
@@ -88,6 +110,10 @@ class WorkDir:
 
     def marker(self, k: int, i: int) -> Path:
         return self.seg(k) / f"{i:06d}.done.json"
+
+    def quarantine(self, i: int) -> Path:
+        """Input ``i``'s quarantined records (JSON lines), written by its read step."""
+        return self.seg(0) / f"{i:06d}.quarantine.jsonl"
 
     def drops(self, k: int) -> Path:
         return self.root / f"global{k}.drops.parquet"

@@ -17,6 +17,7 @@ import torch
 
 from llmpipe import _core
 from llmpipe.data.dataset import ShardDataset
+from llmpipe.data.mixture import MixedShards, MixEvent, MixtureOrder
 from llmpipe.errors import ShardError
 
 
@@ -40,7 +41,7 @@ class TokenLoader:
 
     def __init__(
         self,
-        dataset: ShardDataset,
+        dataset: ShardDataset | MixedShards,
         batch_size: int,
         *,
         rank: int = 0,
@@ -95,6 +96,9 @@ class TokenLoader:
         idx = starts[:, None] + (self.rank * b + np.arange(b, dtype=np.int64))[None, :]
         return self._permutation(epoch)[idx], starts + g, epoch
 
+    def _to_device(self, t: torch.Tensor) -> torch.Tensor:
+        return t.pin_memory().to(self.device, non_blocking=True)
+
     def _tensors(self, raw: tuple[Any, Any, Any]) -> Batch:
         b, w = self.batch_size, self.ds.seq_len + 1
         rows_buf, tgt_buf, doc_buf = raw
@@ -102,51 +106,52 @@ class TokenLoader:
         tgt = None if tgt_buf is None else torch.from_numpy(np.frombuffer(tgt_buf, dtype=tgt_buf.dtype))
         docs = None if doc_buf is None else torch.from_numpy(np.frombuffer(doc_buf, dtype=np.int32))
         if self.device.type == "cuda":  # one pinned copy of the rows serves inputs and targets
-            rows, tgt, docs = (
-                None if t is None else t.pin_memory().to(self.device, non_blocking=True)
-                for t in (rows, tgt, docs)
-            )
-            assert rows is not None
+            rows = self._to_device(rows)
+            tgt = None if tgt is None else self._to_device(tgt)
+            docs = None if docs is None else self._to_device(docs)
         target = rows[:, 1:] if tgt is None else tgt.view(b, w - 1)
         return Batch(rows[:, :-1], target, None if docs is None else docs.view(b, w - 1))
 
+    def _stream(self, plan: np.ndarray) -> Iterator[tuple[int, Batch]]:
+        """Batches of ``plan`` (one row of sample indices per batch) in order, as (row, batch).
+
+        Built by a Rust thread (gather, widen, shift, mask, doc ids; no GIL) up to ``prefetch`` ahead;
+        on CUDA the next batch's host-to-device copy is issued before the current one is handed out."""
+        stream = _core.BatchStream(
+            self.ds.token_buffers,
+            self.ds.valid_buffers,
+            self.ds.seq_len + 1,
+            np.ascontiguousarray(plan.reshape(-1)),
+            self.batch_size,
+            self.ds.eos_id,
+            dtype=self.dtype,
+            doc_ids=self.doc_ids,
+            depth=max(1, self.prefetch),
+        )
+        # on CUDA, hold one converted batch back so its copy overlaps the caller's step
+        hold = 1 if self.device.type == "cuda" else 0
+        ready: list[tuple[int, Batch]] = []
+        for k in range(len(plan)):
+            try:
+                raw = stream.next()
+            except _core.ShardError as e:  # raised in the prefetch thread, handed over here
+                raise ShardError(f"{self.ds.directory} ({self.ds.split}): {e}") from e
+            if raw is None:
+                raise RuntimeError("batch stream ended before its plan")  # a bug, not bad input
+            ready.append((k, self._tensors(raw)))
+            if len(ready) > hold:
+                yield ready.pop(0)
+        yield from ready
+
     def __iter__(self) -> Iterator[Batch]:
-        # Batches are built by a Rust thread (gather, widen, shift, mask, doc ids; no GIL) up to
-        # ``prefetch`` ahead; on CUDA the next batch's host-to-device copy is issued before the current
-        # one is handed out. The state advances only when a batch is handed out.
+        # The state advances only when a batch is handed out.
         epoch, consumed = self.epoch, self.consumed
         while True:
             if not self.infinite and consumed + self.global_batch > len(self.ds):
                 return
             plan, after, epoch = self._plan(epoch, consumed)
-            stream = _core.BatchStream(
-                self.ds.token_buffers,
-                self.ds.valid_buffers,
-                self.ds.seq_len + 1,
-                np.ascontiguousarray(plan.reshape(-1)),
-                self.batch_size,
-                self.ds.eos_id,
-                dtype=self.dtype,
-                doc_ids=self.doc_ids,
-                depth=max(1, self.prefetch),
-            )
-            # on CUDA, hold one converted batch back so its copy overlaps the caller's step
-            hold = 1 if self.device.type == "cuda" else 0
-            ready: list[tuple[Batch, int]] = []
-            for k in range(len(plan)):
-                try:
-                    raw = stream.next()
-                except _core.ShardError as e:  # raised in the prefetch thread, handed over here
-                    raise ShardError(f"{self.ds.directory} ({self.ds.split}): {e}") from e
-                if raw is None:
-                    raise RuntimeError("batch stream ended before its plan")  # a bug, not bad input
-                ready.append((self._tensors(raw), int(after[k])))
-                if len(ready) > hold:
-                    batch, pos = ready.pop(0)
-                    self.epoch, self.consumed = epoch, pos
-                    yield batch
-            for batch, pos in ready:
-                self.epoch, self.consumed = epoch, pos
+            for k, batch in self._stream(plan):
+                self.epoch, self.consumed = epoch, int(after[k])
                 yield batch
             consumed = int(after[-1]) if len(after) else consumed
 
@@ -161,6 +166,8 @@ class TokenLoader:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "num_samples" not in state:
+            raise ValueError("loader state is for a mixture of sources, this run reads one directory")
         if state["num_samples"] != len(self.ds):
             raise ValueError(
                 f"loader state is for {state['num_samples']} samples, the dataset has {len(self.ds)}"
@@ -169,3 +176,111 @@ class TokenLoader:
             raise ValueError(f"loader state has seed {state['seed']}, the loader {self.seed}")
         self.epoch = int(state["epoch"])
         self.consumed = int(state["consumed"])
+
+
+class MixtureLoader(TokenLoader):
+    """Batches of a weighted mixture of sources (``llmpipe.data.mixture``) for one rank.
+
+    Global micro-batch ``m`` holds positions ``m*G .. (m+1)*G - 1`` of the mixture's order, rank ``r``
+    the ``r``-th slice of ``batch_size``: the same order on any number of ranks. The state is the
+    position (samples consumed globally) and the samples and target tokens seen per source. The
+    iterator ends where the order ends (a source ran out under the ``stop`` policy)."""
+
+    def __init__(
+        self,
+        shards: MixedShards,
+        order: MixtureOrder,
+        batch_size: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        device: str | torch.device = "cpu",
+        prefetch: int = 4,
+        doc_ids: bool = True,
+        dtype: torch.dtype = torch.int32,
+        chunk: int = 64,
+    ) -> None:
+        super().__init__(
+            shards,
+            batch_size,
+            rank=rank,
+            world_size=world_size,
+            seed=order.seed,
+            device=device,
+            prefetch=prefetch,
+            doc_ids=doc_ids,
+            dtype=dtype,
+        )
+        self.shards = shards
+        self.order = order
+        self.chunk = chunk  # global micro-batches per Rust stream
+        self.position = 0
+        n = len(shards.names)
+        self.source_samples = np.zeros(n, dtype=np.int64)
+        self.source_tokens = np.zeros(n, dtype=np.int64)
+        self.ended = False  # the order ended (under the stop policy, or no source left)
+        self._event_floor = -1  # events at or before a restored position were logged before the restart
+        self._events_seen: set[tuple[int, str]] = set()
+
+    def __iter__(self) -> Iterator[Batch]:
+        g, b, n = self.global_batch, self.batch_size, len(self.shards.names)
+        pos = self.position
+        while True:
+            src, local = self.order.take(pos, self.chunk * g)
+            nb = len(src) // g
+            if nb == 0:
+                self.ended = True
+                return
+            src = src[: nb * g].reshape(nb, g)
+            gid = (self.shards.offsets[src] + local[: nb * g].reshape(nb, g)).astype(np.int64)
+            targets = self.shards.targets(gid)
+            plan = gid[:, self.rank * b : (self.rank + 1) * b]
+            for k, batch in self._stream(plan):
+                self.position = pos + (k + 1) * g
+                self.source_samples += np.bincount(src[k], minlength=n)
+                self.source_tokens += np.bincount(src[k], weights=targets[k], minlength=n).astype(np.int64)
+                yield batch
+            pos += nb * g
+
+    def new_events(self) -> list[MixEvent]:
+        """The order's events (stage switches, exhausted sources) up to the current position, each once."""
+        out = []
+        upto = self.position if not self.ended else max(self.position, self.order.end or 0)
+        for e in self.order.events:
+            key = (e.position, e.message)
+            if e.position <= self._event_floor or e.position > upto or key in self._events_seen:
+                continue
+            self._events_seen.add(key)
+            out.append(e)
+        return out
+
+    def source_stats(self) -> dict[str, int]:
+        stats: dict[str, int] = {}
+        for name, s, t in zip(self.shards.names, self.source_samples, self.source_tokens, strict=True):
+            stats[f"tokens/{name}"] = int(t)
+            stats[f"samples/{name}"] = int(s)
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "seed": self.seed,
+            "sources": self.shards.describe(),
+            "source_samples": self.source_samples.tolist(),
+            "source_tokens": self.source_tokens.tolist(),
+            "global_batch": self.global_batch,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "position" not in state:
+            raise ValueError("loader state is for a single shard directory, this run mixes sources")
+        if state["sources"] != self.shards.describe():
+            raise ValueError(
+                f"loader state is for sources {state['sources']}, the run has {self.shards.describe()}"
+            )
+        if state["seed"] != self.seed:
+            raise ValueError(f"loader state has seed {state['seed']}, the loader {self.seed}")
+        self.position = int(state["position"])
+        self.source_samples = np.asarray(state["source_samples"], dtype=np.int64)
+        self.source_tokens = np.asarray(state["source_tokens"], dtype=np.int64)
+        self._event_floor = self.position

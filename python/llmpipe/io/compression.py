@@ -5,8 +5,9 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import zlib
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import zstandard
 
@@ -33,17 +34,67 @@ def open_binary(path: Path) -> BinaryIO:
     if kind == "gzip":
         return gzip.open(path, "rb")  # type: ignore[return-value]
     if kind == "zstd":
-        raw = open(path, "rb")  # noqa: SIM115 - owned by the returned stream
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))  # type: ignore[arg-type]
+        return io.BufferedReader(_ZstdReader(open(path, "rb")))  # noqa: SIM115 - owned by the reader
     if kind == "bz2":
         return bz2.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb")  # noqa: SIM115
 
 
+class _ZstdReader(io.RawIOBase):
+    """zstd frames one after another; a stream that ends inside a frame raises ``EOFError``.
+
+    (zstandard's own stream reader ends quietly at a cut, so a truncated file would read as shorter.)
+    """
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self.dec = zstandard.ZstdDecompressor().decompressobj()
+        self.started = False  # bytes of the current frame were fed
+        self.buf = b""
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while self.pos == len(self.buf):
+            self.buf, self.pos = b"", 0
+            chunk = self.raw.read(1 << 16)
+            if not chunk:
+                if self.started:
+                    raise EOFError("the zstd stream ends inside a frame (truncated file?)")
+                return 0
+            while chunk:
+                self.started = True
+                self.buf += self.dec.decompress(chunk)
+                chunk = b""
+                if self.dec.eof:  # a frame ended: the rest belongs to the next one
+                    chunk = self.dec.unused_data
+                    self.dec = zstandard.ZstdDecompressor().decompressobj()
+                    self.started = False
+        n = min(len(b), len(self.buf) - self.pos)
+        b[:n] = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return n
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
 def peek(path: Path, n: int = 4096) -> bytes:
-    """The first ``n`` decompressed bytes (empty on a truncated or unreadable stream)."""
+    """The first ``n`` decompressed bytes, or as many as a truncated stream holds (empty if unreadable)."""
     try:
-        with open_binary(path) as f:
-            return f.read(n)
-    except (OSError, EOFError, zstandard.ZstdError):
+        kind = compression_of(path)
+        with open(path, "rb") as f:
+            head = f.read(max(n, 1 << 16))
+        if kind == "gzip":
+            return zlib.decompressobj(wbits=31).decompress(head, n)
+        if kind == "zstd":
+            return zstandard.ZstdDecompressor().decompressobj().decompress(head)[:n]
+        if kind == "bz2":  # blocks of up to 900 kB: a small head decompresses to nothing
+            with bz2.open(path, "rb") as z:
+                return z.read(n)
+        return head[:n]
+    except (OSError, EOFError, ValueError, zlib.error, zstandard.ZstdError):
         return b""

@@ -57,7 +57,7 @@ def read_jsonl(
                     continue
                 doc_id = obj.get(id_field)
                 meta = {k: v for k, v in obj.items() if k not in (text_field, id_field)}
-                yield Doc(None if doc_id is None else str(doc_id), text, meta)
+                yield Doc(None if doc_id is None else str(doc_id), text, meta, location=f"line {lineno}")
     except (EOFError, zlib.error, OSError, zstandard.ZstdError) as e:
         # a truncated or corrupt compressed stream: what was read so far is kept
         yield Bad("truncated_or_corrupt_stream", f"after line {lineno}", f"{type(e).__name__}: {e}")

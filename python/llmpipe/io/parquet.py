@@ -26,7 +26,10 @@ def read_parquet(path: Path, text_field: str = "text", id_field: str = "id") -> 
         try:
             table = pf.read_row_group(g)
         except (pa.ArrowInvalid, OSError) as e:
-            yield Bad("unreadable_row_group", f"row group {g}", str(e))
+            rows = pf.metadata.row_group(g).num_rows
+            first = row + 1
+            row += rows
+            yield Bad("unreadable_row_group", f"row group {g} (rows {first}-{row})", str(e), records=rows)
             continue
         for rec in table.to_pylist():
             row += 1
@@ -35,4 +38,4 @@ def read_parquet(path: Path, text_field: str = "text", id_field: str = "id") -> 
                 yield Bad("text_not_a_string", f"row {row}", type(text).__name__)
                 continue
             doc_id = rec.pop(id_field, None)
-            yield Doc(None if doc_id is None else str(doc_id), text, rec)
+            yield Doc(None if doc_id is None else str(doc_id), text, rec, location=f"row {row}")

@@ -29,6 +29,12 @@ class ReadConfig:
     #: HTML pages: keep only the main content (resiliparse's heuristics), else all visible text
     html_main_content: bool = True
 
+    def __post_init__(self) -> None:
+        if self.max_doc_bytes <= 0:
+            raise ValueError("read.max_doc_bytes must be positive")
+        if self.batch_size <= 0:
+            raise ValueError("read.batch_size must be positive")
+
 
 def detect_format(path: Path) -> str:
     """One of jsonl, parquet, warc, arc, text, empty, binary."""
@@ -92,7 +98,7 @@ def read_batches(
 
     Counting (when ``read`` and ``extract`` are given): ``read`` sees every record of the input: the
     documents it hands on, ``skipped_<reason>`` for records that hold none (WARC requests, non-HTML
-    responses ...); the caller counts the quarantined ones from ``on_bad``. Its words are those of the
+    responses ...); the caller counts the quarantined ones from ``on_bad`` (``Bad.records`` each). Its words are those of the
     raw content (HTML words for web pages). ``extract`` takes the documents from raw to text: words in
     are raw words, words out the extracted text's, and pages with no main text are dropped as
     ``empty_after_extract``. Non-HTML inputs pass through ``extract`` unchanged.
@@ -149,13 +155,15 @@ def read_batches(
             size = len(rec.text.encode("utf-8"))
         except UnicodeEncodeError as e:  # lone surrogates from JSON escapes
             snippet = rec.text[:200].encode("utf-8", "replace").decode()
-            on_bad(Bad("undecodable_bytes", f"record {pos}", str(e), snippet))
+            on_bad(Bad("undecodable_bytes", rec.location or f"record {pos}", str(e), snippet))
             pos += 1
             continue
         if size > cfg.max_doc_bytes:
             on_bad(
                 Bad(
-                    "document_too_large", f"record {pos}", f"{size} bytes > max_doc_bytes {cfg.max_doc_bytes}"
+                    "document_too_large",
+                    rec.location or f"record {pos}",
+                    f"{size} bytes > max_doc_bytes {cfg.max_doc_bytes}",
                 )
             )
             pos += 1

@@ -13,6 +13,8 @@ class Doc:
     meta: dict[str, Any] = field(default_factory=dict)
     #: whitespace-separated words of the raw content before extraction (HTML); None: ``text`` is raw
     raw_words: int | None = None
+    #: where in the input (e.g. "line 17"), for a quarantine record made after reading; None: its position
+    location: str | None = None
 
 
 @dataclass(slots=True)
@@ -31,12 +33,17 @@ class Bad:
     location: str  # e.g. "line 17", "byte 2048", "record 3"
     detail: str = ""
     snippet: str = ""
+    #: how many input records this one stands for (all rows of an unreadable Parquet row group)
+    records: int = 1
 
     def to_dict(self, source: str) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "source": source,
             "location": self.location,
             "reason": self.reason,
             "detail": self.detail[:500],
             "snippet": self.snippet[:200],
         }
+        if self.records != 1:
+            d["records"] = self.records
+        return d

@@ -15,6 +15,7 @@ against ``max_doc_bytes``, so memory is bounded by the largest accepted record, 
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -45,20 +46,48 @@ def read_warc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
     # name); other codecs are decompressed in Python first.
     source: BinaryIO = open(path, "rb") if kind in (None, "gzip", "zstd") else open_binary(path)  # noqa: SIM115
     last_pos, n = -1, 0
+    # Each result is held back until the stream goes on past its record: a record whose body is never
+    # read (a request, metadata, a too-large page) may be the one the file is cut in, and is then
+    # reported once, as cut, instead of as a skip.
+    pending: Doc | Bad | Skip | None = None
     with source:
         records = iter(ArchiveIterator(source, record_types=WarcRecordType.any_type, parse_http=False))
         while True:
             try:
                 rec = next(records)
-                n += 1
-                last_pos = rec.stream_pos
-                yield _warc_record(rec, n, cfg)
             except StopIteration:
                 break
             except (OSError, ValueError) as e:  # a corrupt stream, in a header or in a body
+                if pending is not None:
+                    yield pending
                 yield Bad("truncated_or_corrupt_stream", f"record {n + 1}", f"{type(e).__name__}: {e}")
                 return
-    problem = _tail_problem(path, kind, last_pos) if n else "no complete WARC record in the file"
+            if pending is not None:
+                yield pending
+            n += 1
+            last_pos = rec.stream_pos
+            if rec.headers.get("Content-Length") is None:  # FastWARC hands out a header cut short
+                yield Bad(
+                    "truncated_or_corrupt_stream",
+                    f"record {n} (byte {last_pos})",
+                    "the record header is cut short (no Content-Length)",
+                )
+                return
+            pending = _warc_record(rec, n, cfg)
+    cut, problem = (
+        _tail_problem(path, kind, last_pos) if n else (False, "no complete WARC record in the file")
+    )
+    if pending is not None:
+        unread = isinstance(pending, Skip) or (
+            isinstance(pending, Bad) and pending.reason == "document_too_large"
+        )
+        if cut and unread:
+            # its body was never read: the record the file is cut in
+            pending = Bad("truncated_record", f"record {n} (byte {last_pos})", problem or "")
+            problem = None
+        elif cut and isinstance(pending, Bad) and pending.reason == "truncated_record":
+            problem = None  # already reported by the body's length
+        yield pending
     if problem:
         yield Bad("truncated_or_corrupt_stream", f"after record {n}", problem)
 
@@ -101,7 +130,7 @@ def _warc_record(rec: WarcRecord, n: int, cfg: ReadConfig) -> Doc | Bad | Skip:
     meta["content_type"] = ctype.split(";", 1)[0].strip().lower()
     if rtype == WarcRecordType.conversion:
         try:
-            return Doc(doc_id, body.decode("utf-8"), {**meta, "record": "conversion"})
+            return Doc(doc_id, body.decode("utf-8"), {**meta, "record": "conversion"}, location=where)
         except UnicodeDecodeError as e:
             return Bad("undecodable_bytes", where, str(e))
     return _page(doc_id, body, ctype, charset, meta, where, cfg)
@@ -126,41 +155,54 @@ def _page(
         return Bad("extraction_failed", where, f"{type(e).__name__}: {e}", html[:200])
     # raw words: split on ASCII whitespace in the bytes (faster than the str; multi-byte charsets never
     # use those bytes inside a character, so the count differs only by non-ASCII spaces such as NBSP)
-    return Doc(doc_id, text, meta, raw_words=len(body.split()))
+    return Doc(doc_id, text, meta, raw_words=len(body.split()), location=where)
 
 
-def _tail_problem(path: Path, kind: str | None, last_pos: int) -> str | None:
-    """FastWARC stops quietly at a record cut inside its header: look past the last record for data."""
+def _tail_problem(path: Path, kind: str | None, last_pos: int) -> tuple[bool, str | None]:
+    """(is the last record cut short, what is wrong after it): FastWARC stops quietly at a cut."""
     with open(path, "rb") as f:
         f.seek(last_pos)
         if kind == "gzip":
             if f.read(2) != GZIP_MAGIC:
-                return None  # one gzip member for the whole file: a cut there shows as a short body
+                # one gzip member for the whole file: a cut there is only seen when the stream ends
+                f.seek(0)
+                d = zlib.decompressobj(wbits=31)
+                while not d.eof and (chunk := f.read(_CHUNK)):
+                    d.decompress(chunk, 0)
+                return (False, None) if d.eof else (True, "the gzip stream ends inside the last record")
             f.seek(last_pos)
             d = zlib.decompressobj(wbits=31)
             while not d.eof and (chunk := f.read(_CHUNK)):
                 d.decompress(chunk)
             if not d.eof:
-                return None  # the last record itself is cut: reported as truncated_record
+                return True, f"the gzip member of the record at byte {last_pos} is cut short"
             rest = d.unused_data + f.read(_CHUNK)
             if rest.strip(b"\0"):
-                return f"{len(rest)}+ bytes after the last complete record at byte {last_pos} (truncated gzip member?)"
-            return None
+                return False, (
+                    f"{len(rest)}+ bytes after the last complete record at byte {last_pos} (truncated gzip member?)"
+                )
+            return False, None
         if kind is not None:
-            return None
+            return False, None
         head = f.read(1 << 16)
         m = re.search(rb"\r?\n\r?\n", head)
         length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
         if m is None or length is None:
-            return f"the record header at byte {last_pos} is cut short"
+            return True, f"the record header at byte {last_pos} is cut short"
         end = last_pos + m.end() + int(length.group(1))
+        size = os.fstat(f.fileno()).st_size
+        if size < end:
+            return (
+                True,
+                f"the record at byte {last_pos} has {size - last_pos - m.end()} of {int(length.group(1))} bytes",
+            )
         f.seek(end)
         rest = f.read(_CHUNK)
         if rest.strip():
-            return (
+            return False, (
                 f"{len(rest)}+ bytes after the last complete record at byte {end} (truncated record header?)"
             )
-    return None
+    return False, None
 
 
 # -- ARC v1 --------------------------------------------------------------------------------------

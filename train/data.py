@@ -1,0 +1,83 @@
+"""The run's data: one shard directory (``data.path``) or a weighted mixture (``data.sources``).
+
+Returns the training loader, the training view (seq_len, vocab, tokenizer) and the validation splits
+by name: ``{"": val}`` for one directory, one per source for a mixture (validation loss per source).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmpipe.data import ShardDataset, TokenLoader
+from llmpipe.data.loader import MixtureLoader
+from llmpipe.data.mixture import MixedShards, MixStage, MixtureOrder
+from llmpipe.errors import LlmpipeError
+
+from train.config import DataConfig, RunConfig
+from train.parallel import Dist
+from train.schedule import BatchSchedule
+
+
+@dataclass
+class RunData:
+    train: ShardDataset | MixedShards
+    loader: TokenLoader
+    val: dict[str, ShardDataset]
+
+
+def open_train(data: DataConfig) -> ShardDataset | MixedShards:
+    if not data.sources:
+        assert data.path is not None
+        return ShardDataset(data.path, "train", verify=data.verify)
+    names = [s.name for s in data.sources]
+    sets = [ShardDataset(s.path, "train", verify=data.verify) for s in data.sources if s.path is not None]
+    return MixedShards(names, sets)
+
+
+def mixture_stages(data: DataConfig, schedule: BatchSchedule) -> list[MixStage]:
+    """Stage weights in source order, each from the sample position where its step begins."""
+    names = [s.name for s in data.sources]
+    stages = [MixStage(0, tuple(s.weight for s in data.sources))]
+    for st in data.stages:
+        weights = tuple(float(st.weights.get(n, 0.0)) for n in names)
+        stages.append(MixStage(schedule.samples_before(st.from_step), weights))
+    return stages
+
+
+def build_data(
+    cfg: RunConfig, d: Dist, schedule: BatchSchedule, train: ShardDataset | MixedShards
+) -> RunData:
+    """The loader and validation splits over ``train`` (from ``open_train``)."""
+    data = cfg.data
+    common = {
+        "rank": d.rank,
+        "world_size": d.world_size,
+        "device": d.device,
+        "prefetch": data.prefetch,
+        "doc_ids": cfg.model.doc_mask,  # per-token document ids only when the model masks with them
+    }
+    need = data.batch_size * d.world_size
+    if len(train) < need:
+        raise LlmpipeError(
+            f"{train.directory}: {len(train)} training samples, fewer than one global batch ({need} = "
+            f"data.batch_size {data.batch_size} x {d.world_size} ranks); lower --data.batch_size"
+        )
+    loader: TokenLoader
+    if isinstance(train, MixedShards):
+        order = MixtureOrder(
+            train.mix_sources([s.max_epochs for s in data.sources]),
+            mixture_stages(data, schedule),
+            seed=data.seed,
+            policy=data.on_exhausted,
+        )
+        loader = MixtureLoader(train, order, data.batch_size, **common)  # type: ignore[arg-type]
+        val = {
+            s.name: ShardDataset(s.path, "val", verify=data.verify)
+            for s in data.sources
+            if s.path is not None
+        }
+    else:
+        loader = TokenLoader(train, data.batch_size, seed=data.seed, **common)  # type: ignore[arg-type]
+        assert data.path is not None
+        val = {"": ShardDataset(data.path, "val", verify=data.verify)}
+    return RunData(train, loader, val)
