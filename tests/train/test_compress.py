@@ -84,22 +84,20 @@ def test_saved_model_loads_back_with_the_same_outputs(
 
 def test_qat_int4_beats_ptq_int4_of_the_same_model(base_run: Path, tmp_path: Path) -> None:
     qat = tmp_path / "qat"
-    shutil.copytree(base_run, qat)
-    for ckpt in list_checkpoints(qat / "checkpoints")[1:]:
-        shutil.rmtree(ckpt)  # resume the same run from step 100, now fake-quantized
-    cfg_overrides = ["--qat.scheme=int4", "--qat.group_size=64", "--qat.from_step=100"]
+    shutil.copytree(base_run, qat)  # the same model, trained on for 30 steps with int4 fake quantization
     torchrun(
-        2, "--config", str(qat / "config.yaml"), "--out", str(qat), "--train.steps=150", *cfg_overrides,
-        "--checkpoint.every=100", env=ENV,
+        2, "--config", str(qat / "config.yaml"), "--out", str(qat), "--train.steps=180", "--qat.scheme=int4",
+        "--qat.group_size=64", "--qat.from_step=150", "--checkpoint.every=0", env=ENV,
     )  # fmt: skip
-    assert [p.name for p in list_checkpoints(qat / "checkpoints")][-1] == "step-00000150"
+    assert [p.name for p in list_checkpoints(qat / "checkpoints")][-1] == "step-00000180"
     ptq = _quantize(base_run, "int4", tmp_path / "ptq")
-    # the run's qat section selects the conversion: int4, group 64
-    converted = tmp_path / "converted"
+    converted = tmp_path / "converted"  # the run's qat section selects the conversion: int4, group 64
     assert llmpipe(["quantize", str(qat), "--out", str(converted), "--eval-rows", "16"]) == 0
     rep = _report(converted)
     assert rep["method"] == "int4" and rep["group_size"] == 64
     assert rep["after"]["bpb"] < ptq["after"]["bpb"], (rep["after"], ptq["after"])
+    # and the QAT model lost less to quantization than the PTQ model did
+    assert rep["bpb_change"] < ptq["bpb_change"], (rep["bpb_change"], ptq["bpb_change"])
 
 
 def test_bad_requests_are_one_line_errors(
@@ -128,14 +126,14 @@ def test_magnitude_pruning_fine_tuning_and_masks_through_resume(
 
     pruned = tmp_path / "pruned"
     assert llmpipe(["prune", str(base_run), "--sparsity", "0.5", "--out", str(pruned), "--eval-rows", "16",
-                    "--finetune", "30", "--lr", "1e-3"]) == 0  # fmt: skip
+                    "--finetune", "20", "--lr", "1e-3"]) == 0  # fmt: skip
     rep = _report(pruned)
     assert abs(rep["sparsity"] - 0.5) <= 0.005
     assert rep["after"]["bpb"] < rep["bpb_pruned_before_finetune"], rep  # fine-tuning recovers
     masks = load_file(str(pruned / "masks.safetensors"))
     tuned = load_model(pruned).model
     assert abs(sparsity_of(tuned) - 0.5) <= 0.005
-    for name, mask in masks.items():  # every pruned weight is still exactly zero after 30 AdamW steps
+    for name, mask in masks.items():  # every pruned weight is still exactly zero after 20 AdamW steps
         w = tuned.get_submodule(name.removesuffix(".weight")).weight
         assert bool((w[~mask] == 0).all()) and bool((w[mask] != 0).all()), name
 
@@ -154,7 +152,7 @@ def test_magnitude_pruning_fine_tuning_and_masks_through_resume(
         "--init.from_hf=null",
         env=ENV,
     )
-    assert list_checkpoints(run / "checkpoints")[-1].name == "step-00000040"
+    assert list_checkpoints(run / "checkpoints")[-1].name == "step-00000030"
     final = load_model(run).model
     for name, mask in masks.items():
         w = final.get_submodule(name.removesuffix(".weight")).weight
