@@ -44,3 +44,38 @@ def test_scientific_notation_without_a_dot_is_a_number(tmp_path: Path) -> None:
 def test_bad_values_name_the_key(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         from_dict(Outer, yaml.safe_load(text))
+
+
+def test_rust_filter_defaults_are_pythons_field_by_field() -> None:
+    """The pipeline sends every threshold from Python; the Rust core's own defaults (for Rust callers
+    and tests) must be the same values, so that neither side can drift."""
+    import json
+
+    from llmpipe import _core
+    from llmpipe.cli import build_parser
+    from llmpipe.quality import (
+        C4Config,
+        FineWebConfig,
+        GopherQualityConfig,
+        GopherRepetitionConfig,
+        PiiConfig,
+        core_json,
+    )
+
+    rust = json.loads(_core.quality_defaults())
+    python = {
+        "gopher_repetition": GopherRepetitionConfig(),
+        "gopher_quality": GopherQualityConfig(),
+        "c4": C4Config(),
+        "fineweb": FineWebConfig(),
+        "pii": PiiConfig(),
+    }
+    for name, cfg in python.items():
+        mine = json.loads(core_json(cfg))
+        assert sorted(mine) == sorted(rust[name]), name
+        for key, value in mine.items():
+            assert value == rust[name][key], f"{name}.{key}: Python {value!r}, Rust {rust[name][key]!r}"
+    # the classifier's training options: the CLI's defaults (l2 is the core's alone)
+    args = build_parser().parse_args(["quality", "train", "--positive", "p", "--negative", "n", "--out", "m"])
+    cli = {k: getattr(args, k) for k in ("bits", "epochs", "lr", "seed")}
+    assert cli == {k: rust["classifier"][k] for k in cli}

@@ -73,7 +73,7 @@ def test_language_stage_keeps_configured_languages(data_dir: Path) -> None:
     counts = StageCounts("language")
     kept = stage.run(batch, counts)
     counts.check()
-    assert set(kept.column("lang").to_pylist()) <= {"eng", "fra"}
+    assert set(kept.column("lang").to_pylist()) <= {"eng_Latn", "fra_Latn"}
     assert min(kept.column("lang_score").to_pylist()) >= 0.5
     expected = sum(1 for y in labels if y in ("eng", "fra"))
     assert 0.9 * expected <= kept.num_rows <= expected + 2

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from llmpipe import _core
-from llmpipe.quality import QualityConfig, core_json, evaluate
+from llmpipe.quality import C4Config, QualityConfig, core_json, evaluate
 from quality_data import reference_docs, web_docs
 
 MAX_CHARS = 30_000  # keeps datatrove's side of the test to about a minute
@@ -70,7 +70,9 @@ def test_filter_matches_datatrove(name: str, docs: list[str]) -> None:
         "fineweb": FineWebQualityFilter,
     }[name]()
     ref = [r for r, _ in _datatrove(flt, docs)]
-    mine = _core.quality_filter(name, docs, "{}")
+    mine = _core.quality_filter(
+        name, docs, core_json(getattr(QualityConfig(), name))
+    )  # the pipeline's values
     _check(name, ref, mine)
 
 
@@ -78,7 +80,7 @@ def test_c4_matches_datatrove_including_cleaned_text(docs: list[str]) -> None:
     from datatrove.pipeline.filters import C4QualityFilter
 
     ref = _datatrove(C4QualityFilter(), docs)
-    reasons, cleaned = _core.quality_c4(docs, "{}")
+    reasons, cleaned = _core.quality_c4(docs, core_json(C4Config()))
     _check("c4", [r for r, _ in ref], reasons)
     kept_both = [(t, c) for (r, t), c in zip(ref, cleaned, strict=True) if r is None and c is not None]
     same = sum(t == c for t, c in kept_both)

@@ -7,6 +7,7 @@ by name: ``{"": val}`` for one directory, one per source for a mixture (validati
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.data.loader import MixtureLoader
@@ -23,6 +24,13 @@ class RunData:
     train: ShardDataset | MixedShards
     loader: TokenLoader
     val: dict[str, ShardDataset]
+
+
+def first_directory(data: DataConfig) -> Path:
+    """The run's (first) shard directory: its tokenizer.json is every source's (one sha256)."""
+    path = data.sources[0].path if data.sources else data.path
+    assert path is not None
+    return path
 
 
 def open_train(data: DataConfig) -> ShardDataset | MixedShards:

@@ -120,7 +120,9 @@ def hf_config(cfg: RunConfig, eos_id: int | None) -> dict[str, object]:
 
 def export(run_dir: Path, out: Path, *, step: int | None = None, tokenizer: Path | None = None) -> Path:
     cfg, model, path = load_run(run_dir, step)
-    shards = cfg.data.path
+    shards = cfg.data.path or (
+        cfg.data.sources[0].path if cfg.data.sources else None
+    )  # a mixture: one tokenizer
     tok = tokenizer or (shards / TOKENIZER_FILE if shards else None)
     if tok is None or not tok.is_file():
         raise LlmpipeError(f"no tokenizer at {tok}; pass --tokenizer FILE")

@@ -36,6 +36,9 @@ class ModelConfig:
     tie_embeddings: bool = False
     doc_mask: bool = False  # mask attention across the documents packed into one row
     init_std: float = 0.02
+    init_from: str | None = (
+        None  # a Llama-format HF checkpoint directory to continue from (train/init_from.py)
+    )
 
     def __post_init__(self) -> None:
         if self.dim % self.n_heads:

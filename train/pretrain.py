@@ -21,9 +21,10 @@ from llmpipe.compress.training import TrainCompression
 from llmpipe.errors import LlmpipeError
 from llmpipe.plan import Plan, plan_for_run, render_memory
 
+from train import init_from
 from train.checkpoint import Checkpointer
 from train.config import RunConfig, dump, parse_args
-from train.data import build_data, open_train
+from train.data import build_data, first_directory, open_train
 from train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
 from train.model import Transformer, count_params
 from train.optim import build_optimizer, build_scheduler
@@ -71,6 +72,7 @@ def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> Plan:
 def run(cfg: RunConfig, out: Path) -> None:
     d = init_distributed(cfg.parallel)
     train_ds = open_train(cfg.data)
+    init_from.prepare(cfg.model, first_directory(cfg.data))  # the checkpoint's shape, its tokenizer checked
     cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
     cfg.model.max_seq_len = cfg.model.max_seq_len or train_ds.seq_len
     if cfg.model.vocab_size < train_ds.vocab_size or cfg.model.max_seq_len < train_ds.seq_len:
@@ -88,6 +90,10 @@ def run(cfg: RunConfig, out: Path) -> None:
     data = build_data(cfg, d, schedule, train_ds)
     hooks = compression_hooks(cfg)
     model = build_model(cfg, d, hooks)
+    if cfg.model.init_from is not None:
+        init_from.load_hf_weights(model, cfg.model, Path(cfg.model.init_from))
+        if d.is_main:
+            print(f"model weights from {cfg.model.init_from} (a fresh optimizer)", flush=True)
     n_params = count_params(model)
     n_dense = count_params(model, exclude_embeddings=True)
     if d.is_main:

@@ -4,6 +4,9 @@
     >>> [v.keep for v in evaluate(["too short"])]
     [False]
 
+:class:`FastTextModel` reads fastText classifiers (language ID such as lid.176 or GlotLID, quality
+classifiers such as DCLM's) and predicts as the ``fasttext`` package does.
+
 Every filter runs in Rust (``llmpipe._core``), one call per batch with the GIL released. The filters
 and their thresholds are datatrove 0.9's (Gopher quality and repetition, C4, FineWeb) with the same
 reason strings; words are split as datatrove splits English (spaCy's rules, ported).
@@ -15,10 +18,13 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from llmpipe import _core
+from llmpipe.buffers import Texts, string_buffers
 from llmpipe.config import from_dict
+from llmpipe.errors import ConfigError, InputError
 
 
 @dataclass
@@ -165,6 +171,56 @@ def redact_pii(
 
 
 QualityModel = _core.QualityModel
+
+
+class FastTextModel:
+    """A supervised fastText model (``.bin`` or quantized ``.ftz``), predicted in Rust.
+
+        >>> m = FastTextModel.load("lid.176.ftz")  # doctest: +SKIP
+        >>> m.predict(["Bonjour tout le monde"], k=1)  # doctest: +SKIP
+        ([['__label__fr']], [[0.98...]])
+
+    Labels and probabilities are those of the ``fasttext`` package's ``predict`` on the same text
+    (its own reader, hashing and losses, reimplemented); a text is one line, newlines count as
+    spaces (as datatrove's fastText filters do). One call per batch, the GIL released.
+    """
+
+    def __init__(self, inner: _core.FastTextModel) -> None:
+        self._inner = inner
+        self.labels: list[str] = inner.labels
+
+    @classmethod
+    def load(cls, path: str | Path) -> FastTextModel:
+        """Read a model file; a missing, truncated or foreign file raises :class:`InputError`."""
+        try:
+            return cls(_core.FastTextModel.load(str(path)))
+        except _core.LlmpipeCoreError as e:
+            raise InputError(str(e)) from None
+
+    @property
+    def loss(self) -> str:
+        """``softmax``, ``hs``, ``ns`` or ``ova``."""
+        return self._inner.loss
+
+    @property
+    def dim(self) -> int:
+        return self._inner.dim
+
+    def predict_ids(
+        self, texts: Texts, k: int = 1, threshold: float = 0.0
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Like :meth:`predict`, labels as indices into :attr:`labels` (no string per document)."""
+        if k == 0 or k < -1:
+            raise ConfigError(f"k must be >= 1 (or -1 for every label), not {k}")
+        return self._inner.predict(string_buffers(texts), k, threshold)
+
+    def predict(
+        self, texts: Texts, k: int = 1, threshold: float = 0.0
+    ) -> tuple[list[list[str]], list[list[float]]]:
+        """Per text, the top ``k`` labels (all with ``k=-1``) with probability >= ``threshold``."""
+        ids, probs = self.predict_ids(texts, k, threshold)
+        labels = self.labels
+        return [[labels[i] for i in row] for row in ids], probs
 
 
 def roc_auc(scores: Sequence[float], labels: Sequence[int]) -> float:

@@ -10,6 +10,7 @@ mod bpe;
 mod buffers;
 mod dedup;
 mod errors;
+mod fasttext;
 mod quality;
 mod shard;
 mod text;
@@ -23,6 +24,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     bpe::register(m)?;
     dedup::register(m)?;
     quality::register(m)?;
+    fasttext::register(m)?;
     shard::register(m)?;
     Ok(())
 }

@@ -22,13 +22,13 @@ fn parse<T: core::DeserializeOwned>(what: &str, json: &str) -> PyResult<T> {
 /// A batch of texts: a list of str, or an Arrow string column as `(int64 offsets, data)` buffers
 /// (read in place: no Python string per document).
 #[derive(FromPyObject)]
-enum Texts {
+pub(crate) enum Texts {
     List(Vec<PyBackedStr>),
     Arrow((PyBuffer<i64>, PyBuffer<u8>)),
 }
 
 impl Texts {
-    fn strs(&self) -> PyResult<Vec<&str>> {
+    pub(crate) fn strs(&self) -> PyResult<Vec<&str>> {
         match self {
             Texts::List(v) => Ok(v.iter().map(|t| &**t).collect()),
             Texts::Arrow((o, d)) => {
@@ -121,6 +121,12 @@ fn detect_language(py: Python<'_>, texts: Texts) -> PyResult<(Vec<String>, Vec<f
     Ok(out.into_iter().map(|(c, s)| (c.to_string(), s)).unzip())
 }
 
+/// The core's default of every filter config, as JSON keyed by filter (compared with Python's in tests).
+#[pyfunction]
+fn quality_defaults() -> String {
+    core::default_configs_json()
+}
+
 /// Every language code the detector supports, with its English name.
 #[pyfunction]
 fn language_codes() -> Vec<(String, String)> {
@@ -192,6 +198,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(english_words, m)?)?;
     m.add_function(wrap_pyfunction!(detect_language, m)?)?;
     m.add_function(wrap_pyfunction!(language_codes, m)?)?;
+    m.add_function(wrap_pyfunction!(quality_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(pii_redact, m)?)?;
     m.add_class::<QualityModel>()?;
     Ok(())

@@ -2,13 +2,13 @@
 //! `C4QualityFilter` (split by lines, as C4 does). A kept document's text is rewritten to its kept lines.
 
 use regex::Regex;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
 
 use crate::pycompat::{len, split_ws, splitlines, strip};
 use crate::words::EnglishTokenizer;
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct C4Config {
     pub remove_citations: bool,

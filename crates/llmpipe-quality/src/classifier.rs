@@ -5,13 +5,13 @@
 //! then 2^bits f32 weights.
 
 use rayon::prelude::*;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 const MAGIC: &[u8; 8] = b"LLMPQM01";
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
     pub bits: u32,

@@ -1,12 +1,12 @@
 //! FineWeb's own quality rules, ported from datatrove's `FineWebQualityFilter`.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::charsets::CharSets;
 use crate::pycompat::{len, strip};
 use crate::repetition::find_duplicates;
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FineWebConfig {
     pub line_punct_thr: f64,

@@ -1,12 +1,12 @@
 //! Gopher quality rules (Rae et al. 2021, table A1), ported from datatrove's `GopherQualityFilter`.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::charsets::CharSets;
 use crate::pycompat::{count, is_alpha, len, splitlines};
 
 /// Thresholds; `None` (or 0) disables a rule, as in datatrove. Defaults are datatrove 0.9's.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GopherQualityConfig {
     pub min_doc_words: Option<usize>,

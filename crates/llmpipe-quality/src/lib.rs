@@ -3,7 +3,8 @@
 //! - heuristic filters ported from datatrove 0.9 with its defaults and reason strings: Gopher quality,
 //!   Gopher repetition, C4 (with its line cleaning) and FineWeb; words as spaCy's English tokenizer
 //!   splits them (datatrove's word tokenizer), see [`words`];
-//! - language identification ([`lang`]), a hashed n-gram linear classifier ([`classifier`]),
+//! - language identification ([`lang`]), fastText model inference ([`fasttext`]), a hashed n-gram
+//!   linear classifier ([`classifier`]),
 //!   PII redaction ([`pii`]).
 //!
 //! Batch functions run documents in parallel with rayon and return results in input order.
@@ -11,6 +12,7 @@
 pub mod c4;
 pub mod charsets;
 pub mod classifier;
+pub mod fasttext;
 pub mod fineweb;
 pub mod gopher;
 pub mod lang;
@@ -50,6 +52,22 @@ impl HeuristicsConfig {
             fineweb: Some(Default::default()),
         }
     }
+}
+
+/// This crate's own defaults of every config, as one JSON object keyed by filter (`gopher_repetition`,
+/// `gopher_quality`, `c4`, `fineweb`, `pii`, `classifier`). The pipeline always sends its values from
+/// Python (`python/llmpipe/quality.py`); the Rust defaults serve Rust callers and tests, and a Python
+/// test compares the two field by field so that they cannot drift apart.
+pub fn default_configs_json() -> String {
+    serde_json::json!({
+        "gopher_repetition": GopherRepetitionConfig::default(),
+        "gopher_quality": GopherQualityConfig::default(),
+        "c4": C4Config::default(),
+        "fineweb": FineWebConfig::default(),
+        "pii": pii::PiiConfig::default(),
+        "classifier": classifier::TrainConfig::default(),
+    })
+    .to_string()
 }
 
 /// Parse a JSON config (as the Python side sends it) into one of this crate's config types.

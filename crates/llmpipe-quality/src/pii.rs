@@ -4,11 +4,11 @@
 //! written right after a version word ("version 1.2.3.4", "v1.2.3.4").
 
 use regex::Regex;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PiiConfig {
     pub emails: bool,

@@ -3,13 +3,13 @@
 //! n-grams are compared through 64-bit polynomial hashes of their text (plus its length), computed
 //! from prefix sums, so each n-gram costs O(1) instead of a joined string.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::pycompat::{len, strip};
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GopherRepetitionConfig {
     pub dup_line_frac: Option<f64>,

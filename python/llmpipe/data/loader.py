@@ -198,7 +198,7 @@ class MixtureLoader(TokenLoader):
         prefetch: int = 4,
         doc_ids: bool = True,
         dtype: torch.dtype = torch.int32,
-        chunk: int = 64,
+        chunk: int | None = None,
     ) -> None:
         super().__init__(
             shards,
@@ -213,7 +213,10 @@ class MixtureLoader(TokenLoader):
         )
         self.shards = shards
         self.order = order
-        self.chunk = chunk  # global micro-batches per Rust stream
+        # global micro-batches per Rust stream: one pass over the data by default, as the single-directory
+        # loader's one stream per epoch (a new stream restarts the prefetch pipeline), at most ~1M
+        # samples so the plan's arrays stay small for large mixtures
+        self.chunk = chunk or max(64, min(len(shards), 1 << 20) // self.global_batch)
         self.position = 0
         n = len(shards.names)
         self.source_samples = np.zeros(n, dtype=np.int64)
@@ -233,12 +236,16 @@ class MixtureLoader(TokenLoader):
                 return
             src = src[: nb * g].reshape(nb, g)
             gid = (self.shards.offsets[src] + local[: nb * g].reshape(nb, g)).astype(np.int64)
-            targets = self.shards.targets(gid)
+            # the counters after each batch of the chunk, computed once: nothing per batch but a lookup
+            key = (np.arange(nb, dtype=np.int64)[:, None] * n + src).ravel()
+            per_batch = np.bincount(key, minlength=nb * n).reshape(nb, n)
+            tok = np.bincount(key, weights=self.shards.targets(gid).ravel(), minlength=nb * n)
+            samples_after = self.source_samples + np.cumsum(per_batch, axis=0)
+            tokens_after = self.source_tokens + np.cumsum(tok.reshape(nb, n).astype(np.int64), axis=0)
             plan = gid[:, self.rank * b : (self.rank + 1) * b]
             for k, batch in self._stream(plan):
                 self.position = pos + (k + 1) * g
-                self.source_samples += np.bincount(src[k], minlength=n)
-                self.source_tokens += np.bincount(src[k], weights=targets[k], minlength=n).astype(np.int64)
+                self.source_samples, self.source_tokens = samples_after[k], tokens_after[k]
                 yield batch
             pos += nb * g
 

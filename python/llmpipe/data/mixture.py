@@ -268,7 +268,8 @@ class MixedShards:
         self.tokenizer_sha256 = first.tokenizer_sha256
         self.offsets = np.cumsum([0, *(len(d) for d in datasets)]).astype(np.int64)
         valid = [np.concatenate(d.valid_buffers).astype(np.int64) for d in datasets]
-        self._targets = np.maximum(np.concatenate(valid) - 1, 0)  # target tokens per global sample
+        # target tokens per global sample (int32: 4 bytes per sample of the whole mixture)
+        self._targets = np.maximum(np.concatenate(valid) - 1, 0).astype(np.int32)
         self.tokens_per_sample = [float(np.maximum(v - 1, 0).mean()) for v in valid]
 
     def __len__(self) -> int:

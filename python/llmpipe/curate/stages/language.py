@@ -1,20 +1,33 @@
-"""Keep documents in the configured languages, detected with a score (``lang``, ``lang_score`` columns)."""
+"""Keep documents in the configured languages, detected with a score (``lang``, ``lang_score`` columns).
+
+Two backends: ``whatlang`` (trigram models compiled into the extension, 70 languages) and
+``fasttext`` (any supervised fastText model: lid.176, GlotLID, OpenLID...). Labels are normalised
+to ISO 639-3 plus script (``eng_Latn``, see :mod:`llmpipe.langcodes`); the keep list and the
+per-language thresholds take ``eng`` (any script) or ``eng_Latn``. Kept documents are counted per
+language in the funnel (``counters``: ``lang:eng_Latn``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
 import pyarrow as pa
 
-from llmpipe import _core
+from llmpipe import _core, langcodes
 from llmpipe.buffers import string_buffers
-from llmpipe.curate.stage import Filter
+from llmpipe.curate.stage import Filter, StageCounts
+from llmpipe.quality import FastTextModel
+
+BACKENDS = ("whatlang", "fasttext")
 
 
 class LanguageFilter(Filter):
-    """whatlang's trigram models (compiled into the extension); codes are ISO 639-3 (``eng``, ``deu``)."""
+    """Language ID per document, then keep list and minimum score."""
 
     name: ClassVar[str] = "language"
     example_columns: ClassVar[tuple[str, ...]] = ("lang", "lang_score")
@@ -22,27 +35,65 @@ class LanguageFilter(Filter):
     @dataclass
     class Config:
         enabled: bool = True
-        #: languages to keep (ISO 639-3); an empty list keeps every language (only annotates)
+        #: "whatlang" (built in) or "fasttext" (``model`` is a fastText .bin/.ftz classifier)
+        backend: str = "whatlang"
+        model: str | None = None
+        #: languages to keep: ISO 639-3 (``eng``, any script) or with a script (``srp_Latn``); an
+        #: empty list keeps every language (only annotates)
         languages: list[str] = field(default_factory=lambda: ["eng"])
-        #: minimum detector confidence (datatrove's LanguageFilter default is 0.65)
+        #: minimum detector score (datatrove's LanguageFilter default is 0.65)
         min_score: float = 0.65
+        #: per-language minimum scores (``eng`` or ``eng_Latn`` -> score), overriding ``min_score``
+        thresholds: dict[str, float] = field(default_factory=dict)
 
     def __init__(self, cfg: Config) -> None:
-        known = {code for code, _ in _core.language_codes()}
-        unknown = sorted(set(cfg.languages) - known)
-        if unknown:
-            raise ValueError(f"unknown language code(s) {unknown}; known (ISO 639-3): {sorted(known)}")
-        if not 0.0 <= cfg.min_score <= 1.0:
-            raise ValueError(f"min_score must be in [0, 1], not {cfg.min_score}")
+        if cfg.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {list(BACKENDS)}, not {cfg.backend!r}")
+        for code in [*cfg.languages, *cfg.thresholds]:
+            langcodes.check(code, "language")
+        for code, s in [("min_score", cfg.min_score), *cfg.thresholds.items()]:
+            if not 0.0 <= s <= 1.0:
+                raise ValueError(f"{code}: a score threshold must be in [0, 1], not {s}")
+        if cfg.backend == "fasttext":
+            if not cfg.model:
+                raise ValueError("model: the path of a fastText language-ID model (backend: fasttext)")
+            if not Path(cfg.model).is_file():
+                raise ValueError(f"model: {cfg.model} does not exist")
+        else:
+            if cfg.model:
+                raise ValueError("model is only read by backend: fasttext")
+            known = {code for code, _ in _core.language_codes()}
+            unknown = sorted(c for c in cfg.languages if c.partition("_")[0] not in known)
+            if unknown:
+                raise ValueError(f"unknown language code(s) {unknown}; whatlang knows: {sorted(known)}")
         self.cfg = cfg
-        self.keep = set(cfg.languages)
+        self._decisions: dict[str, tuple[bool, float]] = {}
 
     @classmethod
     def from_config(cls, cfg: Config) -> LanguageFilter | None:
         return cls(cfg) if cfg.enabled else None
 
+    @cached_property
+    def fasttext(self) -> tuple[FastTextModel, list[str]]:
+        """The model and its labels, normalised (loaded once per process, on first use)."""
+        m = FastTextModel.load(str(self.cfg.model))
+        return m, [langcodes.normalize(label) for label in m.labels]
+
+    def detect(self, texts: pa.Array | pa.ChunkedArray) -> tuple[list[str], list[float]]:
+        """Normalised language and score per text."""
+        if self.cfg.backend == "fasttext":
+            model, labels = self.fasttext
+            ids, probs = model.predict_ids(texts, k=1)
+            return (
+                [labels[i[0]] if i else "und_Zyyy" for i in ids],
+                [float(p[0]) if p else 0.0 for p in probs],
+            )
+        codes, scores = _core.detect_language(string_buffers(texts))
+        cache: dict[str, str] = {}
+        return [cache.get(c) or cache.setdefault(c, langcodes.normalize(c)) for c in codes], scores
+
     def annotate(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        codes, scores = _core.detect_language(string_buffers(batch.column("text")))
+        codes, scores = self.detect(batch.column("text"))
         for name, col in (
             ("lang", pa.array(codes, pa.string())),
             ("lang_score", pa.array(scores, pa.float64())),
@@ -51,16 +102,30 @@ class LanguageFilter(Filter):
             batch = batch.set_column(i, name, col) if i >= 0 else batch.append_column(name, col)
         return batch
 
+    def decision(self, lang: str) -> tuple[bool, float]:
+        """(kept language?, its minimum score) for a normalised code; cached per code."""
+        d = self._decisions.get(lang)
+        if d is None:
+            keep = not self.cfg.languages or any(langcodes.matches(lang, w) for w in self.cfg.languages)
+            thr = self.cfg.thresholds
+            score = thr.get(lang, thr.get(lang.partition("_")[0], self.cfg.min_score))
+            d = self._decisions[lang] = (keep, score)
+        return d
+
     def reasons(self, batch: pa.RecordBatch) -> Sequence[str | None]:
-        if not self.keep:
-            return [None] * batch.num_rows
         codes = batch.column("lang").to_pylist()
         scores = batch.column("lang_score").to_pylist()
-        return [
-            "other_language"
-            if c not in self.keep
-            else "low_language_score"
-            if s < self.cfg.min_score
-            else None
-            for c, s in zip(codes, scores, strict=True)
-        ]
+        out: list[str | None] = []
+        for c, s in zip(codes, scores, strict=True):
+            keep, min_score = self.decision(c)
+            out.append("other_language" if not keep else "low_language_score" if s < min_score else None)
+        return out
+
+    def run(self, batch: pa.RecordBatch, counts: StageCounts) -> pa.RecordBatch:
+        kept = super().run(batch, counts)
+        if kept.num_rows:
+            langs, n = np.unique(
+                np.asarray(kept.column("lang").to_pylist(), dtype=object), return_counts=True
+            )
+            counts.counters.update({f"lang:{lang}": int(c) for lang, c in zip(langs, n, strict=True)})
+        return kept

@@ -1,4 +1,8 @@
-"""Score documents with a trained quality classifier and keep the best (``llmpipe quality train``).
+"""Score documents with a trained quality classifier and keep the best.
+
+Two model formats: ``llmpipe`` (written by ``llmpipe quality train``; the score is its probability
+of good quality) and ``fasttext`` (a supervised fastText ``.bin``/``.ftz``, e.g. DCLM's; the score
+is the probability of ``label``).
 
 A global stage, because ``target_retention`` calibrates the threshold on the scores of the whole
 run (a deterministic sample of at most ``sample_docs`` documents) so that the stage keeps that
@@ -22,6 +26,8 @@ import pyarrow.parquet as pq
 from llmpipe import _core
 from llmpipe.buffers import string_buffers
 from llmpipe.curate.stage import DROPS_SCHEMA, Executor, GlobalStage, word_counts
+from llmpipe.errors import ConfigError
+from llmpipe.quality import FastTextModel
 
 REASON = "low_quality_score"
 
@@ -49,8 +55,12 @@ class QualityModelFilter(GlobalStage):
     @dataclass
     class Config:
         enabled: bool = False
-        #: model file written by `llmpipe quality train`
+        #: model file: written by `llmpipe quality train` (format llmpipe) or a fastText classifier
         model: str | None = None
+        #: "llmpipe" or "fasttext"
+        format: str = "llmpipe"
+        #: fastText only: the label whose probability is the score (e.g. ``__label__hq``)
+        label: str | None = None
         #: keep documents whose score is >= threshold (ignored when target_retention is set)
         threshold: float = 0.5
         #: keep this fraction of words, calibrated per run (e.g. 0.02): of the run's input words
@@ -68,6 +78,12 @@ class QualityModelFilter(GlobalStage):
             raise ValueError(f"quality_model.model: {cfg.model} does not exist")
         if cfg.target_retention is not None and not 0.0 < cfg.target_retention <= 1.0:
             raise ValueError(f"target_retention must be in (0, 1], not {cfg.target_retention}")
+        if cfg.format not in ("llmpipe", "fasttext"):
+            raise ValueError(f"format must be 'llmpipe' or 'fasttext', not {cfg.format!r}")
+        if cfg.format == "fasttext" and not cfg.label:
+            raise ValueError("label: the fastText label to score (e.g. __label__hq), format: fasttext")
+        if cfg.format == "llmpipe" and cfg.label:
+            raise ValueError("label is only read with format: fasttext")
         if cfg.target_of not in ("input", "stage"):
             raise ValueError(f"target_of must be 'input' or 'stage', not {cfg.target_of!r}")
         self.cfg = cfg
@@ -82,10 +98,29 @@ class QualityModelFilter(GlobalStage):
 
     @cached_property
     def model(self) -> Any:
+        if self.cfg.format == "fasttext":
+            m = FastTextModel.load(str(self.cfg.model))
+            if self.cfg.label not in m.labels:
+                raise ConfigError(
+                    f"quality_model.label: {self.cfg.label!r} is not a label of {self.cfg.model}: {m.labels}"
+                )
+            return m
         return _core.QualityModel.load(str(self.cfg.model))
 
+    def score(self, texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """The score of each text: probability of good quality / of the configured fastText label."""
+        if self.cfg.format == "llmpipe":
+            return np.asarray(self.model.score(string_buffers(texts)), dtype=np.float64)
+        want = self.model.labels.index(self.cfg.label)
+        ids, probs = self.model.predict_ids(texts, k=-1)
+        out = np.zeros(len(ids), dtype=np.float64)
+        for j, (i, p) in enumerate(zip(ids, probs, strict=True)):
+            if want in i:
+                out[j] = p[i.index(want)]
+        return out
+
     def prepare(self, batch: pa.RecordBatch) -> pa.Table:
-        scores = self.model.score(string_buffers(batch.column("text")))
+        scores = self.score(batch.column("text"))
         return pa.table(
             {
                 "id": batch.column("id"),

@@ -1,0 +1,112 @@
+"""The language stage with a fastText model: label normalisation, keep list, thresholds, a curate run.
+
+The model is a lid.176-style language ID (ISO 639-1 labels, ``__label__en``) trained by the
+``fasttext`` package on even UDHR paragraphs; the documents are the odd ones.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import fasttext
+import pyarrow as pa
+import pytest
+from conftest import run_cli
+from llmpipe import langcodes
+from llmpipe.curate.stage import StageCounts
+from llmpipe.curate.stages.language import LanguageFilter
+from test_fasttext_parity import TRAIN, udhr_paragraphs
+
+ISO1 = {"eng": "en", "fra": "fr", "deu": "de", "spa": "es", "rus": "ru", "cmn": "zh", "pol": "pl"}
+
+
+@pytest.fixture(scope="module")
+def lid(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], list[str]]:
+    """(model path, test documents, their normalised languages) for the languages of ISO1."""
+    train, test = udhr_paragraphs(data_dir)
+    tmp = tmp_path_factory.mktemp("lid")
+    lines = []
+    for code, text in train:
+        if code in ISO1:
+            lines.append(f"__label__{ISO1[code]} {text}")
+    (tmp / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    model = fasttext.train_supervised(
+        input=str(tmp / "train.txt"), dim=16, lr=0.5, minn=2, maxn=4, bucket=50_000, **{**TRAIN, "epoch": 50},
+    )  # fmt: skip
+    path = tmp / "lid.bin"
+    model.save_model(str(path))
+    docs, langs = [], []
+    for code, text in test:
+        if code in ISO1 and len(text) >= 80:
+            docs.append(text)
+            langs.append(langcodes.normalize(code))
+    return path, docs, langs
+
+
+def test_labels_are_normalised() -> None:
+    assert langcodes.normalize("__label__en") == "eng_Latn"
+    assert langcodes.normalize("__label__zh") == "cmn_Hani"
+    assert langcodes.normalize("__label__als") == "gsw_Latn"
+    assert langcodes.normalize("__label__srp_Latn") == "srp_Latn"
+    assert langcodes.normalize("__label__sr") == "srp_Cyrl"
+    assert langcodes.normalize("ukr") == "ukr_Cyrl"
+    assert langcodes.matches("srp_Latn", "srp") and not langcodes.matches("srp_Latn", "srp_Cyrl")
+    with pytest.raises(ValueError, match="not an ISO 639-3"):
+        langcodes.check("english", "languages")
+
+
+def test_stage_keep_list_and_per_language_threshold(lid: tuple[Path, list[str], list[str]]) -> None:
+    path, docs, langs = lid
+    batch = pa.record_batch(
+        {
+            "id": [str(i) for i in range(len(docs))],
+            "text": docs,
+            "source": ["udhr"] * len(docs),
+            "position": list(range(len(docs))),
+        }
+    )
+    cfg = LanguageFilter.Config(
+        backend="fasttext", model=str(path), languages=["eng", "fra_Latn"], min_score=0.3,
+        thresholds={"fra": 1.01 - 1e-9},
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="must be in"):
+        LanguageFilter(cfg)
+    cfg.thresholds = {"fra": 0.999999}
+    stage = LanguageFilter(cfg)
+    counts = StageCounts("language")
+    kept = stage.run(batch, counts)
+    counts.check()
+    got = kept.column("lang").to_pylist()
+    assert set(got) <= {"eng_Latn", "fra_Latn"}
+    acc = sum(g == y for g, y in zip(stage.detect(batch.column("text"))[0], langs, strict=True)) / len(docs)
+    assert acc >= 0.9, acc
+    n_eng = sum(1 for y in langs if y == "eng_Latn")
+    assert 0.8 * n_eng <= got.count("eng_Latn") <= n_eng + 2
+    # the near-certain threshold for French drops most French documents as low-score
+    assert counts.dropped["low_language_score"] > 0
+    assert counts.counters["lang:eng_Latn"] == got.count("eng_Latn")
+    assert counts.dropped["other_language"] >= 0.8 * sum(1 for y in langs if y[:3] not in ("eng", "fra"))
+
+
+def test_curate_run_with_fasttext_backend(lid: tuple[Path, list[str], list[str]], tmp_path: Path) -> None:
+    path, docs, langs = lid
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(docs)))
+    cfg = tmp_path / "run.yaml"
+    off = "{enabled: false}"
+    cfg.write_text(
+        "pack: {seq_len: 64, samples_per_shard: 200}\ntokenizer: {vocab_size: 400}\n"
+        f"language: {{backend: fasttext, model: {path}, languages: [deu, spa, rus], min_score: 0.3}}\n"
+        + "".join(f"{s}: {off}\n" for s in ("gopher_repetition", "gopher_quality", "c4", "fineweb"))
+    )
+    out = tmp_path / "shards"
+    run_cli("curate", str(src), "--out", str(out), "--config", str(cfg))
+    stats = json.loads((out / "stats.json").read_text())
+    st = next(s for s in stats["stages"] if s["name"] == "language")
+    per_lang = {k.removeprefix("lang:"): v for k, v in st["counters"].items() if k.startswith("lang:")}
+    assert set(per_lang) == {"deu_Latn", "spa_Latn", "rus_Cyrl"}, st
+    assert sum(per_lang.values()) == st["docs_out"]
+    for lang in per_lang:
+        assert per_lang[lang] >= 0.8 * langs.count(lang), (lang, per_lang)
+    assert st["dropped"]["other_language"] >= 0.8 * sum(1 for y in langs if y not in per_lang)
