@@ -148,7 +148,7 @@ def test_magnitude_pruning_fine_tuning_and_masks_through_resume(
         str(run / "config.yaml"),
         "--out",
         str(run),
-        "--train.steps=40",
+        "--train.steps=30",
         "--init.from_hf=null",
         env=ENV,
     )
