@@ -73,9 +73,24 @@ class OptimConfig:
 
 @dataclass
 class ParallelConfig:
+    """The layout is a mesh ``dp_replicate x dp_shard x pp x tp`` whose product is the world size
+    (train/parallel.py). ``sharding`` fills the data-parallel sizes when both are 0: ``full``: dp_shard
+    = all data-parallel ranks; ``none``: dp_replicate = all; ``hybrid``: dp_shard = ``shard_size``."""
+
     sharding: Literal["full", "hybrid", "none"] = "full"  # FSDP / HSDP (2-D mesh) / replicate
     shard_size: int = 0  # hybrid: ranks per shard group (0: ranks per node = LOCAL_WORLD_SIZE)
-    mixed_precision: Literal["bf16", "fp32"] = "bf16"  # bf16 params in compute, fp32 reductions
+    dp_replicate: int = 0  # data-parallel replicas (gradients all-reduced); 0: from sharding
+    dp_shard: int = 0  # ranks each replica's parameters are sharded over (FSDP2); 0: from sharding
+    tp: int = 1  # tensor parallel: heads and the MLP hidden split over tp ranks (DTensor)
+    loss_parallel: bool = False  # tp: cross entropy on vocabulary-sharded logits (no logits gather)
+    pp: int = 1  # pipeline parallel: layers split into stages on pp ranks
+    pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
+    pp_microbatches: int = 0  # micro-batches per pipeline step (0: pp x stages per rank)
+    pp_stages_per_rank: int = 0  # 0: 1 (gpipe, 1f1b) or 2 (interleaved_1f1b)
+    cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy: sharded parameters, gradients, optimizer on host
+    mixed_precision: Literal["bf16", "fp16", "fp32"] = "bf16"  # fp16: with a gradient scaler
+    fp16_init_scale: float = 65536.0  # fp16: initial loss scale (halved on overflow, doubled when stable)
+    fp16_growth_interval: int = 200  # fp16: steps without overflow before the scale doubles
     activation_checkpointing: bool = False
     compile: bool = False  # torch.compile each block
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on CUDA, gloo on CPU
@@ -109,6 +124,9 @@ class GuardConfig:
     warmup: int = 20  # steps before the guard judges
     ema: float = 0.95  # running average weight
     max_spikes: int = 3  # consecutive spikes before rolling back to the last checkpoint
+    #: rollbacks (or attempts without a checkpoint) before a new checkpoint is reached; one more and
+    #: the run stops as diverged (exit code 3)
+    max_rollbacks: int = 3
 
 
 @dataclass
@@ -122,6 +140,8 @@ class DebugConfig:
     inject_spike_at_step: list[int] = field(default_factory=list)  # scale the loss x1000 at these steps
     inject_spike_repeat: int = 1  # batches spiked at each such step (>= guard.max_spikes: rollback)
     stop_after_step: int = 0  # exit after this step as if killed (after any checkpoint due); 0: off
+    inject_overflow_at_step: list[int] = field(default_factory=list)  # an inf gradient (fp16 scaler test)
+    dump_grads: bool = False  # write the first step's full gradients to RUN_DIR/grads/rank-N.pt
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from train.config import OptimConfig
@@ -19,20 +20,28 @@ from train.schedule import BatchSchedule
 
 
 def param_groups(model: nn.Module, cfg: OptimConfig) -> list[dict[str, object]]:
-    """Weight decay on 2-D weights of linear layers; never on norms or biases; embeddings as configured."""
-    decay, no_decay = [], []
+    """Weight decay on 2-D weights of linear layers; never on norms or biases; embeddings as configured.
+    With muP (the model's ``cfg.mup_base_dim``), the hidden matrices (every block's linear layers) get
+    lr / width_mult, Adam's muP rule; embeddings, output and norms keep lr."""
+    decay, no_decay, hidden = [], [], []
+    mult = float(getattr(getattr(model, "cfg", None), "width_mult", 1.0))
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         is_embedding = "tok_embeddings" in name
         if p.ndim < 2 or (is_embedding and not cfg.decay_embeddings):
             no_decay.append(p)
+        elif mult != 1.0 and name.startswith("layers."):
+            hidden.append(p)
         else:
             decay.append(p)
-    return [
+    groups: list[dict[str, object]] = [
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+    if hidden:
+        groups.append({"params": hidden, "weight_decay": cfg.weight_decay, "lr": cfg.lr / mult})
+    return groups
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
@@ -75,13 +84,20 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:
-    """The global gradient norm (over all shards) before clipping; clips when ``max_norm > 0``."""
+def clip_grad_norm(
+    model: nn.Module, max_norm: float, pp_group: dist.ProcessGroup | None = None
+) -> torch.Tensor:
+    """The global gradient norm (over all shards, and all pipeline stages when ``pp_group`` is given)
+    before clipping; clips when ``max_norm > 0``."""
     params = [p for p in model.parameters() if p.grad is not None]
     grads = [p.grad for p in params if p.grad is not None]  # all of them: the filter is for the type checker
     norm = torch.nn.utils.get_total_norm(grads, foreach=True)
     if hasattr(norm, "full_tensor"):  # DTensor: reduce the partial norms across the mesh
         norm = norm.full_tensor()
+    if pp_group is not None:  # each stage holds other parameters: sum the squares over the stages
+        sq = norm.float() ** 2
+        dist.all_reduce(sq, group=pp_group)
+        norm = sq.sqrt()
     if max_norm > 0:
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=True)
     return norm

@@ -29,6 +29,29 @@ def byte_shards(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Pat
     return write_byte_shards(src, tmp_path_factory.mktemp("shards") / "shakespeare")
 
 
+@pytest.fixture(scope="session")
+def trained_run(byte_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A few hundred steps of the tiny model on Shakespeare's bytes (shared by the export and eval tests)."""
+    run = tmp_path_factory.mktemp("trained") / "run"
+    torchrun(
+        2, "--data", str(byte_shards), "--config", str(ROOT / "configs/train/tiny.yaml"), "--out", str(run),
+        "--train.steps=300", "--train.log_every=50", "--train.val_every=100", "--train.val_batches=8",
+        "--data.batch_size=4", "--checkpoint.every=100", "--model.n_kv_heads=2", "--model.tie_embeddings=true",
+        timeout=600,
+    )  # fmt: skip
+    return run
+
+
+@pytest.fixture(scope="session")
+def hf_export(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``llmpipe export`` of the trained run."""
+    from llmpipe.cli import main
+
+    out = tmp_path_factory.mktemp("export") / "hf"
+    assert main(["export", str(trained_run), "--out", str(out)]) == 0
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

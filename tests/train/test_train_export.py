@@ -8,23 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
-from conftest import ROOT, read_metrics, torchrun
+from conftest import ROOT, read_metrics
 
 from train.export_hf import load_run
-
-
-@pytest.fixture(scope="module")
-def trained_run(byte_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run = tmp_path_factory.mktemp("trained") / "run"
-    torchrun(
-        2, "--data", str(byte_shards), "--config", str(ROOT / "configs/train/tiny.yaml"), "--out", str(run),
-        "--train.steps=300", "--train.log_every=50", "--train.val_every=100", "--train.val_batches=8",
-        "--data.batch_size=4", "--checkpoint.every=100", "--model.n_kv_heads=2", "--model.tie_embeddings=true",
-        timeout=600,
-    )  # fmt: skip
-    return run
 
 
 def test_validation_loss_falls_over_a_few_hundred_steps(trained_run: Path) -> None:
@@ -47,7 +34,8 @@ def test_export_loads_in_transformers_with_the_same_logits(trained_run: Path, tm
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in hf_dir.iterdir()) == [
-        "config.json", "llmpipe_export.json", "model.safetensors", "tokenizer.json",
+        "config.json", "generation_config.json", "llmpipe_export.json", "model.safetensors",
+        "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
     ]  # fmt: skip
     config = json.loads((hf_dir / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and config["num_key_value_heads"] == 2
@@ -78,3 +66,78 @@ def test_generate_samples_text(trained_run: Path) -> None:
     assert out.startswith("KING") and len(out) > 20
     letters = sum(c.isalpha() or c.isspace() for c in out)
     assert letters > 0.8 * len(out)  # English-like bytes, not noise
+
+
+WEB = "web/cc-en-head-0091.jsonl"
+
+
+def test_autotokenizer_gives_llmpipes_ids_without_a_bos(
+    hf_export: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """The run's export, and the tokenizer files for a BPE tokenizer trained by llmpipe on real text:
+    AutoTokenizer encodes as llmpipe does (no BOS of its own, nothing outside the vocabulary)."""
+    from llmpipe.eval import read_texts
+    from llmpipe.tokenizer import Tokenizer as LlmpipeTokenizer
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from train.export_hf import tokenizer_files
+
+    texts = read_texts(data_dir / WEB)
+    hf = AutoTokenizer.from_pretrained(hf_export)
+    assert type(hf) is PreTrainedTokenizerFast
+    ours = Tokenizer.from_file(str(hf_export / "tokenizer.json"))
+    assert hf.eos_token_id == hf.bos_token_id == hf.pad_token_id == 256
+    for t in texts:
+        assert hf(t).input_ids == ours.encode(t, add_special_tokens=False).ids
+        assert max(hf(t).input_ids) < 257
+    gen = json.loads((hf_export / "generation_config.json").read_text())
+    assert gen == {"bos_token_id": 256, "eos_token_id": 256, "pad_token_id": 256}
+    # a real BPE vocabulary, trained by llmpipe
+    bpe = LlmpipeTokenizer.train_from_texts(texts, 600)
+    d = tmp_path / "bpe"
+    d.mkdir()
+    for name, text in tokenizer_files(bpe.to_json(), bpe.eos_id, 128).items():
+        (d / name).write_text(text)
+    (d / "config.json").write_text(json.dumps({"model_type": "llama"}))  # what made transformers pick Llama's
+    hf = AutoTokenizer.from_pretrained(d)
+    assert hf.eos_token == "<|endoftext|>" and hf.eos_token_id == bpe.eos_id
+    enc = hf(texts).input_ids
+    assert enc == bpe.encode_batch(texts)
+    assert sum(map(len, enc)) < 0.6 * sum(len(t.encode()) for t in texts)  # merges in use
+    assert hf.decode(enc[0]) == texts[0]
+
+
+def test_generate_and_text_generation_pipeline_on_the_export(hf_export: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+    tok = AutoTokenizer.from_pretrained(hf_export)
+    model = AutoModelForCausalLM.from_pretrained(hf_export)
+    ids = tok("ROMEO:", return_tensors="pt")
+    out = model.generate(**ids, max_new_tokens=24, do_sample=False)
+    assert out.shape[1] > ids.input_ids.shape[1] and int(out.max()) < 257
+    assert tok.decode(out[0]).startswith("ROMEO:")
+    gen = pipeline("text-generation", model=str(hf_export), device="cpu")
+    text = gen("KING", max_new_tokens=30, do_sample=False)[0]["generated_text"]
+    assert text.startswith("KING") and len(text) > 10
+    assert sum(c.isalpha() or c.isspace() for c in text) > 0.7 * len(text)
+
+
+def test_sharded_export_loads_with_the_same_logits(
+    trained_run: Path, hf_export: Path, tmp_path: Path
+) -> None:
+    from llmpipe.cli import main
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "sharded"
+    assert main(["export", str(trained_run), "--out", str(out), "--max-shard-size", "70KB"]) == 0
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    files = sorted(p.name for p in out.glob("model-*.safetensors"))
+    assert len(files) > 2 and sorted(set(index["weight_map"].values())) == files
+    assert all(p.stat().st_size < 70_000 + 1024 for p in out.glob("model-*.safetensors"))
+    ids = torch.tensor([list(b"But soft, what light through yonder window breaks?")])
+    with torch.no_grad():
+        a = AutoModelForCausalLM.from_pretrained(out)(ids).logits
+        b = AutoModelForCausalLM.from_pretrained(hf_export)(ids).logits
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert main(["export", str(trained_run), "--out", str(tmp_path / "x"), "--max-shard-size", "lots"]) == 2

@@ -120,6 +120,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     if not 0.0 < args.target_retention <= 1.0:
         raise ConfigError(f"--target-retention must be in (0, 1], not {args.target_retention}")
+    if not Path(args.model).is_file():
+        raise InputError(f"--model {args.model}: no such model file (write one with `llmpipe quality train`)")
     texts = list(iter_texts(args.inputs))[: args.sample_docs]
     if not texts:
         raise InputError("no documents in the inputs")

@@ -12,12 +12,24 @@ training and packing run on the driver, as in a local run. Tasks are named after
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from llmpipe.errors import InputError
 
 DEFAULT_MAX_RETRIES = 4
+
+
+def _probe(address: str, timeout: float = 10.0) -> None:
+    """A ``host:port`` with nothing listening fails here in seconds (ray.init would retry for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return  # "auto", "local", "ray://..." are left to ray.init
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise InputError(f"--ray {address}: no Ray cluster answers there ({e.strerror or e})") from None
 
 
 def _call(fn: Callable[..., Any], *args: Any) -> Any:
@@ -45,6 +57,7 @@ class RayExecutor:
         self._ray = ray
         self._num_cpus = num_cpus
         if not ray.is_initialized():
+            _probe(address)
             try:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
             except ConnectionError as e:

@@ -1,0 +1,71 @@
+"""``llmpipe eval MODEL --text FILE... [--shards DIR]``: loss, perplexity and bits per byte."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from llmpipe.errors import ConfigError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "eval",
+        help="loss, perplexity and bits per byte of a run or HF model on texts or shards",
+        description="Score a model on text files (.txt: one document; .jsonl[.gz]: the text field of each "
+        "line) and/or the val split of a shard directory: loss (nats per token), perplexity and bits per "
+        "UTF-8 byte, per input and overall. MODEL is a run directory of train/pretrain.py (its latest "
+        "checkpoint) or a local HuggingFace causal LM directory. Long documents are scored by sliding "
+        "windows (default: disjoint windows of the model's length, as lm-eval's loglikelihood_rolling).",
+    )
+    p.add_argument("model", type=Path, metavar="MODEL", help="run directory or HF model directory")
+    p.add_argument("--text", type=Path, nargs="+", default=[], metavar="FILE", help="text or JSONL files")
+    p.add_argument("--shards", type=Path, default=None, metavar="DIR", help="also score DIR's val split")
+    p.add_argument("--split", default="val", help="shard split for --shards (default: val)")
+    p.add_argument("--field", default="text", help="JSONL field holding the text (default: text)")
+    p.add_argument("--max-docs", type=int, default=None, metavar="N", help="at most N documents per file")
+    p.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default: 8)")
+    p.add_argument("--max-len", type=int, default=None, help="window length (default: the model's)")
+    p.add_argument("--stride", type=int, default=None, help="new tokens per window (default: --max-len)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="weights' dtype")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from llmpipe.eval import EvalResult, Evaluator, load_lm, read_texts
+
+    if not args.text and args.shards is None:
+        raise ConfigError("nothing to evaluate: pass --text FILE... and/or --shards DIR")
+    groups = {str(f): read_texts(f, field=args.field, max_docs=args.max_docs) for f in args.text}
+    ev = Evaluator(
+        load_lm(args.model, device=args.device, dtype=args.dtype),
+        batch_size=args.batch_size,
+        stride=args.stride,
+        max_len=args.max_len,
+    )
+    results = ev.groups(groups) if groups else {}
+    if args.shards is not None:
+        results[f"{args.shards} ({args.split})"] = ev.shards(args.shards, args.split)
+    overall = sum(results.values(), EvalResult(0.0, 0, 0, 0))
+    if args.json:
+        out = {
+            "model": str(args.model),
+            "window": ev.max_len,
+            "stride": ev.stride or ev.max_len,
+            "inputs": {k: v.to_dict() for k, v in results.items()},
+            "overall": overall.to_dict(),
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    width = max(len(k) for k in [*results, "overall"])
+    print(
+        f"{'input':<{width}}  {'docs':>6}  {'tokens':>10}  {'bytes':>11}  {'loss':>7}  {'ppl':>9}  {'bpb':>7}"
+    )
+    for name, r in [*results.items(), ("overall", overall)]:
+        print(
+            f"{name:<{width}}  {r.docs:>6}  {r.tokens:>10}  {r.bytes:>11}  {r.loss:>7.4f}  {r.ppl:>9.3f}  {r.bpb:>7.4f}"
+        )
+    return 0

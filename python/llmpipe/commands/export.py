@@ -1,0 +1,23 @@
+"""``llmpipe export RUN --out HF_DIR``: a training run's checkpoint as a HuggingFace model directory."""
+
+from __future__ import annotations
+
+import argparse
+
+from llmpipe.repo import import_train
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "export",
+        help="export a training run as a HuggingFace model (transformers, lm-eval, vLLM load it)",
+        description="Write a run's checkpoint (default: the latest) as a HuggingFace LlamaForCausalLM "
+        "directory: config.json, generation_config.json, safetensors weights (sharded with "
+        "--max-shard-size), tokenizer.json, tokenizer_config.json and special_tokens_map.json.",
+    )
+    import_train("export_hf").add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(import_train("export_hf").run(args))
