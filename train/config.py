@@ -145,6 +145,18 @@ class DebugConfig:
 
 
 @dataclass
+class QatConfig:
+    scheme: Literal["none", "int4", "int8"] = "none"  # fake-quantize weights in training (torchao QAT)
+    group_size: int = 64  # int4: weights per scale; `llmpipe quantize RUN` converts with the same
+    from_step: int = 0  # fake quantization on from this optimizer step
+
+
+@dataclass
+class InitConfig:
+    from_hf: Path | None = None  # HF checkpoint whose weights start the run; its pruning masks are held
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -155,6 +167,8 @@ class RunConfig:
     guard: GuardConfig = field(default_factory=GuardConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    qat: QatConfig = field(default_factory=QatConfig)
+    init: InitConfig = field(default_factory=InitConfig)
 
 
 def _sections() -> dict[str, set[str]]:

@@ -17,6 +17,7 @@ if __package__ in (None, ""):  # run as a script (torchrun train/pretrain.py): i
 
 import torch
 import torch.distributed as dist
+from llmpipe.compress.training import TrainCompression
 from llmpipe.errors import LlmpipeError
 from llmpipe.lock import DirLock
 from llmpipe.plan import Plan, plan_for_run, render_memory
@@ -34,21 +35,33 @@ from train.schedule import BatchSchedule
 from train.trainer import Trainer
 
 
-def build_model(cfg: RunConfig, d: Dist) -> Transformer:
+def compression_hooks(cfg: RunConfig) -> TrainCompression:
+    q = cfg.qat
+    return TrainCompression(q.scheme, q.group_size, q.from_step, cfg.init.from_hf)
+
+
+def build_model(cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None) -> Transformer:
     """Build on the meta device, parallelise (TP, then FSDP), then allocate only this rank's shards and
-    initialise them."""
+    initialise them (QAT fake quantizers go in before sharding; ``init.from_hf`` weights and masks after)."""
+    hooks = hooks or compression_hooks(cfg)
     with torch.device("meta"):
         model = Transformer(cfg.model)
+    hooks.prepare(model)
     parallelize(model, cfg.parallel, d)
     model.to_empty(device=d.device)
     model.init_weights(seed=cfg.train.seed)
+    hooks.load_init(model)
     return model
 
 
-def build_parallel_model(cfg: RunConfig, d: Dist) -> tuple[torch.nn.Module, Pipeline | None]:
+def build_parallel_model(
+    cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None
+) -> tuple[torch.nn.Module, Pipeline | None]:
     """The module the optimizer and checkpoints see, and the pipeline that runs it when pp > 1."""
     if d.layout.pp == 1:
-        return build_model(cfg, d), None
+        return build_model(cfg, d, hooks), None
+    if hooks is not None and hooks.active:
+        raise LlmpipeError("qat and init.from_hf (llmpipe.compress) need parallel.pp=1")
     with torch.device("meta"):
         model = Transformer(cfg.model)
     pipe = Pipeline(cfg, d, model)
@@ -126,7 +139,8 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         cfg.train.ramp_tokens,
     )
     data = build_data(cfg, d, schedule, train_ds)
-    model, pipeline = build_parallel_model(cfg, d)
+    hooks = compression_hooks(cfg)
+    model, pipeline = build_parallel_model(cfg, d, hooks)
     if cfg.model.init_from is not None:
         if pipeline is not None:
             raise LlmpipeError("model.init_from loads a whole model: use it with parallel.pp=1")
@@ -170,6 +184,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         val_sources=data.val if "" not in data.val else None,
         schedule=schedule,
         pipeline=pipeline,
+        compression=hooks,
     )
     latest = ckpt.latest() if cfg.checkpoint.resume else None
     if latest is not None:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from llmpipe.compress.training import TrainCompression
 from llmpipe.data import Batch, ShardDataset, TokenLoader
 from llmpipe.data.loader import MixtureLoader
 from llmpipe.errors import LlmpipeError
@@ -98,6 +99,7 @@ class Trainer:
         val_sources: dict[str, ShardDataset] | None = None,  # a mixture: validation loss per source
         schedule: BatchSchedule | None = None,  # micro-batches per step (a batch-size ramp)
         pipeline: Pipeline | None = None,  # pp > 1: runs the stages; ``model`` holds their parameters
+        compression: TrainCompression | None = None,  # QAT, pruning masks (llmpipe.compress)
     ) -> None:
         self.cfg, self.d, self.model = cfg, d, model
         self.optimizer, self.scheduler, self.loader = optimizer, scheduler, loader
@@ -107,6 +109,7 @@ class Trainer:
         self.schedule = schedule or BatchSchedule(g, 1, cfg.train.grad_accum, 1, 0)
         self.data_ended = False
         self.guard = SpikeGuard(cfg.guard)
+        self.compression = compression  # QAT fake quantization, pruning masks (llmpipe.compress)
         self.pipeline = pipeline
         p = cfg.parallel
         self.scaler = LossScaler(p.mixed_precision == "fp16", p.fp16_init_scale, p.fp16_growth_interval)
@@ -123,6 +126,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "loader": self.loader.state_dict(),
             "guard": self.guard.state_dict(),
+            "compression": self.compression.state_dict() if self.compression else None,
             "scaler": self.scaler.state_dict(),
         }
 
@@ -137,6 +141,8 @@ class Trainer:
         self.step = saved["step"]
         self.scheduler.load_state_dict(saved["scheduler"])
         self.guard.load_state_dict(saved["guard"])
+        if self.compression is not None:
+            self.compression.load_state_dict(self.model, saved.get("compression"))
         if "scaler" in saved and self.scaler.enabled:
             self.scaler.load_state_dict(saved["scaler"])
         if not rollback:  # a rollback keeps the loader where it is: the data after the spike is skipped
@@ -168,6 +174,8 @@ class Trainer:
         tokens = all_reduce_(torch.stack([(b.target != -100).sum() for b in batches]).sum().double())
         tokens = tokens / (lay.tp * lay.pp)
         amp = functools.partial(autocast, self.cfg.parallel, self.d)
+        if self.compression is not None:
+            self.compression.before_step(self.model, self.step)
         gs = self.scaler.scale
         if self.pipeline is not None:
             norm_t = lay.dp / tokens.clamp(min=1).float()
@@ -192,6 +200,8 @@ class Trainer:
         decision = self.guard.check(mean, norm)
         if decision == "ok":
             self.optimizer.step()
+            if self.compression is not None:
+                self.compression.apply_masks(self.model)  # pruned weights stay zero
             self.scheduler.step()
             self.step += 1
         self.optimizer.zero_grad(set_to_none=True)

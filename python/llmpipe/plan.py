@@ -5,7 +5,10 @@ Bytes per parameter, by precision (model states, per replica before sharding):
     precision   weights  gradients  optimizer (AdamW)                      source
     fp32        4        4          8 (m, v)                              -
     bf16/fp16   2        2          12 (fp32 master copy 4 + m 4 + v 4)   ZeRO paper (K = 12)
-    int8/int4   1 / 0.5  on the trainable (LoRA) fraction only, in bf16 mixed precision
+    int8/int4   1 / 0.53 on the trainable (LoRA) fraction only, in bf16 mixed precision
+
+(int4: 4 bits plus one fp16 scale per group of 64 weights, the layout ``llmpipe quantize`` writes and
+its tests measure on disk.)
 
 Sharding divides model states over ``F`` ranks: DDP / FSDP ``none`` replicate (F = 1); ZeRO-1 shards
 the optimizer states, ZeRO-2 also the gradients, ZeRO-3 / FSDP ``full`` also the weights (F = all
@@ -237,6 +240,10 @@ def _shard_factors(p: PlanInput) -> tuple[int, int, int]:
     }[p.strategy]
 
 
+INT4_GROUP = 64  # weights per scale, llmpipe quantize's default group size
+INT4_SCALE_BYTES = 2.0  # one fp16 scale per group
+
+
 def _per_param_bytes(p: PlanInput) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per model parameter before sharding."""
     opt = OPTIMIZER_BYTES[p.optimizer]
@@ -244,7 +251,7 @@ def _per_param_bytes(p: PlanInput) -> tuple[float, float, float]:
         return 4.0, 4.0, opt
     if p.precision in ("bf16", "fp16"):
         return 2.0, 2.0, opt + 4.0  # + fp32 master copy
-    base = 1.0 if p.precision == "int8" else 0.5
+    base = 1.0 if p.precision == "int8" else 0.5 + INT4_SCALE_BYTES / INT4_GROUP
     f = p.trainable_fraction  # frozen quantized base; adapters train in bf16 mixed precision
     return base + 2.0 * f, 2.0 * f, (opt + 4.0) * f
 
