@@ -8,13 +8,25 @@ import sys
 from collections.abc import Sequence
 
 from llmpipe import __version__
-from llmpipe.commands import curate, eval, export, inspect, plan, quality, report, tokenizer
+from llmpipe.commands import (
+    ablate,
+    curate,
+    eval,
+    export,
+    inspect,
+    plan,
+    prune,
+    quality,
+    quantize,
+    report,
+    tokenizer,
+)
 from llmpipe.errors import LlmpipeError
 
 #: the machine's, not llmpipe's: disk or quota full, read-only or unwritable storage
 ENVIRONMENT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 
-COMMANDS = [curate, inspect, plan, tokenizer, quality, report, export, eval]
+COMMANDS = [curate, inspect, plan, tokenizer, quality, report, export, eval, quantize, prune, ablate]
 
 
 def build_parser() -> argparse.ArgumentParser:
