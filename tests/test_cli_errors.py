@@ -102,6 +102,19 @@ def _bad_inputs(tmp: Path) -> dict[str, list[str]]:
             "0.5",
         ],
         "quality check": ["quality", "check", str(tmp / "nope.jsonl")],
+        "eval": ["eval", str(tmp / "empty"), "--text", str(text)],
+        "export": ["export", str(tmp / "empty"), "--out", str(tmp / "hf")],
+        "quantize": ["quantize", str(tmp / "empty"), "--method", "int8", "--out", str(tmp / "q")],
+        "prune": ["prune", str(tmp / "empty"), "--sparsity", "0.5", "--out", str(tmp / "p")],
+        "ablate": [
+            "ablate",
+            str(tmp / "empty"),
+            str(tmp / "empty"),
+            "--out",
+            str(tmp / "abl"),
+            "--text",
+            str(text),
+        ],
     }
 
 
