@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -205,3 +206,49 @@ def test_bad_curate_arguments_give_one_line(
     if "--out" not in args:
         args += ["--out", str(tmp_path / "o")]
     assert expected in _one_line_error(capsys, "curate", str(tmp_path / "a.jsonl"), *args, "--quiet")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["inspect", "{shards}", "--sample", "-1"], "argument --sample: must be >= 0"),
+        (["plan", "--params", "0"], "argument --params: must be > 0"),
+        (["plan", "--params", "1B", "--gpus", "0"], "argument --gpus: must be > 0"),
+        (["plan", "--params", "1B", "--mfu", "0"], "argument --mfu: must be in (0, 1]"),
+    ],
+)
+def test_bad_arguments_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    with pytest.raises(SystemExit) as e:  # argparse: usage and one error line, exit 2
+        main([a.format(shards=tmp_path) for a in argv])
+    assert e.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_missing_model_manifest_and_ray_address(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.jsonl").write_bytes(_lines(data_dir, 5))
+    err = _one_line_error(
+        capsys, "quality", "calibrate", "--model", str(tmp_path / "nope.bin"), "--target-retention", "0.3",
+        str(tmp_path / "a.jsonl"),
+    )  # fmt: skip
+    assert "no such model file" in err
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    manifest = {"format": "llmpipe-shards", "format_version": 1, "seq_len": 8, "dtype": "uint16"}
+    (shards / "manifest.json").write_text(json.dumps(manifest))
+    assert "the manifest has no tokenizer, counts, splits" in _one_line_error(capsys, "inspect", str(shards))
+    with socket.socket() as s:  # a port with nothing listening: refused at once, not retried for minutes
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    err = _one_line_error(
+        capsys,
+        "curate",
+        str(tmp_path / "a.jsonl"),
+        "--out",
+        str(tmp_path / "o"),
+        "--ray",
+        f"127.0.0.1:{port}",
+    )
+    assert "no Ray cluster answers there" in err

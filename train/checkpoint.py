@@ -40,6 +40,34 @@ def list_checkpoints(root: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def damage(path: Path) -> str | None:
+    """What is wrong with a checkpoint directory (None: intact as far as sizes tell).
+
+    Every byte range the DCP metadata lists must exist in its file, and the train state must load."""
+    state = path / STATE_FILE
+    if not state.is_file():
+        return f"{STATE_FILE} is missing"
+    try:
+        meta = dcp.FileSystemReader(str(path)).read_metadata()
+    except Exception as e:  # noqa: BLE001 - any unreadable metadata means a damaged checkpoint
+        return f"its DCP metadata cannot be read ({type(e).__name__})"
+    sizes: dict[str, int] = {}
+    for info in (meta.storage_data or {}).values():
+        name = info.relative_path
+        if name not in sizes:
+            f = path / name
+            sizes[name] = f.stat().st_size if f.is_file() else -1
+        if sizes[name] < 0:
+            return f"{name} is missing"
+        if sizes[name] < info.offset + info.length:
+            return f"{name} is cut short ({sizes[name]} of at least {info.offset + info.length} bytes)"
+    try:
+        torch.load(state, weights_only=False)
+    except Exception as e:  # noqa: BLE001 - a truncated pickle raises several kinds
+        return f"{STATE_FILE} cannot be read ({type(e).__name__})"
+    return None
+
+
 def _rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -131,9 +159,26 @@ class Checkpointer:
 
     # -- loading ----------------------------------------------------------------------------------
     def latest(self) -> Path | None:
-        """The newest complete checkpoint, as seen by rank 0 (the same answer on every rank)."""
-        found = [str(p) for p in list_checkpoints(self.root)[-1:]] if self.rank == 0 else []
-        box: list[Any] = [found[0] if found else None]
+        """The newest intact checkpoint, as seen by rank 0 (the same answer on every rank).
+
+        A damaged one (a file gone or cut short since it was written) is renamed ``damaged-step-*``,
+        kept for inspection, and the one before it is used, with a message saying so."""
+        found = None
+        if self.rank == 0:
+            for path in reversed(list_checkpoints(self.root)):
+                problem = damage(path)
+                if problem is None:
+                    found = str(path)
+                    break
+                aside = path.with_name(f"damaged-{path.name}")
+                shutil.rmtree(aside, ignore_errors=True)
+                path.rename(aside)
+                print(
+                    f"checkpoint {path} is damaged ({problem}); moved to {aside.name}, "
+                    "falling back to the previous checkpoint",
+                    flush=True,
+                )
+        box: list[Any] = [found]
         if dist.is_initialized():
             dist.broadcast_object_list(box, src=0)
         return Path(box[0]) if box[0] else None

@@ -29,7 +29,7 @@ if __package__ in (None, ""):
 import torch
 import torch.distributed.checkpoint as dcp
 from llmpipe.config import load_yaml
-from llmpipe.data.format import MANIFEST, TOKENIZER_FILE
+from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
 from llmpipe.errors import LlmpipeError
 from safetensors.torch import save_file
 
@@ -216,7 +216,10 @@ def export(
         raise LlmpipeError(f"no tokenizer at {tok}; pass --tokenizer FILE")
     eos_id = None
     if shards is not None and (shards / MANIFEST).is_file():
-        eos_id = json.loads((shards / MANIFEST).read_text())["tokenizer"]["eos_id"]
+        manifest = read_manifest(shards)
+        eos_id = manifest["tokenizer"]["eos_id"]
+        if tokenizer is None:  # the shards' own tokenizer: it must be the one they were made with
+            check_tokenizer(shards, manifest)
     tok_json = tok.read_text(encoding="utf-8")
     ids = [t["id"] for t in json.loads(tok_json).get("added_tokens", [])]
     ids += list(json.loads(tok_json).get("model", {}).get("vocab", {}).values())

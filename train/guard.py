@@ -7,9 +7,17 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+from llmpipe.errors import LlmpipeError
+
 from train.config import GuardConfig
 
 Decision = Literal["ok", "skip", "rollback"]
+
+
+class TrainingDiverged(LlmpipeError):
+    """Rollbacks did not get the run past its bad steps (``guard.max_rollbacks``): stop, exit code 3."""
+
+    exit_code = 3
 
 
 class SpikeGuard:
@@ -20,11 +28,14 @@ class SpikeGuard:
         self.consecutive = 0  # spikes in a row
         self.total_spikes = 0
 
-    def check(self, loss: float) -> Decision:
-        spike = not math.isfinite(loss)
+    def check(self, loss: float, grad_norm: float = 0.0) -> Decision:
+        """A step is bad when its loss or its gradient norm is not finite (always), or when its loss
+        jumps above factor x the running average (when enabled)."""
+        broken = not math.isfinite(loss) or not math.isfinite(grad_norm)
+        spike = broken
         if not spike and self.cfg.enabled and self.avg is not None and self.seen >= self.cfg.warmup:
             spike = loss > self.cfg.factor * self.avg
-        if spike and (self.cfg.enabled or not math.isfinite(loss)):
+        if spike and (self.cfg.enabled or broken):
             self.consecutive += 1
             self.total_spikes += 1
             return "rollback" if self.consecutive >= self.cfg.max_spikes else "skip"

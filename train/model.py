@@ -42,6 +42,7 @@ class ModelConfig:
     # dense L x L mask to SDPA; auto = flex on CUDA, sdpa elsewhere. Without doc_mask: SDPA, causal.
     attention: Literal["auto", "sdpa", "flex"] = "auto"
     init_std: float = 0.02
+    dropout: float = 0.0  # on the embeddings and each residual branch, in training only
     # muP (maximal update parametrisation): 0 = off (standard parametrisation). Otherwise the width the
     # hyperparameters were tuned at; the width multiplier is dim / mup_base_dim. See docs/training.md.
     mup_base_dim: int = 0
@@ -177,9 +178,10 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor, mask: AttnMask) -> torch.Tensor:
         b, n, _ = x.shape
-        q = self.wq(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        # -1: the heads on this rank (all of them, or n_heads / tp under tensor parallel)
+        q = self.wq(x).view(b, n, -1, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, n, -1, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, n, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         if self.kv_heads != self.n_heads:  # grouped-query attention: share each k/v head
             rep = self.n_heads // self.kv_heads
@@ -214,9 +216,11 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.ffn = FeedForward(cfg)
 
+        self.dropout = cfg.dropout
+
     def forward(self, x: torch.Tensor, rope: torch.Tensor, mask: AttnMask) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), rope, mask)
-        return x + self.ffn(self.ffn_norm(x))
+        x = x + F.dropout(self.attn(self.attn_norm(x), rope, mask), self.dropout, self.training)
+        return x + F.dropout(self.ffn(self.ffn_norm(x)), self.dropout, self.training)
 
 
 class Transformer(nn.Module):
@@ -241,28 +245,39 @@ class Transformer(nn.Module):
         self.checkpoint_every = 1  # with activation_checkpointing: blocks 0, N, 2N, ... recompute
 
     @torch.no_grad()
-    def init_weights(self, seed: int = 0) -> None:
+    def init_weights(self, seed: int = 0, only: dict[str, torch.Tensor] | None = None) -> None:
         """Fill every parameter and buffer (after ``to_empty``): N(0, std), the output projections of
         each block scaled down by sqrt(2 * n_layers) as in GPT-2, norms at one, rotary tables recomputed.
         With muP the hidden matrices (every block's linear layers) take std / sqrt(width_mult): variance
         in 1 / fan_in; the embedding and output matrices keep std. The values depend on the seed only,
-        not on how the parameters are sharded (see ``_fill``)."""
-        self.rope.copy_(
-            rope_tables(self.cfg.head_dim, self.cfg.max_seq_len or 0, self.cfg.rope_theta, self.rope.device)
-        )
+        not on how the parameters are sharded (see ``_fill``).
+
+        ``only``: a pipeline stage's parameters by name; this model is then the whole model on the meta
+        device, every parameter is drawn in order and only the stage's are kept (the same values)."""
+        if only is None:
+            self.rope.copy_(
+                rope_tables(
+                    self.cfg.head_dim, self.cfg.max_seq_len or 0, self.cfg.rope_theta, self.rope.device
+                )
+            )
         gen: torch.Generator | None = None
         hidden_std = self.cfg.init_std / math.sqrt(self.cfg.width_mult)
         for name, p in self.named_parameters():  # a tied output matrix is the embedding: filled once
+            target = p if only is None else only.get(name)
             if gen is None:
-                gen = torch.Generator(device=_local(p).device).manual_seed(seed)
+                device = _local(next(iter(only.values()))).device if only else _local(p).device
+                gen = torch.Generator(device=device).manual_seed(seed)
+            std: float | None = self.cfg.init_std
             if name.endswith("norm.weight"):
-                _fill(p, None, gen)
+                std = None
             elif name.endswith(("attn.wo.weight", "ffn.w2.weight")):
-                _fill(p, hidden_std / math.sqrt(2 * self.cfg.n_layers), gen)
+                std = hidden_std / math.sqrt(2 * self.cfg.n_layers)
             elif name.startswith("layers."):
-                _fill(p, hidden_std, gen)
-            else:
-                _fill(p, self.cfg.init_std, gen)
+                std = hidden_std
+            if target is not None:
+                _fill(target, std, gen)
+            elif std is not None:  # another stage's: draw it all the same, so the stream stays aligned
+                torch.empty(p.shape, dtype=p.dtype, device=gen.device).normal_(0.0, std, generator=gen)
 
     def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         """tokens [B, L] -> logits [B, L, vocab] (fp32). ``doc_ids`` masks attention across documents."""
@@ -271,7 +286,7 @@ class Transformer(nn.Module):
         mask: AttnMask = None
         if self.cfg.doc_mask and doc_ids is not None:
             mask = doc_mask(doc_ids, attention_kind(self.cfg, tokens.device))
-        h = self.tok_embeddings(tokens)
+        h = F.dropout(self.tok_embeddings(tokens), self.cfg.dropout, self.training)
         for i, block in enumerate(self.layers):
             if self.activation_checkpointing and self.training and i % self.checkpoint_every == 0:
                 h = checkpoint(block, h, rope, mask, use_reentrant=False)

@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Sequence
 
 from llmpipe import __version__
-from llmpipe.commands import curate, eval, export, inspect, plan, quality, report, tokenizer
+from llmpipe.commands import (
+    ablate,
+    curate,
+    eval,
+    export,
+    inspect,
+    plan,
+    prune,
+    quality,
+    quantize,
+    report,
+    tokenizer,
+)
 from llmpipe.errors import LlmpipeError
 
-COMMANDS = [curate, inspect, plan, tokenizer, quality, report, export, eval]
+#: the machine's, not llmpipe's: disk or quota full, read-only or unwritable storage
+ENVIRONMENT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+
+COMMANDS = [curate, inspect, plan, tokenizer, quality, report, export, eval, quantize, prune, ablate]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +48,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except LlmpipeError as e:
         print(f"llmpipe: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno not in ENVIRONMENT_ERRORS:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        print(
+            f"llmpipe: error: {where}{e.strerror} (nothing was lost: run again once fixed)", file=sys.stderr
+        )
         return 2
     except KeyboardInterrupt:
         print("llmpipe: interrupted", file=sys.stderr)

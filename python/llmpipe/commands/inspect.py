@@ -22,7 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("directory", type=Path, metavar="DIR", help="shard directory")
     p.add_argument("--verify", action="store_true", help="verify every shard; non-zero exit on mismatch")
-    p.add_argument("--sample", type=int, default=0, metavar="I", help="index of the train sample to decode")
+    p.add_argument(
+        "--sample", type=_index, default=0, metavar="I", help="index of the train sample to decode"
+    )
     p.add_argument("--chars", type=int, default=400, metavar="N", help="characters of decoded text to show")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
@@ -43,6 +45,16 @@ def summary(directory: Path) -> dict[str, Any]:
             for s, v in m["splits"].items()
         },
     }
+
+
+def _index(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
 
 
 def _decoded_sample(directory: Path, index: int, chars: int) -> str | None:

@@ -6,13 +6,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from llmpipe.errors import ConfigError
 from llmpipe.plan import (
     PEAK_TFLOPS,
     ModelShape,
     Optimizer,
+    PipelineSchedule,
     PlanInput,
     Precision,
     Strategy,
@@ -33,6 +34,29 @@ def _count(text: str) -> float:
         return float(t[:-1] if mult != 1.0 else t) * mult
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"not a count: {text!r} (e.g. 124M, 1.3B, 7e9)") from e
+
+
+def _positive(kind: type[int] | type[float], at_most: float | None = None) -> Any:
+    """An argparse type: a number > 0 (and <= ``at_most``); zero or less is an error, not a default."""
+
+    def parse(text: str) -> float:
+        try:
+            v = _count(text) if kind is float else int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not v > 0 or (at_most is not None and v > at_most):
+            where = f"in (0, {at_most:g}]" if at_most is not None else "> 0"
+            raise argparse.ArgumentTypeError(f"must be {where}, got {text!r}")
+        return v
+
+    return parse
+
+
+def _positive_count(text: str) -> float:
+    v = _count(text)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return v
 
 
 def load_train_config(path: Path) -> RunConfig:
@@ -64,23 +88,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
             "Estimate per-GPU memory by component (weights, gradients, optimizer states, activations, "
             "temporaries), whether it fits, the largest micro-batch that fits, training FLOPs, "
             "petaFLOP/s-days and GPU-hours for a token budget, the compute-optimal token count "
-            "(20 per parameter, or from a scaling fit: --scaling) and the raw tokens to crawl at a curation retention rate. The formulas "
+            "(20 per parameter, or from a scaling fit: --scaling) and the raw tokens to crawl at a curation "
+            "retention rate; with --tp / --pp, the layout's per-GPU memory, pipeline bubble fraction and "
+            "communication volume per step. The formulas "
             "are in llmpipe/plan.py's docstring."
         ),
     )
     m = p.add_mutually_exclusive_group(required=True)
-    m.add_argument("--params", type=_count, metavar="N", help="parameter count (e.g. 124M, 1B)")
+    m.add_argument("--params", type=_positive_count, metavar="N", help="parameter count (e.g. 124M, 1B)")
     m.add_argument("--config", type=Path, metavar="FILE", help="a configs/train/*.yaml file")
     p.add_argument(
         "--vocab-size",
-        type=int,
+        type=_positive(int),
         metavar="V",
         help="vocabulary size for --config (default: its model.vocab_size, else 32000)",
     )
-    p.add_argument("--gpus", type=int, default=1, metavar="N")
-    p.add_argument("--gpu-memory", type=float, default=80.0, metavar="GB", help="memory per GPU (default 80)")
+    p.add_argument("--gpus", type=_positive(int), default=1, metavar="N")
+    p.add_argument(
+        "--gpu-memory", type=_positive(float), default=80.0, metavar="GB", help="memory per GPU (default 80)"
+    )
     p.add_argument("--gpu", choices=sorted(PEAK_TFLOPS), help="GPU type for peak TFLOP/s (default h100)")
-    p.add_argument("--peak-tflops", type=float, metavar="T", help="peak TFLOP/s per GPU (overrides --gpu)")
+    p.add_argument(
+        "--peak-tflops", type=_positive(float), metavar="T", help="peak TFLOP/s per GPU (overrides --gpu)"
+    )
     p.add_argument("--precision", choices=get_args(Precision), default="bf16")
     p.add_argument("--optimizer", choices=get_args(Optimizer), default="adamw")
     p.add_argument("--strategy", choices=get_args(Strategy), default="fsdp_full")
@@ -93,13 +123,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--micro-batch", type=int, default=0, metavar="B", help="sequences per GPU per step")
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--trainable-fraction", type=float, default=0.01, help="int8/int4: trainable share")
-    p.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation assumed (default 0.4)")
+    p.add_argument(
+        "--mfu", type=_positive(float, 1.0), default=0.4, help="model FLOPs utilisation assumed (default 0.4)"
+    )
     p.add_argument("--tokens", type=_count, default=0.0, metavar="T", help="training tokens (default 20 x N)")
     r = p.add_mutually_exclusive_group()
-    r.add_argument("--retention", type=float, default=0.02, help="tokens kept by curation (default 0.02)")
+    r.add_argument(
+        "--retention", type=_positive(float, 1.0), default=0.02, help="tokens kept by curation (default 0.02)"
+    )
     r.add_argument(
         "--from-curation", type=Path, metavar="DIR", help="use the retention a curate run measured"
     )
+    p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel ranks (default 1)")
+    p.add_argument("--pp", type=int, default=1, metavar="N", help="pipeline-parallel ranks (default 1)")
+    p.add_argument(
+        "--microbatches",
+        type=int,
+        default=0,
+        metavar="M",
+        help="pipeline micro-batches (default pp x stages)",
+    )
+    p.add_argument("--pp-schedule", choices=get_args(PipelineSchedule), default="1f1b")
+    p.add_argument("--stages-per-rank", type=int, default=0, metavar="V", help="interleaved: default 2")
+    p.add_argument("--loss-parallel", action="store_true", help="tp: vocabulary-sharded logits")
     p.add_argument(
         "--scaling",
         type=Path,
@@ -146,6 +192,12 @@ def run(args: argparse.Namespace) -> int:
             peak_tflops=peak,
             tokens=args.tokens,
             retention=retention,
+            tp=args.tp,
+            pp=args.pp,
+            microbatches=args.microbatches,
+            pp_schedule=args.pp_schedule,
+            stages_per_rank=args.stages_per_rank,
+            loss_parallel=args.loss_parallel,
             optimal_tokens=optimal_tokens,
         )
     )

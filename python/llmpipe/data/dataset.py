@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from llmpipe.data.format import fast_fingerprint, read_manifest, sha256_file
+from llmpipe.data.format import check_tokenizer, fast_fingerprint, read_manifest, sha256_file
 from llmpipe.errors import ShardError
 
 Verify = Literal["full", "fast", "none"]
@@ -46,6 +46,8 @@ class ShardDataset:
                 f"{self.directory}: shards were tokenised with tokenizer sha256 {self.tokenizer_sha256}, "
                 f"the run expects {expect_tokenizer_sha256}"
             )
+        if verify != "none":
+            check_tokenizer(self.directory, m)
         self._arrays: list[np.ndarray] = []
         self._valid: list[np.ndarray] = []
         for entry in m["splits"][split]["shards"]:

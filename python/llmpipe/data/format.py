@@ -108,7 +108,30 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ShardError(
             f"{path}: format version {manifest.get('format_version')} (this llmpipe reads {FORMAT_VERSION})"
         )
+    missing = [k for k in ("seq_len", "dtype", "tokenizer", "counts", "splits") if k not in manifest]
+    if missing:
+        raise ShardError(f"{path}: the manifest has no {', '.join(missing)} (damaged or hand-edited?)")
+    if not isinstance(manifest["splits"], dict) or not isinstance(manifest["tokenizer"], dict):
+        raise ShardError(f"{path}: the manifest's splits and tokenizer must be mappings")
     return manifest
+
+
+def check_tokenizer(directory: Path, manifest: dict[str, Any]) -> Path | None:
+    """The shards' tokenizer file, checked against the manifest's sha256 (ShardError if it differs or
+    is gone); None when the manifest records no tokenizer file."""
+    from llmpipe.errors import ShardError
+
+    tok = manifest["tokenizer"]
+    if tok.get("sha256") is None:
+        return None
+    path = Path(directory) / tok.get("file", TOKENIZER_FILE)
+    if not path.is_file():
+        raise ShardError(f"{path}: the tokenizer the shards were made with is missing")
+    if sha256_file(path) != tok["sha256"]:
+        raise ShardError(
+            f"{path}: not the tokenizer the shards were made with (sha256 differs from the manifest's)"
+        )
+    return path
 
 
 _MAGIC = b"ARROW1"

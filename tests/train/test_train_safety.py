@@ -1,0 +1,104 @@
+"""The trainer loses nothing silently (issue 21): a diverged run stops with exit code 3 instead of
+rolling back forever; a damaged latest checkpoint falls back to the previous intact one; a replaced
+tokenizer.json is refused by the trainer and by the HF export; the run directory is locked; bad
+shard directories and --out paths give one line. Real torchrun processes on real byte shards."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, read_metrics, torchrun
+from llmpipe.lock import DirLock
+
+TINY = str(ROOT / "configs/train/tiny.yaml")
+QUIET = ["--metrics.tensorboard=false", "--train.val_every=0", "--train.log_every=1"]
+
+
+def _one_line(proc: subprocess.CompletedProcess[str], rc: int, text: str) -> None:
+    """One ``error:`` line and exit code ``rc`` (torchrun itself exits 1 and names the worker's code)."""
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    if "torch.distributed.run" in proc.args:
+        assert f"exitcode  : {rc}" in proc.stderr, proc.stderr[-3000:]
+    else:
+        assert proc.returncode == rc, (proc.returncode, proc.stderr[-3000:])
+    assert errors and text in errors[0], proc.stderr[-3000:]
+    # no traceback from our code (torchrun prints its own for a worker that exits non-zero)
+    assert f'File "{ROOT}' not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_diverged_run_stops_after_bounded_rollbacks(byte_shards: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = torchrun(
+        1, "--data", str(byte_shards), "--config", TINY, "--out", str(run), "--train.steps=60",
+        "--optim.lr=1000", "--optim.warmup_steps=1", "--checkpoint.every=5", "--guard.max_rollbacks=2", *QUIET,
+        check=False, timeout=240,
+    )  # fmt: skip
+    _one_line(proc, 3, "training diverged at step")
+    recs = read_metrics(run)
+    assert len([r for r in recs if "rollback_to" in r]) == 2  # guard.max_rollbacks
+    # no step with a non-finite loss or gradient norm was ever applied
+    assert all(r["loss"] == r["loss"] and abs(r["loss"]) != float("inf") for r in recs if "loss" in r)
+
+
+def test_damaged_checkpoint_falls_back_and_tokenizer_is_checked(byte_shards: Path, tmp_path: Path) -> None:
+    shards = tmp_path / "shards"
+    shutil.copytree(byte_shards, shards)
+    run = tmp_path / "run"
+    args = ["--data", str(shards), "--config", TINY, "--out", str(run), "--checkpoint.every=4", *QUIET]
+    torchrun(1, *args, "--train.steps=8", "--checkpoint.keep=3")
+    ckpts = run / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step-00000004", "step-00000008"]
+    distcp = sorted((ckpts / "step-00000008").glob("*.distcp"))[0]
+    with open(distcp, "r+b") as f:  # a truncated shard file in the latest checkpoint
+        f.truncate(distcp.stat().st_size // 2)
+    proc = torchrun(1, *args, "--train.steps=10", "--checkpoint.keep=3")
+    assert "step-00000008 is damaged" in proc.stdout and "falling back" in proc.stdout
+    assert "resumed from" in proc.stdout and "at step 4" in proc.stdout
+    assert (ckpts / "damaged-step-00000008").is_dir() and (ckpts / "step-00000010").is_dir()
+    (ckpts / "step-00000010" / "train_state.pt").unlink()  # the other damage of the issue
+    proc = torchrun(1, *args, "--train.steps=11", "--checkpoint.keep=3")
+    assert "step-00000010 is damaged (train_state.pt is missing)" in proc.stdout
+    assert "at step 8" in proc.stdout
+
+    # the shards' tokenizer replaced: the trainer and the export refuse it with one line
+    tok = shards / "tokenizer.json"
+    tok.write_text(json.dumps(json.loads(tok.read_text()), indent=1))
+    proc = torchrun(1, *args, "--train.steps=12", check=False)
+    _one_line(proc, 2, "not the tokenizer the shards were made with")
+    exp = subprocess.run(
+        [sys.executable, str(ROOT / "train" / "export_hf.py"), str(run), "--out", str(tmp_path / "hf")],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "python")])},
+    )  # fmt: skip
+    _one_line(exp, 2, "not the tokenizer the shards were made with")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_run_directory_lock_and_bad_paths(byte_shards: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    base = ["--data", str(byte_shards), "--config", TINY, *QUIET, "--train.steps=2"]
+    with DirLock(run, "run directory"):
+        proc = torchrun(1, *base, "--out", str(run), check=False)
+    _one_line(proc, 2, f"in use by another run (pid {os.getpid()} on ")
+    (tmp_path / "file").write_text("x")
+    proc = torchrun(1, *base, "--out", str(tmp_path / "file"), check=False)
+    _one_line(proc, 2, "cannot create the run directory")
+    # a manifest without splits
+    broken = tmp_path / "broken"
+    shutil.copytree(byte_shards, broken)
+    m = json.loads((broken / "manifest.json").read_text())
+    del m["splits"]
+    (broken / "manifest.json").write_text(json.dumps(m))
+    proc = torchrun(1, *base[2:], "--data", str(broken), "--out", str(tmp_path / "r2"), check=False)
+    _one_line(proc, 2, "the manifest has no splits")
+    # too few samples for one global batch: the advice names a batch size that fits
+    n = json.loads((byte_shards / "manifest.json").read_text())["splits"]["train"]["rows"]
+    proc = torchrun(1, *base, "--out", str(tmp_path / "r3"), f"--data.batch_size={n + 1}", check=False)
+    _one_line(proc, 2, f"lower --data.batch_size to at most {n}")
