@@ -130,6 +130,7 @@ def synthesize(n: int, path: Path, seed: int = 0) -> int:
 
 def run_dedup(docs_path: str, work: str) -> None:
     """Child: the near_dedup stage's phases on the synthetic documents; prints one JSON line."""
+    from llmpipe.curate.stage import RunContext
     from llmpipe.curate.stages.near_dedup import NearDedup
 
     stage = NearDedup(NearDedup.Config())
@@ -156,7 +157,7 @@ def run_dedup(docs_path: str, work: str) -> None:
     t1 = time.perf_counter()
     g = work_dir / "global"
     g.mkdir()
-    drops = stage.resolve(key_files, g)
+    drops = stage.resolve(key_files, g, RunContext(input_words=0))
     t2 = time.perf_counter()
     ru = resource.getrusage(resource.RUSAGE_SELF)
     peak = ru.ru_maxrss * 1024

@@ -122,8 +122,9 @@ def main() -> int:
     pa.set_cpu_count(1)  # Arrow's compute and Parquet threads: one core, like everything else here
     pa.set_io_thread_count(1)
     from llmpipe.curate.stage import StageCounts
+    from llmpipe.curate.steps import read_documents
+    from llmpipe.io.config import ReadConfig
     from llmpipe.io.extract import decode, html_to_text
-    from llmpipe.io.read import ReadConfig, read_batches
 
     pages = sorted((DATA / "html" / "trafilatura-eval").glob("*.html"))
     if args.quick:
@@ -145,7 +146,7 @@ def main() -> int:
     # the read step alone: FastWARC + charset + decode + extraction, counted as the pipeline counts it
     def read_only() -> int:
         r, e = StageCounts("read"), StageCounts("extract")
-        return sum(b.num_rows for b in read_batches(warc, warc.name, ReadConfig(), lambda b: None, r, e))
+        return sum(b.num_rows for b in read_documents(warc, warc.name, ReadConfig(), lambda b: None, r, e))
 
     docs = read_only()  # warm-up (lazy imports, page cache)
 
@@ -160,12 +161,16 @@ def main() -> int:
 
     # end to end, instrumented
     import llmpipe.curate.pipeline as pipeline
+    import llmpipe.curate.steps as steps
     from llmpipe.curate import stage as stage_mod
+    from llmpipe.curate.executors import LocalExecutor
     from llmpipe.curate.settings import CurateConfig
     from llmpipe.curate.stages import exact_dedup
+    from llmpipe.curate.stages.pack import Pack
+    from llmpipe.curate.stages.tokenize import TrainTokenizer
 
     timer = Timer()
-    timer.wrap_gen(pipeline, "read_batches", "read + extract")
+    timer.wrap_gen(steps, "read_documents", "read + extract")
     for st in CurateConfig.from_mapping({}).build_stages():
         cls = type(st)
         if isinstance(st, stage_mod.GlobalStage):
@@ -174,9 +179,9 @@ def main() -> int:
         else:
             timer.wrap(cls, "run", st.name)
     del exact_dedup
-    timer.wrap(pipeline, "_train_tokenizer", "tokenizer training")
+    timer.wrap(TrainTokenizer, "run", "tokenizer training")
     timer.wrap(pipeline, "tokenize_input", "tokenize")
-    timer.wrap(pipeline, "_pack", "pack")
+    timer.wrap(Pack, "run", "pack")
     cfg = CurateConfig.from_mapping(
         {"tokenizer": {"vocab_size": 8000, "sample_bytes": 5_000_000}, "pack": {"seq_len": 1024}}
     )
@@ -194,7 +199,7 @@ def main() -> int:
             [str(warc.parent)],
             tmp / f"out{rep}",
             cfg,
-            executor=pipeline.LocalExecutor(progress=False),
+            executor=LocalExecutor(progress=False),
             log=lambda s: None,
         )
         t_run = time.process_time() - t0

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from llmpipe.curate.stage import StageCounts
+from llmpipe.curate.steps import read_documents
 from llmpipe.errors import InputError
-from llmpipe.io.read import ReadConfig, read_batches
+from llmpipe.io.config import ReadConfig
 from llmpipe.io.records import Bad
 
 SMALL = (
@@ -77,7 +78,7 @@ def test_readers_quarantine_each_kind(data_dir: Path, tmp_path: Path) -> None:
         bad: list[Bad] = []
         read, extract = StageCounts("read"), StageCounts("extract")
         rows = sum(
-            b.num_rows for b in read_batches(tmp_path / name, name, ReadConfig(), bad.append, read, extract)
+            b.num_rows for b in read_documents(tmp_path / name, name, ReadConfig(), bad.append, read, extract)
         )
         assert sorted(b.reason for b in bad) == sorted(reasons.split()), name
         assert all(b.location for b in bad), name
@@ -87,7 +88,7 @@ def test_readers_quarantine_each_kind(data_dir: Path, tmp_path: Path) -> None:
             assert 0 < rows < 40, name  # the records before the cut
     # locations point at the record
     bad = []
-    list(read_batches(tmp_path / "mixed.jsonl", "m", ReadConfig(), bad.append))
+    list(read_documents(tmp_path / "mixed.jsonl", "m", ReadConfig(), bad.append))
     assert [(b.reason, b.location) for b in bad] == [
         ("undecodable_bytes", "line 2"),
         ("invalid_json", "line 4"),
@@ -110,9 +111,9 @@ def test_truncated_warc_cut_between_records(data_dir: Path, tmp_path: Path) -> N
     cut.write_bytes(data[: members[10] + 15])  # 10 whole records, then 15 bytes of the 11th
     bad: list[Bad] = []
     read = StageCounts("read")
-    list(read_batches(cut, "cut", ReadConfig(), bad.append, read, StageCounts("extract")))
+    list(read_documents(cut, "cut", ReadConfig(), bad.append, read, StageCounts("extract")))
     assert [b.reason for b in bad] == ["truncated_or_corrupt_stream"]
-    assert read.docs_in == 10
+    assert read.docs_in == 11 and read.dropped["quarantined_truncated_or_corrupt_stream"] == 1
     # plain (uncompressed) WARC cut inside a header
     raw = gzip.decompress(data)
     second = raw.index(b"WARC/1.0", 10)
@@ -120,11 +121,14 @@ def test_truncated_warc_cut_between_records(data_dir: Path, tmp_path: Path) -> N
     plain.write_bytes(raw[: second + 20])
     bad = []
     read = StageCounts("read")
-    list(read_batches(plain, "cut", ReadConfig(), bad.append, read, StageCounts("extract")))
+    list(read_documents(plain, "cut", ReadConfig(), bad.append, read, StageCounts("extract")))
     assert [b.reason for b in bad] == ["truncated_or_corrupt_stream"]
     # FastWARC hands out the cut header as a record with no Content-Length: counted once, as the cut
     # (not also as a skipped record of unknown type)
-    assert read.docs_in == 1 and read.dropped == {"skipped_warcinfo_record": 1}
+    assert read.docs_in == 2 and read.dropped == {
+        "skipped_warcinfo_record": 1,
+        "quarantined_truncated_or_corrupt_stream": 1,
+    }
 
 
 def _peak_rss_mb(code: str) -> float:
@@ -148,9 +152,10 @@ def test_huge_document_is_never_held_in_memory(data_dir: Path, tmp_path: Path) -
         f.write(head.encode() + body + b"\r\n\r\n")
         f.write(real)
     template = (
-        "import re; from pathlib import Path; from llmpipe.io.read import ReadConfig, read_batches\n"
+        "import re; from pathlib import Path; from llmpipe.curate.steps import read_documents\n"
+        "from llmpipe.io.config import ReadConfig\n"
         "bad = []\n"
-        "n = sum(b.num_rows for b in read_batches(Path({p!r}), 'x', ReadConfig(), bad.append))\n"
+        "n = sum(b.num_rows for b in read_documents(Path({p!r}), 'x', ReadConfig(), bad.append))\n"
         "assert [b.reason for b in bad] == {want!r}, bad\n"
         # VmHWM, not ru_maxrss: the latter survives exec and would report the (big) parent's peak
         "print(int(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)) / 1024)\n"
@@ -230,15 +235,9 @@ def test_funnel_adds_up_with_quarantine(curated_bad: tuple[Path, Path]) -> None:
 
 
 def _read(path: Path) -> tuple[StageCounts, list[Bad], int]:
-    """(read counts with quarantine counted as the pipeline does, bad records, documents)."""
+    """(read counts, quarantined records included, bad records, documents)."""
     read, bad = StageCounts("read"), []
-
-    def on_bad(b: Bad) -> None:
-        bad.append(b)
-        read.docs_in += b.records
-        read.dropped[f"quarantined_{b.reason}"] += b.records
-
-    batches = list(read_batches(path, path.name, ReadConfig(), on_bad, read, StageCounts("extract")))
+    batches = list(read_documents(path, path.name, ReadConfig(), bad.append, read, StageCounts("extract")))
     read.check()
     return read, bad, sum(b.num_rows for b in batches)
 
@@ -269,7 +268,7 @@ def test_warc_cut_in_any_record_is_reported_once(data_dir: Path, tmp_path: Path)
     assert docs == 6 and len(bad) == 1 and bad[0].reason.startswith("truncated")
     assert read.docs_in == 20
     with pytest.raises(InputError, match="truncated"):  # what --strict does with it
-        list(read_batches(cut, "cut", ReadConfig(), _strict, None, None))
+        list(read_documents(cut, "cut", ReadConfig(), _strict, None, None))
     raw = gzip.decompress(data)
     spans = _warc_spans(raw)[:21]
     plain = tmp_path / "cut.warc"

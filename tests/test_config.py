@@ -79,3 +79,6 @@ def test_rust_filter_defaults_are_pythons_field_by_field() -> None:
     args = build_parser().parse_args(["quality", "train", "--positive", "p", "--negative", "n", "--out", "m"])
     cli = {k: getattr(args, k) for k in ("bits", "epochs", "lr", "seed")}
     assert cli == {k: rust["classifier"][k] for k in cli}
+    from llmpipe.commands.quality import parse_char_ngrams
+
+    assert parse_char_ngrams(args.char_ngrams) == rust["classifier"]["char_ngrams"]

@@ -67,7 +67,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Pat
 
 def _curate(inputs: Path, out: Path, cfg: Path, fault: str | None = None) -> int:
     env = {"LLMPIPE_FAULT_AFTER": fault} if fault else {"LLMPIPE_FAULT_AFTER": ""}
-    p = run_cli("curate", str(inputs), "--out", str(out), "--config", str(cfg), check=fault is None, env=env)
+    # one worker: the points below are in the order a sequential run reaches them (tests/test_workers.py
+    # kills a run with several workers)
+    args = ("curate", str(inputs), "--out", str(out), "--config", str(cfg), "--workers", "1")
+    p = run_cli(*args, check=fault is None, env=env)
     return p.returncode
 
 

@@ -146,7 +146,7 @@ def test_options_change_shingles_and_bad_options_are_errors() -> None:
     c = minhash_signatures(texts, ngram=3, unit="chars")
     assert (c[0] == c[1]).all() and not (c[0] == s[0]).all()
     assert not (minhash_signatures(texts, seed=2)[0] == minhash_signatures(texts, seed=1)[0]).all()
-    with pytest.raises(_core.ConfigError):
+    with pytest.raises(ConfigError):
         minhash_signatures(texts, unit="sentences")  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         near_duplicates(texts, bands=20, rows=8)

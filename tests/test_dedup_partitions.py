@@ -17,8 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from dedup_corpus import Corpus, planted_corpus
+from llmpipe.curate.stage import RunContext
 from llmpipe.curate.stages.exact_dedup import ExactDedup, resolve_partitioned
 from llmpipe.curate.stages.near_dedup import NearDedup
+
+NO_RUN = RunContext(input_words=0)  # dedup stages do not use the run totals
 
 
 class PoolExecutor:
@@ -75,12 +78,12 @@ def test_near_dedup_partition_tasks_match_in_process(
     rows = list(zip(corpus.ids, corpus.texts, strict=True))
     keys = _key_files(stage, rows, 3, tmp_path / "keys")
     (tmp_path / "a").mkdir()
-    expected = stage.resolve(keys, tmp_path / "a")
+    expected = stage.resolve(keys, tmp_path / "a", NO_RUN)
     assert expected.num_rows >= 60  # the close variants are found (some planted edits are far)
 
     ex = PoolExecutor(pool)
     (tmp_path / "b").mkdir()
-    got = stage.resolve(keys, tmp_path / "b", ex)
+    got = stage.resolve(keys, tmp_path / "b", NO_RUN, ex)
     assert got.equals(expected)
     descs = dict(ex.maps)
     parts = len(list((tmp_path / "b" / "groups").glob("*.parquet")))
@@ -93,7 +96,7 @@ def test_near_dedup_partition_tasks_match_in_process(
         tmp_path / "b" / "groups" / "00001.parquet",
     ]:
         lost.unlink()
-    assert stage.resolve(keys, tmp_path / "b", PoolExecutor(pool)).equals(expected)
+    assert stage.resolve(keys, tmp_path / "b", NO_RUN, PoolExecutor(pool)).equals(expected)
 
 
 def test_exact_dedup_hash_partitions_match_in_process(
@@ -108,7 +111,7 @@ def test_exact_dedup_hash_partitions_match_in_process(
     rows = base + copies
     keys = _key_files(stage, rows, 4, tmp_path / "keys")
     (tmp_path / "a").mkdir()
-    expected = stage.resolve(keys, tmp_path / "a")
+    expected = stage.resolve(keys, tmp_path / "a", NO_RUN)
     # oracle: group by the normalised text (lower case, whitespace runs collapsed); all but the
     # smallest id of each group go (the corpus's unedited variants are copies too)
     groups: dict[str, list[str]] = {}

@@ -13,8 +13,10 @@ import pytest
 from conftest import run_cli
 from dedup_corpus import Corpus, jaccard, planted_corpus, shingle_set
 from llmpipe.curate.settings import CurateConfig
-from llmpipe.curate.stage import DROPS_SCHEMA
+from llmpipe.curate.stage import DROPS_SCHEMA, RunContext
 from llmpipe.curate.stages.near_dedup import NearDedup
+
+NO_RUN = RunContext(input_words=0)  # dedup stages do not use the run totals
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,7 @@ def _run(stage: NearDedup, rows: list[tuple[str, str]], batch: int, files: int, 
         key_files.append(path)
     work = tmp / "global"
     work.mkdir()
-    return stage.resolve(key_files, work)
+    return stage.resolve(key_files, work, NO_RUN)
 
 
 def test_drops_are_verified_and_point_to_the_smallest_id(corpus: Corpus, tmp_path: Path) -> None:

@@ -8,8 +8,9 @@ import unicodedata
 from pathlib import Path
 
 from llmpipe.curate.stage import StageCounts
+from llmpipe.curate.steps import read_documents
+from llmpipe.io.config import ReadConfig
 from llmpipe.io.extract import charset_of, decode, extract, is_html
-from llmpipe.io.read import ReadConfig, read_batches
 
 
 def test_trafilatura_eval_snippets(data_dir: Path) -> None:
@@ -45,7 +46,7 @@ def _pages(data_dir: Path) -> dict[str, tuple[str, str]]:
     read, extract_counts = StageCounts("read"), StageCounts("extract")
     bad: list[object] = []
     out = {}
-    for batch in read_batches(path, path.name, ReadConfig(), bad.append, read, extract_counts):
+    for batch in read_documents(path, path.name, ReadConfig(), bad.append, read, extract_counts):
         for row in batch.to_pylist():
             meta = json.loads(row["meta"])
             out[meta["url"]] = (row["text"], meta)

@@ -110,3 +110,40 @@ def test_curate_run_with_fasttext_backend(lid: tuple[Path, list[str], list[str]]
     for lang in per_lang:
         assert per_lang[lang] >= 0.8 * langs.count(lang), (lang, per_lang)
     assert st["dropped"]["other_language"] >= 0.8 * sum(1 for y in langs if y not in per_lang)
+
+
+def test_quality_stage_scores_with_a_fasttext_classifier(data_dir: Path, tmp_path: Path) -> None:
+    """format: fasttext scores a document by the probability of ``label``, as the package gives it."""
+    from llmpipe.curate.stages.quality_model import QualityModelFilter
+    from llmpipe.errors import ConfigError
+    from quality_data import reference_docs, web_docs
+
+    pos = [" ".join(d.split()) for d in reference_docs(data_dir, per_source=8)]
+    neg = [" ".join(d.split()) for d in web_docs(data_dir)[:80] if d.strip()]
+    train = tmp_path / "q.txt"
+    train.write_text(
+        "".join(f"__label__hq {t}\n" for t in pos[::2]) + "".join(f"__label__lq {t}\n" for t in neg[::2])
+    )
+    model = fasttext.train_supervised(
+        input=str(train), dim=16, wordNgrams=2, bucket=50_000, **{**TRAIN, "epoch": 5}
+    )
+    path = tmp_path / "q.bin"
+    model.save_model(str(path))
+    docs = pos[1::2] + neg[1::2]
+    batch = pa.record_batch({"id": [str(i) for i in range(len(docs))], "text": docs})
+    stage = QualityModelFilter(
+        QualityModelFilter.Config(enabled=True, model=str(path), format="fasttext", label="__label__hq")
+    )
+    scores = stage.prepare(batch).column("score").to_pylist()
+    labels, probs = model.predict(docs, k=-1)
+    want = [float(p[list(lab).index("__label__hq")]) for lab, p in zip(labels, probs, strict=True)]
+    assert max(abs(a - b) for a, b in zip(scores, want, strict=True)) <= 1e-5
+    auc_pos = sum(s > 0.5 for s in scores[: len(pos[1::2])]) / len(pos[1::2])
+    assert auc_pos >= 0.8, auc_pos
+    wrong = QualityModelFilter(
+        QualityModelFilter.Config(enabled=True, model=str(path), format="fasttext", label="__label__good")
+    )
+    with pytest.raises(ConfigError, match="not a label"):
+        wrong.prepare(batch)
+    with pytest.raises(ValueError, match="label"):
+        QualityModelFilter(QualityModelFilter.Config(enabled=True, model=str(path), format="fasttext"))

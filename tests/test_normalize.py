@@ -54,7 +54,8 @@ def test_rust_cleaning_equals_the_arrow_chain(data_dir: Path, form: str) -> None
     for typ in (pa.string(), pa.large_string()):
         arr = pa.array(texts, typ)
         batch = pa.record_batch([arr, pa.array(range(len(texts)))], names=["text", "id"])
-        got, changed = Normalize(Normalize.Config(form=form)).map(batch)
+        m = Normalize(Normalize.Config(form=form)).map(batch)
+        got, changed = m.batch, m.changed
         want = arrow_chain(arr, form)
         assert got.schema.field("text").type == typ
         assert got.column("id").to_pylist() == list(range(len(texts)))
@@ -68,10 +69,12 @@ def test_rust_cleaning_equals_the_arrow_chain(data_dir: Path, form: str) -> None
 def test_sliced_and_empty_batches() -> None:
     arr = pa.array(["  a\r\n", "b \n\n\n\nc", "", " d "], pa.string())
     batch = pa.record_batch([arr], names=["text"]).slice(1, 2)
-    got, changed = Normalize(Normalize.Config()).map(batch)
+    m = Normalize(Normalize.Config()).map(batch)
+    got, changed = m.batch, m.changed
     assert got.column("text").to_pylist() == ["b\n\nc", ""]
     assert changed == 1
-    empty, n = Normalize(Normalize.Config()).map(batch.slice(0, 0))
+    m = Normalize(Normalize.Config()).map(batch.slice(0, 0))
+    empty, n = m.batch, m.changed
     assert empty.num_rows == 0 and n == 0
 
 

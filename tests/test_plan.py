@@ -148,3 +148,29 @@ def test_config_is_the_trainers_typed_config(tmp_path: Path) -> None:
     cfg.write_text("train:\n  steps: many\n")
     bad = run_cli("plan", "--config", str(cfg), check=False)
     assert bad.returncode != 0 and "train.steps" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_tensor_and_pipeline_layouts() -> None:
+    """tp and pp divide the model states; the pipeline bubble is (pp - 1) / (m + pp - 1), interleaving
+    shortens it v times; communication per step appears for each parallel dimension in use."""
+    cfg = ["--config", str(ROOT / "configs/train/llama-1b.yaml"), "--seq-len", "2048", "--micro-batch", "8"]
+    one = _plan(*cfg, "--gpus", "8")
+    tp = _plan(*cfg, "--gpus", "8", "--tp", "2")
+    assert tp["layout"] == {"dp_replicate": 1, "dp_shard": 4, "pp": 1, "tp": 2}
+    assert tp["memory_gb"]["weights"] == pytest.approx(one["memory_gb"]["weights"])  # 1/8 either way
+    assert tp["memory_gb"]["activations"] < one["memory_gb"]["activations"] / 1.5
+    assert tp["comm_gb"]["tp"] > 0 and one["comm_gb"]["tp"] == 0
+    gpipe = _plan(*cfg, "--gpus", "4", "--pp", "4", "--microbatches", "8", "--pp-schedule", "gpipe")
+    assert gpipe["bubble_fraction"] == pytest.approx(3 / 11)
+    inter = _plan(
+        *cfg, "--gpus", "4", "--pp", "4", "--microbatches", "8", "--pp-schedule", "interleaved_1f1b"
+    )
+    assert inter["bubble_fraction"] == pytest.approx(3 / 19)
+    f1b = _plan(*cfg, "--gpus", "4", "--pp", "4", "--microbatches", "8", "--pp-schedule", "1f1b")
+    assert f1b["memory_gb"]["activations"] < gpipe["memory_gb"]["activations"]  # 4 in flight, not 8
+    assert f1b["comm_gb"]["pp"] > 0 and f1b["comm_gb"]["fsdp"] == 0  # one rank per stage: nothing to shard
+    text = run_cli("plan", *cfg, "--gpus", "4", "--pp", "4").stdout
+    assert "bubble" in text and "communication per GPU per step" in text
+    bad = run_cli("plan", *cfg, "--gpus", "6", "--tp", "4", check=False)
+    assert bad.returncode != 0 and "tp 4 x pp 1 does not divide the 6 GPUs" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -105,3 +105,43 @@ def test_cli_train_calibrate_and_a_run_at_target_retention(
     st2 = next(s for s in stats2["stages"] if s["name"] == "quality_model")
     run_kept = st2["tokens_out"] / stats2["stages"][0]["tokens_in"]
     assert abs(run_kept - run_target) <= 0.1 * run_target, (run_kept, st2)
+
+
+def test_char_ngrams_beat_words_alone_on_little_data(data_dir: Path) -> None:
+    """Two paragraphs per side, Ukrainian vs Russian (UDHR): most test words are unseen, their
+    character n-grams are not; held-out sentences are scored by both feature sets."""
+    from test_fasttext_parity import udhr_paragraphs
+
+    train, test = udhr_paragraphs(data_dir)
+    pos = [t for c, t in train if c == "ukr"][1:3]
+    neg = [t for c, t in train if c == "rus"][1:3]
+    tp = [t.split(".")[0] for c, t in test if c == "ukr"]
+    tn = [t.split(".")[0] for c, t in test if c == "rus"]
+    aucs = {}
+    for chars in ([0, 0], [3, 5]):
+        cfg = {"bits": 18, "epochs": 10, "seed": 1, "char_ngrams": chars}
+        model = QualityModel.train(pos, neg, json.dumps(cfg))
+        aucs[tuple(chars)] = roc_auc(model.score(tp + tn), [1] * len(tp) + [0] * len(tn))
+    assert aucs[(3, 5)] > aucs[(0, 0)] and aucs[(3, 5)] >= 0.99, aucs
+
+
+def test_cli_trains_from_labelled_jsonl(tmp_path: Path, corpus: tuple[list[str], list[str]]) -> None:
+    pos, neg = corpus
+    labelled = tmp_path / "labels.jsonl"
+    rows = [{"text": t, "label": "hq"} for t in pos[:300]] + [{"text": t, "label": "lq"} for t in neg[:300]]
+    random.Random(0).shuffle(rows)
+    labelled.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = tmp_path / "m.bin"
+    p = run_cli(
+        "quality", "train", "--labelled", str(labelled), "--positive-label", "hq",
+        "--out", str(model), "--bits", "16", "--holdout", "0.2",
+    )  # fmt: skip
+    assert "trained on 240 positive and 240 negative" in p.stdout, p.stdout
+    auc = float(p.stdout.split("held-out ROC AUC")[1].split()[0])
+    assert auc >= 0.9, p.stdout
+    assert QualityModel.load(str(model)).score(["x"])[0] > 0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "no label"}\n')
+    r = run_cli("quality", "train", "--labelled", str(bad), "--out", str(model), check=False)
+    assert r.returncode != 0 and "bad.jsonl:1: expected a JSON object with text and label" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -109,6 +109,6 @@ def test_bad_config_is_a_clear_error() -> None:
 
     with pytest.raises(ConfigError, match="gopher_quality"):
         evaluate(["x"], {"gopher_quality": {"min_words": 3}})
-    with pytest.raises(_core.ConfigError, match="unknown field"):
+    with pytest.raises(ConfigError, match="unknown field"):
         _core.quality_filter("fineweb", ["x"], '{"bogus": 1}')
     assert core_json(QualityConfig().fineweb).startswith("{")

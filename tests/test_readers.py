@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 import zstandard
 from llmpipe.curate.stage import StageCounts
+from llmpipe.curate.steps import read_documents
+from llmpipe.io.config import ReadConfig
 from llmpipe.io.discover import discover
-from llmpipe.io.read import ReadConfig, detect_format, read_batches
+from llmpipe.io.read import detect_format
 from llmpipe.io.records import Bad
 
 WEB_FILES = [
@@ -94,12 +96,7 @@ def read_all(path: Path, cfg: ReadConfig | None = None) -> tuple[StageCounts, St
     read, extract = StageCounts("read"), StageCounts("extract")
     bad: list[Bad] = []
 
-    def on_bad(b: Bad) -> None:  # what the pipeline does with a quarantined record
-        bad.append(b)
-        read.docs_in += b.records
-        read.dropped[f"quarantined_{b.reason}"] += b.records
-
-    batches = list(read_batches(path, path.name, cfg or ReadConfig(), on_bad, read, extract))
+    batches = list(read_documents(path, path.name, cfg or ReadConfig(), bad.append, read, extract))
     rows = [r for b in batches for r in b.to_pylist()]
     read.check()
     extract.check()
@@ -242,8 +239,9 @@ def _peak_mb(path: Path) -> float:
     import sys
 
     code = (
-        "import re; from pathlib import Path; from llmpipe.io.read import ReadConfig, read_batches\n"
-        f"n = sum(b.num_rows for b in read_batches(Path({str(path)!r}), 'x', ReadConfig(), print))\n"
+        "import re; from pathlib import Path; from llmpipe.curate.steps import read_documents\n"
+        "from llmpipe.io.config import ReadConfig\n"
+        f"n = sum(b.num_rows for b in read_documents(Path({str(path)!r}), 'x', ReadConfig(), print))\n"
         "print(n, int(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)) / 1024)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

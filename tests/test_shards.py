@@ -343,11 +343,11 @@ def test_rust_packing_equals_the_plain_python_rules(
 
 
 def test_ids_that_do_not_fit_the_shard_dtype_are_an_error(tmp_path: Path) -> None:
-    from llmpipe._core import LlmpipeCoreError
+    from llmpipe.errors import ConfigError
 
     (tmp_path / "tokenizer.json").write_text("{}")
     w = ShardWriter(tmp_path, seq_len=8, vocab_size=1000, eos_id=999, tokenizer_file=tmp_path / "t")
-    with pytest.raises(LlmpipeCoreError, match="token id 70000 does not fit"):
+    with pytest.raises(ConfigError, match="token id 70000 does not fit"):
         w.add_documents([np.array([1, 70000])])
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 import yaml
 from llmpipe.config import from_dict, load_yaml, to_dict
 from llmpipe.errors import ConfigError
@@ -68,16 +69,33 @@ class OptimConfig:
     schedule: Literal["cosine", "linear", "wsd", "constant"] = "cosine"  # after the warmup
     decay_fraction: float = 0.2  # wsd: the last fraction of train.steps decays linearly to the minimum
     batch_lr: Literal["sqrt", "linear", "none"] = "sqrt"  # lr scaling with a ramped batch (train.ramp_*)
-    fused: bool = False  # fused AdamW kernel (CUDA)
+    fused: bool | Literal["auto"] = "auto"  # fused AdamW kernel; auto: on CUDA
 
 
 @dataclass
 class ParallelConfig:
+    """The layout is a mesh ``dp_replicate x dp_shard x pp x tp`` whose product is the world size
+    (train/parallel.py). ``sharding`` fills the data-parallel sizes when both are 0: ``full``: dp_shard
+    = all data-parallel ranks; ``none``: dp_replicate = all; ``hybrid``: dp_shard = ``shard_size``."""
+
     sharding: Literal["full", "hybrid", "none"] = "full"  # FSDP / HSDP (2-D mesh) / replicate
     shard_size: int = 0  # hybrid: ranks per shard group (0: ranks per node = LOCAL_WORLD_SIZE)
-    mixed_precision: Literal["bf16", "fp32"] = "bf16"  # bf16 params in compute, fp32 reductions
+    dp_replicate: int = 0  # data-parallel replicas (gradients all-reduced); 0: from sharding
+    dp_shard: int = 0  # ranks each replica's parameters are sharded over (FSDP2); 0: from sharding
+    tp: int = 1  # tensor parallel: heads and the MLP hidden split over tp ranks (DTensor)
+    loss_parallel: bool = False  # tp: cross entropy on vocabulary-sharded logits (no logits gather)
+    pp: int = 1  # pipeline parallel: layers split into stages on pp ranks
+    pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
+    pp_microbatches: int = 0  # micro-batches per pipeline step (0: pp x stages per rank)
+    pp_stages_per_rank: int = 0  # 0: 1 (gpipe, 1f1b) or 2 (interleaved_1f1b)
+    cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy: sharded parameters, gradients, optimizer on host
+    mixed_precision: Literal["bf16", "fp16", "fp32"] = "bf16"  # fp16: with a gradient scaler
+    fp16_init_scale: float = 65536.0  # fp16: initial loss scale (halved on overflow, doubled when stable)
+    fp16_growth_interval: int = 200  # fp16: steps without overflow before the scale doubles
     activation_checkpointing: bool = False
-    compile: bool = False  # torch.compile each block
+    checkpoint_every: int = 1  # with activation_checkpointing: recompute blocks 0, N, 2N, ... (selective)
+    compile: bool | Literal["auto"] = "auto"  # torch.compile each block; auto: on CUDA
+    float8: bool = False  # torchao float8 training for the blocks' linear layers (CUDA, compute 8.9+)
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on CUDA, gloo on CPU
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
@@ -125,6 +143,30 @@ class DebugConfig:
     inject_spike_at_step: list[int] = field(default_factory=list)  # scale the loss x1000 at these steps
     inject_spike_repeat: int = 1  # batches spiked at each such step (>= guard.max_spikes: rollback)
     stop_after_step: int = 0  # exit after this step as if killed (after any checkpoint due); 0: off
+    inject_overflow_at_step: list[int] = field(default_factory=list)  # an inf gradient (fp16 scaler test)
+    dump_grads: bool = False  # write the first step's full gradients to RUN_DIR/grads/rank-N.pt
+
+
+@dataclass
+class EvalConfig:
+    """Bits per byte on named text sets during training (llmpipe.eval; docs/evaluation.md)."""
+
+    every: int = 0  # steps between evaluations (and at the last step); 0: off
+    sets: dict[str, str] = field(default_factory=dict)  # name -> .txt (one document) or .jsonl[.gz] file
+    max_docs: int = 200  # documents per set
+    batch_size: int = 8  # windows per forward pass, per rank
+
+
+@dataclass
+class QatConfig:
+    scheme: Literal["none", "int4", "int8"] = "none"  # fake-quantize weights in training (torchao QAT)
+    group_size: int = 64  # int4: weights per scale; `llmpipe quantize RUN` converts with the same
+    from_step: int = 0  # fake quantization on from this optimizer step
+
+
+@dataclass
+class InitConfig:
+    from_hf: Path | None = None  # HF checkpoint whose weights start the run; its pruning masks are held
 
 
 @dataclass
@@ -138,6 +180,9 @@ class RunConfig:
     guard: GuardConfig = field(default_factory=GuardConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    qat: QatConfig = field(default_factory=QatConfig)
+    init: InitConfig = field(default_factory=InitConfig)
 
 
 def _sections() -> dict[str, set[str]]:
@@ -284,10 +329,44 @@ def validate(cfg: RunConfig) -> None:
         (cfg.train.ramp_start > 0, "train.ramp_start must be positive"),
         (cfg.guard.factor > 1, "guard.factor must be above 1"),
         (cfg.train.log_every > 0, "train.log_every must be positive"),
+        (cfg.parallel.checkpoint_every > 0, "parallel.checkpoint_every must be positive"),
+        (
+            cfg.model.attention != "flex" or cfg.model.doc_mask,
+            "model.attention=flex applies the document mask: set model.doc_mask=true (unmasked is causal SDPA)",
+        ),
+        (cfg.eval.every >= 0 and cfg.eval.max_docs > 0, "eval.every must be >= 0, eval.max_docs positive"),
+        (cfg.eval.batch_size > 0, "eval.batch_size must be positive"),
+        (not cfg.eval.every or bool(cfg.eval.sets), "eval.every needs eval.sets (name: text file)"),
     ]
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
+    for name, path in cfg.eval.sets.items():
+        if not isinstance(path, str) or not Path(path).is_file():
+            raise ConfigError(f"eval.sets.{name}: {path!r} is not a file")
+
+
+def resolve_for_device(cfg: RunConfig, device: torch.device) -> None:
+    """Settle the "auto" keys for the run's device (compile and fused AdamW on CUDA) and refuse what the
+    device cannot do: FlexAttention training and float8 outside CUDA, float8 below compute capability 8.9."""
+    cuda = device.type == "cuda"
+    if cfg.parallel.compile == "auto":
+        cfg.parallel.compile = cuda
+    if cfg.optim.fused == "auto":
+        cfg.optim.fused = cuda
+    if cfg.model.attention == "flex" and not cuda:
+        raise ConfigError(
+            f"model.attention=flex trains only on CUDA (torch has no FlexAttention backward on {device.type}); "
+            "use model.attention=sdpa or auto"
+        )
+    if cfg.parallel.float8:
+        cap = torch.cuda.get_device_capability(device) if cuda else None
+        if cap is None or cap < (8, 9):
+            where = f"compute capability {cap[0]}.{cap[1]}" if cap else device.type
+            raise ConfigError(
+                f"parallel.float8 needs a CUDA GPU with float8 matmuls (compute capability 8.9+, e.g. H100); "
+                f"this run is on {where}"
+            )
 
 
 def dump(cfg: RunConfig) -> str:

@@ -58,24 +58,24 @@ def build_data(
     """The loader and validation splits over ``train`` (from ``open_train``)."""
     data = cfg.data
     common = {
-        "rank": d.rank,
-        "world_size": d.world_size,
+        "rank": d.dp_rank,  # tp and pp ranks of one data-parallel replica read the same batch
+        "world_size": d.dp_size,
         "device": d.device,
         "prefetch": data.prefetch,
         "doc_ids": cfg.model.doc_mask,  # per-token document ids only when the model masks with them
     }
-    need = data.batch_size * d.world_size
+    need = data.batch_size * d.dp_size
     if len(train) < need:
         n = len(train)
         if n == 0:
             advice = "the shards hold no training samples: curate more text (or lower pack.val_fraction)"
-        elif n >= d.world_size:
-            advice = f"lower --data.batch_size to at most {n // d.world_size}"
+        elif n >= d.dp_size:
+            advice = f"lower --data.batch_size to at most {n // d.dp_size}"
         else:
             advice = f"fewer samples than ranks: run on at most {n} rank(s) or curate more text"
         raise LlmpipeError(
             f"{train.directory}: {n} training samples, fewer than one global batch ({need} = "
-            f"data.batch_size {data.batch_size} x {d.world_size} ranks); {advice}"
+            f"data.batch_size {data.batch_size} x {d.dp_size} data-parallel ranks); {advice}"
         )
     loader: TokenLoader
     if isinstance(train, MixedShards):

@@ -1,4 +1,4 @@
-"""A Llama-style decoder in one file: RMSNorm, rotary embeddings, SwiGLU, SDPA attention.
+"""A Llama-style decoder in one file: RMSNorm, rotary embeddings, SwiGLU, SDPA / FlexAttention.
 
 Read top to bottom: ``ModelConfig`` -> ``RMSNorm`` -> rotary helpers -> ``Attention`` -> ``FeedForward``
 -> ``Block`` -> ``Transformer``. The parameter names and the rotary layout (``rotate_half``, as in HF
@@ -12,12 +12,15 @@ weights depend on the seed alone, not on the number of ranks.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
 
@@ -35,7 +38,11 @@ class ModelConfig:
     rope_theta: float = 10000.0
     tie_embeddings: bool = False
     doc_mask: bool = False  # mask attention across the documents packed into one row
+    # how the document mask is applied: flex = a FlexAttention block mask (flash speed, CUDA); sdpa = a
+    # dense L x L mask to SDPA; auto = flex on CUDA, sdpa elsewhere. Without doc_mask: SDPA, causal.
+    attention: Literal["auto", "sdpa", "flex"] = "auto"
     init_std: float = 0.02
+    dropout: float = 0.0  # on the embeddings and each residual branch, in training only
     # muP (maximal update parametrisation): 0 = off (standard parametrisation). Otherwise the width the
     # hyperparameters were tuned at; the width multiplier is dim / mup_base_dim. See docs/training.md.
     mup_base_dim: int = 0
@@ -115,6 +122,50 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     return (xf * cos + rotate_half(xf) * sin).type_as(x)
 
 
+AttnMask = torch.Tensor | BlockMask | None  # dense bool [B, 1, L, L] (True = may attend), block mask, causal
+
+
+def attention_kind(cfg: ModelConfig, device: torch.device) -> Literal["sdpa", "flex"]:
+    if cfg.attention == "auto":
+        return "flex" if device.type == "cuda" else "sdpa"
+    return cfg.attention
+
+
+def doc_mask(doc_ids: torch.Tensor, kind: Literal["sdpa", "flex"]) -> torch.Tensor | BlockMask:
+    """Causal attention within each document of a packed row (doc_ids [B, L]). Padding is EOS, which the
+    loader counts as a document end: each padding position is its own document and sees only itself (the
+    loss ignores it); no query is ever fully masked, the diagonal is always allowed."""
+    b, n = doc_ids.shape
+    if kind == "sdpa":
+        causal = torch.ones(n, n, dtype=torch.bool, device=doc_ids.device).tril()
+        same_doc = doc_ids[:, :, None] == doc_ids[:, None, :]
+        return (causal & same_doc)[:, None]  # [B, 1, L, L], True = may attend
+
+    def causal_same_doc(bi: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        return (q >= kv) & (doc_ids[bi, q] == doc_ids[bi, kv])
+
+    # one mask for all heads; blocks wholly outside every document are skipped by the kernel
+    return create_block_mask(causal_same_doc, b, None, n, n, device=doc_ids.device)
+
+
+_flex_compiled: Callable[..., torch.Tensor] | None = None
+
+
+def _flex(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: BlockMask, scale: float | None
+) -> torch.Tensor:
+    """flex_attention, compiled on CUDA (eager it runs a dense reference, not the fused kernel)."""
+    global _flex_compiled
+    fn: Callable[..., torch.Tensor] = flex_attention
+    if q.device.type == "cuda":
+        if _flex_compiled is None:
+            _flex_compiled = torch.compile(flex_attention, dynamic=False)
+        fn = _flex_compiled
+    out = fn(q, k, v, block_mask=mask, scale=scale)
+    assert isinstance(out, torch.Tensor)
+    return out
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -125,16 +176,19 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.dim, cfg.kv_heads * cfg.head_dim, bias=False)
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, mask: AttnMask) -> torch.Tensor:
         b, n, _ = x.shape
-        q = self.wq(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        # -1: the heads on this rank (all of them, or n_heads / tp under tensor parallel)
+        q = self.wq(x).view(b, n, -1, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, n, -1, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, n, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         if self.kv_heads != self.n_heads:  # grouped-query attention: share each k/v head
             rep = self.n_heads // self.kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        if mask is None:
+        if isinstance(mask, BlockMask):
+            y = _flex(q, k, v, mask, self.scale)
+        elif mask is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
@@ -162,9 +216,11 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), rope, mask)
-        return x + self.ffn(self.ffn_norm(x))
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, mask: AttnMask) -> torch.Tensor:
+        x = x + F.dropout(self.attn(self.attn_norm(x), rope, mask), self.dropout, self.training)
+        return x + F.dropout(self.ffn(self.ffn_norm(x)), self.dropout, self.training)
 
 
 class Transformer(nn.Module):
@@ -186,43 +242,53 @@ class Transformer(nn.Module):
         rope = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta, torch.get_default_device())
         self.register_buffer("rope", rope, persistent=False)
         self.activation_checkpointing = False
+        self.checkpoint_every = 1  # with activation_checkpointing: blocks 0, N, 2N, ... recompute
 
     @torch.no_grad()
-    def init_weights(self, seed: int = 0) -> None:
+    def init_weights(self, seed: int = 0, only: dict[str, torch.Tensor] | None = None) -> None:
         """Fill every parameter and buffer (after ``to_empty``): N(0, std), the output projections of
         each block scaled down by sqrt(2 * n_layers) as in GPT-2, norms at one, rotary tables recomputed.
         With muP the hidden matrices (every block's linear layers) take std / sqrt(width_mult): variance
         in 1 / fan_in; the embedding and output matrices keep std. The values depend on the seed only,
-        not on how the parameters are sharded (see ``_fill``)."""
-        self.rope.copy_(
-            rope_tables(self.cfg.head_dim, self.cfg.max_seq_len or 0, self.cfg.rope_theta, self.rope.device)
-        )
+        not on how the parameters are sharded (see ``_fill``).
+
+        ``only``: a pipeline stage's parameters by name; this model is then the whole model on the meta
+        device, every parameter is drawn in order and only the stage's are kept (the same values)."""
+        if only is None:
+            self.rope.copy_(
+                rope_tables(
+                    self.cfg.head_dim, self.cfg.max_seq_len or 0, self.cfg.rope_theta, self.rope.device
+                )
+            )
         gen: torch.Generator | None = None
         hidden_std = self.cfg.init_std / math.sqrt(self.cfg.width_mult)
         for name, p in self.named_parameters():  # a tied output matrix is the embedding: filled once
+            target = p if only is None else only.get(name)
             if gen is None:
-                gen = torch.Generator(device=_local(p).device).manual_seed(seed)
+                device = _local(next(iter(only.values()))).device if only else _local(p).device
+                gen = torch.Generator(device=device).manual_seed(seed)
+            std: float | None = self.cfg.init_std
             if name.endswith("norm.weight"):
-                _fill(p, None, gen)
+                std = None
             elif name.endswith(("attn.wo.weight", "ffn.w2.weight")):
-                _fill(p, hidden_std / math.sqrt(2 * self.cfg.n_layers), gen)
+                std = hidden_std / math.sqrt(2 * self.cfg.n_layers)
             elif name.startswith("layers."):
-                _fill(p, hidden_std, gen)
-            else:
-                _fill(p, self.cfg.init_std, gen)
+                std = hidden_std
+            if target is not None:
+                _fill(target, std, gen)
+            elif std is not None:  # another stage's: draw it all the same, so the stream stays aligned
+                torch.empty(p.shape, dtype=p.dtype, device=gen.device).normal_(0.0, std, generator=gen)
 
     def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         """tokens [B, L] -> logits [B, L, vocab] (fp32). ``doc_ids`` masks attention across documents."""
         n = tokens.shape[1]
         rope = self.rope[:, :n]
-        mask = None
+        mask: AttnMask = None
         if self.cfg.doc_mask and doc_ids is not None:
-            causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
-            same_doc = doc_ids[:, :, None] == doc_ids[:, None, :]
-            mask = (causal & same_doc)[:, None]  # [B, 1, L, L], True = may attend
-        h = self.tok_embeddings(tokens)
-        for block in self.layers:
-            if self.activation_checkpointing and self.training:
+            mask = doc_mask(doc_ids, attention_kind(self.cfg, tokens.device))
+        h = F.dropout(self.tok_embeddings(tokens), self.cfg.dropout, self.training)
+        for i, block in enumerate(self.layers):
+            if self.activation_checkpointing and self.training and i % self.checkpoint_every == 0:
                 h = checkpoint(block, h, rope, mask, use_reentrant=False)
             else:
                 h = block(h, rope, mask)

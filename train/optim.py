@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from train.config import OptimConfig
@@ -49,7 +50,7 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
         lr=cfg.lr,
         betas=(cfg.beta1, cfg.beta2),
         eps=cfg.eps,
-        fused=cfg.fused or None,
+        fused=cfg.fused is True or None,  # "auto" is settled per device by resolve_for_device
     )
 
 
@@ -83,13 +84,20 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:
-    """The global gradient norm (over all shards) before clipping; clips when ``max_norm > 0``."""
+def clip_grad_norm(
+    model: nn.Module, max_norm: float, pp_group: dist.ProcessGroup | None = None
+) -> torch.Tensor:
+    """The global gradient norm (over all shards, and all pipeline stages when ``pp_group`` is given)
+    before clipping; clips when ``max_norm > 0``."""
     params = [p for p in model.parameters() if p.grad is not None]
     grads = [p.grad for p in params if p.grad is not None]  # all of them: the filter is for the type checker
     norm = torch.nn.utils.get_total_norm(grads, foreach=True)
     if hasattr(norm, "full_tensor"):  # DTensor: reduce the partial norms across the mesh
         norm = norm.full_tensor()
+    if pp_group is not None:  # each stage holds other parameters: sum the squares over the stages
+        sq = norm.float() ** 2
+        dist.all_reduce(sq, group=pp_group)
+        norm = sq.sqrt()
     if max_norm > 0:
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=True)
     return norm

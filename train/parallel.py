@@ -1,30 +1,129 @@
-"""Process group, device mesh and FSDP2 wrapping.
+"""Process group, the N-D device mesh, and parallelising the model on it, in one place.
 
-``full``: one mesh dimension, parameters sharded over every rank (FSDP / ZeRO-3).
-``hybrid``: a 2-D mesh (replicate, shard): sharded within groups of ``shard_size`` ranks (a node),
-replicated across them (HSDP). ``none``: the same 2-D mesh with shard size 1, i.e. plain replication
-(DDP semantics: full parameters on every rank, gradients all-reduced).
+The mesh is ``pp x dp_replicate x dp_shard x tp`` (names as in ``parallel.*``); the product of the sizes
+is the world size. ``sharding`` keeps its meaning by filling the data-parallel sizes when neither is set:
+``full``: ``dp_shard`` = every data-parallel rank (FSDP / ZeRO-3); ``hybrid``: ``dp_shard`` =
+``shard_size`` (HSDP: sharded within a node, replicated across); ``none``: ``dp_replicate`` = every
+data-parallel rank (DDP semantics). Tensor-parallel ranks see the same batch; pipeline ranks of one
+data-parallel replica see the same batch too (the first stage reads the tokens, the last the targets).
 
-Each block is its own FSDP group (one all-gather / reduce-scatter per block), then the root takes the
-embeddings, final norm and output layer. Mixed precision: bf16 parameters in compute, fp32 gradient
-reduction, fp32 master weights and optimizer state.
+The model is parallelised in a fixed order, as in torchtitan: pipeline split (stages of whole blocks),
+then tensor parallel (DTensor: column-wise Q/K/V and MLP up/gate, row-wise output and down, sequence
+parallel for the norms, optionally loss parallel), then activation checkpointing and ``torch.compile`` of
+each block, then FSDP2 over the data-parallel dimensions (each block its own group, then the stage
+root). Mixed precision: bf16 or fp16 parameters in compute, fp32 gradient reduction, fp32 master weights.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 from llmpipe.errors import ConfigError
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    loss_parallel,
+    parallelize_module,
+)
 
 from train.config import ParallelConfig
-from train.model import Transformer
+from train.model import AttnMask, Block, ModelConfig, Transformer, attention_kind, doc_mask
+
+MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+
+
+@dataclass(frozen=True)
+class Layout:
+    pp: int
+    dp_replicate: int
+    dp_shard: int
+    tp: int
+
+    @property
+    def dp(self) -> int:
+        return self.dp_replicate * self.dp_shard
+
+    @property
+    def sizes(self) -> tuple[int, int, int, int]:
+        return (self.pp, self.dp_replicate, self.dp_shard, self.tp)
+
+    def __str__(self) -> str:
+        return " x ".join(f"{n} {s}" for n, s in zip(MESH_DIMS, self.sizes, strict=True))
+
+
+def stages_per_rank(cfg: ParallelConfig) -> int:
+    if cfg.pp_stages_per_rank:
+        return cfg.pp_stages_per_rank
+    return 2 if cfg.pp_schedule == "interleaved_1f1b" else 1
+
+
+def microbatches(cfg: ParallelConfig) -> int:
+    return cfg.pp_microbatches or cfg.pp * stages_per_rank(cfg)
+
+
+def resolve_layout(cfg: ParallelConfig, world: int, model: ModelConfig | None = None) -> Layout:
+    """The mesh sizes for ``world`` ranks, or a one-line ConfigError saying what does not fit."""
+    tp, pp = cfg.tp, cfg.pp
+    if tp < 1 or pp < 1 or cfg.dp_replicate < 0 or cfg.dp_shard < 0:
+        raise ConfigError("parallel.tp and parallel.pp must be >= 1, dp_replicate and dp_shard >= 0")
+    if world % (tp * pp):
+        raise ConfigError(f"parallel.tp {tp} x parallel.pp {pp} does not divide the world size {world}")
+    dp = world // (tp * pp)
+    rep, shard = cfg.dp_replicate, cfg.dp_shard
+    if rep == 0 and shard == 0:
+        if cfg.sharding == "full":
+            rep, shard = 1, dp
+        elif cfg.sharding == "none":
+            rep, shard = dp, 1
+        else:
+            shard = cfg.shard_size or min(dp, int(os.environ.get("LOCAL_WORLD_SIZE", dp)))
+            if shard < 1 or dp % shard:
+                raise ConfigError(f"parallel.shard_size={shard} must divide the {dp} data-parallel ranks")
+            rep = dp // shard
+    elif rep == 0:
+        rep = dp // shard if dp % shard == 0 else 0
+    elif shard == 0:
+        shard = dp // rep if dp % rep == 0 else 0
+    layout = Layout(pp, rep, shard, tp)
+    if rep * shard * pp * tp != world:
+        raise ConfigError(
+            f"layout dp_replicate {cfg.dp_replicate} x dp_shard {cfg.dp_shard} x pp {pp} x tp {tp} "
+            f"does not multiply to the world size {world}"
+        )
+    if cfg.cpu_offload and layout.dp == 1:
+        raise ConfigError("parallel.cpu_offload is FSDP's offload: it needs more than one data-parallel rank")
+    if cfg.loss_parallel and pp > 1:
+        raise ConfigError("parallel.loss_parallel runs with pp=1 (the pipeline schedule owns the backward)")
+    if model is not None:
+        if model.n_heads % tp or model.kv_heads % tp:
+            raise ConfigError(
+                f"parallel.tp {tp} must divide model.n_heads {model.n_heads} and the kv heads {model.kv_heads}"
+            )
+        n_stages = pp * stages_per_rank(cfg)
+        if pp > 1 and n_stages > model.n_layers:
+            raise ConfigError(
+                f"parallel.pp {pp} x {stages_per_rank(cfg)} stages per rank is more stages than "
+                f"model.n_layers {model.n_layers}"
+            )
+        if pp > 1 and model.tie_embeddings:
+            raise ConfigError(
+                "parallel.pp > 1 needs model.tie_embeddings=false (the tied matrix spans stages)"
+            )
+        if pp > 1 and cfg.pp_schedule != "interleaved_1f1b" and stages_per_rank(cfg) != 1:
+            raise ConfigError(f"parallel.pp_schedule={cfg.pp_schedule} runs one stage per rank")
+        if pp > 1 and cfg.pp_schedule == "interleaved_1f1b" and microbatches(cfg) % pp:
+            raise ConfigError(f"interleaved_1f1b: parallel.pp_microbatches must be a multiple of pp {pp}")
+    return layout
 
 
 @dataclass
@@ -33,18 +132,43 @@ class Dist:
     world_size: int
     local_rank: int
     device: torch.device
-    mesh: DeviceMesh
+    mesh: DeviceMesh  # pp x dp_replicate x dp_shard x tp
+    layout: Layout = field(default_factory=lambda: Layout(1, 1, 1, 1))
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def _coord(self, dim: str) -> int:
+        return self.mesh.get_local_rank(dim) if self.world_size > 1 else 0
 
-def init_distributed(cfg: ParallelConfig) -> Dist:
+    @property
+    def dp_rank(self) -> int:
+        """This rank's slice of the global batch (tp and pp ranks of one replica share it)."""
+        return self._coord("dp_replicate") * self.layout.dp_shard + self._coord("dp_shard")
+
+    @property
+    def dp_size(self) -> int:
+        return self.layout.dp
+
+    @property
+    def pp_rank(self) -> int:
+        return self._coord("pp")
+
+    @property
+    def dp_mesh(self) -> DeviceMesh:
+        """FSDP's mesh: 1-D (shard) or 2-D (replicate, shard) for HSDP and replication."""
+        if self.layout.dp_replicate == 1:
+            return self.mesh["dp_shard"]
+        return self.mesh["dp_replicate", "dp_shard"]
+
+
+def init_distributed(cfg: ParallelConfig, model: ModelConfig | None = None) -> Dist:
     """Start the process group from torchrun's environment (a single process works without torchrun)."""
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    layout = resolve_layout(cfg, world, model)  # before any process group: a bad layout is one line
     want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
     if want_cuda and not torch.cuda.is_available():
         raise ConfigError("parallel.device=cuda but CUDA is not available")
@@ -64,57 +188,210 @@ def init_distributed(cfg: ParallelConfig) -> Dist:
         dist.init_process_group(
             backend=backend, rank=rank, world_size=world, device_id=device if want_cuda else None
         )
-    mesh = build_mesh(cfg, world, device.type)
-    return Dist(rank, world, local_rank, device, mesh)
+    mesh = build_mesh(cfg, world, device.type, model)
+    return Dist(rank, world, local_rank, device, mesh, layout)
 
 
-def build_mesh(cfg: ParallelConfig, world: int, device_type: str) -> DeviceMesh:
-    if cfg.sharding == "full":
-        return init_device_mesh(device_type, (world,), mesh_dim_names=("shard",))
-    shard = 1 if cfg.sharding == "none" else cfg.shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    if shard < 1 or world % shard:
-        raise ConfigError(f"parallel.shard_size={shard} must divide the world size {world}")
-    return init_device_mesh(device_type, (world // shard, shard), mesh_dim_names=("replicate", "shard"))
+def build_mesh(
+    cfg: ParallelConfig, world: int, device_type: str, model: ModelConfig | None = None
+) -> DeviceMesh:
+    layout = resolve_layout(cfg, world, model)
+    return init_device_mesh(device_type, layout.sizes, mesh_dim_names=MESH_DIMS)
 
 
-def apply_fsdp(model: nn.Module, cfg: ParallelConfig, mesh: DeviceMesh) -> nn.Module:
-    """Optionally compile each block, then ``fully_shard`` each block and the root.
+# -- pipeline stages ---------------------------------------------------------------------------------
+class Stage(nn.Module):
+    """Consecutive blocks of the model, with the embedding (first stage) or the final norm and output
+    layer (last stage). Parameter names are the whole model's (``layers.5.attn.wq.weight``), so
+    checkpoints and the optimizer see one model whatever the split."""
 
-    On a single rank there is nothing to shard: the model stays a plain module (FSDP would only copy
-    parameters and gradients through its buffers) and bf16 comes from ``autocast`` instead."""
-    layers = model.get_submodule("layers")
-    assert isinstance(layers, nn.ModuleList)
-    if isinstance(model, Transformer):
-        model.activation_checkpointing = cfg.activation_checkpointing
-    if mesh.size() == 1:
-        if cfg.compile:
-            for block in layers:
-                block.compile()
-        return model
-    if cfg.mixed_precision == "bf16":
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    rope: torch.Tensor
+
+    def __init__(self, model: Transformer, layer_ids: list[int], first: bool, last: bool) -> None:
+        super().__init__()
+        self.cfg = model.cfg
+        self.tok_embeddings = model.tok_embeddings if first else None
+        blocks = model.layers
+        assert isinstance(blocks, nn.ModuleList)
+        self.layers = nn.ModuleDict({str(i): blocks[i] for i in layer_ids})
+        self.norm = model.norm if last else None
+        self.output = model.output if last else None
+        self.register_buffer("rope", model.rope, persistent=False)
+        self.activation_checkpointing = False
+        self.checkpoint_every = 1  # as Transformer's: blocks whose global index is a multiple recompute
+
+    def forward(self, x: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        n = x.shape[1]
+        rope = self.rope[:, :n]
+        mask: AttnMask = None
+        if self.cfg.doc_mask and doc_ids is not None:
+            mask = doc_mask(doc_ids, attention_kind(self.cfg, x.device))
+        h = x
+        if self.tok_embeddings is not None:
+            h = nn.functional.dropout(self.tok_embeddings(x), self.cfg.dropout, self.training)
+        for i, block in self.layers.items():
+            if self.activation_checkpointing and self.training and int(i) % self.checkpoint_every == 0:
+                h = torch.utils.checkpoint.checkpoint(block, h, rope, mask, use_reentrant=False)
+            else:
+                h = block(h, rope, mask)
+        if self.norm is not None and self.output is not None:
+            logits = self.output(self.norm(h)).float()
+            if self.cfg.mup_base_dim:  # muP's output multiplier, as Transformer.forward
+                logits = logits / self.cfg.width_mult
+            return logits
+        return h
+
+
+class StageParts(nn.Module):
+    """This rank's stages under the whole model's parameter names: what the optimizer, the gradient
+    clipping and the checkpoints see. Its own forward is never called (the stages run)."""
+
+    def __init__(self, stages: list[Stage]) -> None:
+        super().__init__()
+        self.layers = nn.ModuleDict()
+        for s in stages:
+            if s.tok_embeddings is not None:
+                self.tok_embeddings = s.tok_embeddings
+            self.layers.update(dict(s.layers.items()))
+            if s.norm is not None:
+                self.norm, self.output = s.norm, s.output
+
+
+def split_layers(n_layers: int, n_stages: int) -> list[list[int]]:
+    """Blocks per stage, as even as possible, earlier stages one more."""
+    base, extra = divmod(n_layers, n_stages)
+    out, start = [], 0
+    for s in range(n_stages):
+        k = base + (1 if s < extra else 0)
+        out.append(list(range(start, start + k)))
+        start += k
+    return out
+
+
+def stage_ids(cfg: ParallelConfig, pp_rank: int) -> list[int]:
+    """Stage indices on this pp rank: ``r`` (one per rank) or ``r, r + pp, ...`` (looped, interleaved)."""
+    return [pp_rank + v * cfg.pp for v in range(stages_per_rank(cfg))]
+
+
+# -- tensor parallel ---------------------------------------------------------------------------------
+def apply_tp(model: Transformer | Stage, mesh: DeviceMesh, loss_par: bool) -> None:
+    """Megatron-style TP with sequence parallel: between blocks the residual stream is sharded over the
+    sequence; attention and MLP gather it, split heads / hidden over tp ranks and reduce-scatter back."""
+    if model.tok_embeddings is not None:
+        parallelize_module(
+            model.tok_embeddings, mesh, RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+        )
+    if model.norm is not None and model.output is not None:
+        parallelize_module(model.norm, mesh, SequenceParallel())
+        parallelize_module(
+            model.output,
+            mesh,
+            ColwiseParallel(
+                input_layouts=Shard(1),
+                output_layouts=Shard(-1) if loss_par else Replicate(),
+                use_local_output=not loss_par,
+            ),
+        )
+    layers = model.layers.values() if isinstance(model.layers, nn.ModuleDict) else model.layers
+    for block in layers:
+        assert isinstance(block, Block)
+        plan = {
+            "attn_norm": SequenceParallel(),
+            "attn": PrepareModuleInput(
+                input_layouts=(Shard(1), None, None), desired_input_layouts=(Replicate(), None, None)
+            ),
+            "attn.wq": ColwiseParallel(),
+            "attn.wk": ColwiseParallel(),
+            "attn.wv": ColwiseParallel(),
+            "attn.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "ffn_norm": SequenceParallel(),
+            "ffn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "ffn.w1": ColwiseParallel(),
+            "ffn.w3": ColwiseParallel(),
+            "ffn.w2": RowwiseParallel(output_layouts=Shard(1)),
+        }
+        parallelize_module(block, mesh, plan)  # type: ignore[arg-type]
+
+
+def loss_context(cfg: ParallelConfig) -> contextlib.AbstractContextManager[None]:
+    """Around the loss and its backward: cross entropy on vocabulary-sharded logits under loss parallel."""
+    return loss_parallel() if cfg.tp > 1 and cfg.loss_parallel else contextlib.nullcontext()
+
+
+# -- data parallel -----------------------------------------------------------------------------------
+def _mp_policy(cfg: ParallelConfig) -> MixedPrecisionPolicy:
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[cfg.mixed_precision]
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+
+
+def _fsdp(module: nn.Module, cfg: ParallelConfig, d: Dist, reshard: bool) -> None:
+    offload = CPUOffloadPolicy(pin_memory=d.device.type == "cuda") if cfg.cpu_offload else None
+    mp = _mp_policy(cfg)
+    if offload is not None:
+        fully_shard(
+            module, mesh=d.dp_mesh, mp_policy=mp, reshard_after_forward=reshard, offload_policy=offload
+        )
     else:
-        mp = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
-    for i, block in enumerate(layers):
-        if cfg.compile:
+        fully_shard(module, mesh=d.dp_mesh, mp_policy=mp, reshard_after_forward=reshard)
+
+
+def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:
+    """TP, then activation checkpointing and compile of each block, then FSDP2 (per block, then root).
+
+    On a single data-parallel rank there is nothing to shard: the model stays a plain module (with TP, a
+    module of DTensors) and bf16 / fp16 come from ``autocast``."""
+    if d.layout.tp > 1:
+        apply_tp(model, d.mesh["tp"], cfg.loss_parallel)  # type: ignore[arg-type]
+    if isinstance(model, Transformer | Stage):
+        model.activation_checkpointing = cfg.activation_checkpointing
+        model.checkpoint_every = cfg.checkpoint_every
+    layers = model.get_submodule("layers")
+    assert isinstance(layers, nn.ModuleDict | nn.ModuleList)
+    blocks = list(layers.values()) if isinstance(layers, nn.ModuleDict) else list(layers)
+    if cfg.compile is True:  # "auto" is settled per device by config.resolve_for_device
+        for block in blocks:
             block.compile()  # in place: parameter names (and so checkpoints) stay the same
+    if d.layout.dp == 1:
+        return model
+    for i, block in enumerate(blocks):
         # the last block's parameters are needed again at once by backward: keep them gathered
-        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=i < len(layers) - 1)
-    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+        _fsdp(block, cfg, d, reshard=i < len(blocks) - 1 and d.layout.pp == 1)
+    _fsdp(model, cfg, d, reshard=False)
+    return model
+
+
+def is_float8_target(module: nn.Module, fqn: str) -> bool:
+    """The blocks' linear layers whose shapes the float8 matmul takes (multiples of 16); the output
+    projection stays in bf16 (its logits feed the loss directly)."""
+    return (
+        isinstance(module, nn.Linear)
+        and fqn.startswith("layers.")
+        and module.in_features % 16 == 0
+        and module.out_features % 16 == 0
+    )
+
+
+def apply_float8(model: nn.Module) -> nn.Module:
+    """torchao's float8 training (dynamic tensorwise scaling) on ``is_float8_target`` layers, in place,
+    before sharding. Parameter names are unchanged, so checkpoints move between float8 and bf16 runs."""
+    from torchao.float8 import convert_to_float8_training
+
+    convert_to_float8_training(model, module_filter_fn=is_float8_target)
     return model
 
 
 def autocast(cfg: ParallelConfig, d: Dist) -> contextlib.AbstractContextManager[None]:
-    """bf16 compute on a single rank (with several, FSDP's MixedPrecisionPolicy does it)."""
-    if d.world_size == 1 and cfg.mixed_precision == "bf16":
-        return torch.autocast(d.device.type, dtype=torch.bfloat16)
+    """bf16 / fp16 compute without FSDP (with it, FSDP's MixedPrecisionPolicy casts the parameters)."""
+    if d.layout.dp == 1 and cfg.mixed_precision in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if cfg.mixed_precision == "bf16" else torch.float16
+        return torch.autocast(d.device.type, dtype=dtype)
     return contextlib.nullcontext()
 
 
-def all_reduce_(t: torch.Tensor) -> torch.Tensor:
-    """Sum over ranks in place (no host sync on CUDA); returns ``t``."""
+def all_reduce_(t: torch.Tensor, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> torch.Tensor:
+    """Reduce over all ranks in place (no host sync on CUDA); returns ``t``."""
     if dist.is_initialized():
-        dist.all_reduce(t)
+        dist.all_reduce(t, op=op)
     return t
 
 

@@ -17,30 +17,65 @@ if __package__ in (None, ""):  # run as a script (torchrun train/pretrain.py): i
 
 import torch
 import torch.distributed as dist
+from llmpipe.compress.training import TrainCompression
+from llmpipe.data.format import TOKENIZER_FILE
 from llmpipe.errors import LlmpipeError
 from llmpipe.lock import DirLock
 from llmpipe.plan import Plan, plan_for_run, render_memory
 
 from train import init_from
 from train.checkpoint import Checkpointer
-from train.config import RunConfig, dump, parse_args
+from train.config import RunConfig, dump, parse_args, resolve_for_device
 from train.data import build_data, first_directory, open_train
 from train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
-from train.model import Transformer, count_params
+from train.model import Transformer, _local, count_params
 from train.optim import build_optimizer, build_scheduler
-from train.parallel import Dist, apply_fsdp, init_distributed
+from train.parallel import Dist, apply_float8, init_distributed, microbatches, parallelize
+from train.pipeline import Pipeline
 from train.schedule import BatchSchedule
+from train.text_eval import TextEval
 from train.trainer import Trainer
 
 
-def build_model(cfg: RunConfig, d: Dist) -> Transformer:
-    """Build on the meta device, shard, then allocate only this rank's shards and initialise them."""
+def compression_hooks(cfg: RunConfig) -> TrainCompression:
+    q = cfg.qat
+    return TrainCompression(q.scheme, q.group_size, q.from_step, cfg.init.from_hf)
+
+
+def build_model(cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None) -> Transformer:
+    """Build on the meta device, parallelise (TP, then FSDP), then allocate only this rank's shards and
+    initialise them (QAT fake quantizers go in before sharding; ``init.from_hf`` weights and masks after)."""
+    hooks = hooks or compression_hooks(cfg)
     with torch.device("meta"):
         model = Transformer(cfg.model)
-    apply_fsdp(model, cfg.parallel, d.mesh)
+    hooks.prepare(model)
+    if cfg.parallel.float8:
+        if hooks.active or d.layout.tp > 1:
+            raise LlmpipeError(
+                "parallel.float8 needs parallel.tp=1 and no qat / init.from_hf (llmpipe.compress)"
+            )
+        apply_float8(model)
+    parallelize(model, cfg.parallel, d)
     model.to_empty(device=d.device)
     model.init_weights(seed=cfg.train.seed)
+    hooks.load_init(model)
     return model
+
+
+def build_parallel_model(
+    cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None
+) -> tuple[torch.nn.Module, Pipeline | None]:
+    """The module the optimizer and checkpoints see, and the pipeline that runs it when pp > 1."""
+    if d.layout.pp == 1:
+        return build_model(cfg, d, hooks), None
+    if hooks is not None and hooks.active:
+        raise LlmpipeError("qat and init.from_hf (llmpipe.compress) need parallel.pp=1")
+    with torch.device("meta"):
+        model = Transformer(cfg.model)
+    if cfg.parallel.float8:
+        apply_float8(model)
+    pipe = Pipeline(cfg, d, model)
+    return pipe.parts, pipe
 
 
 def device_memory_gb(device: torch.device) -> float:
@@ -57,6 +92,22 @@ def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> Plan:
         local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size)),
         seq_len=seq_len,
         device_memory_gb=device_memory_gb(d.device),
+        dp_replicate=d.layout.dp_replicate,
+        dp_shard=d.layout.dp_shard,
+    )
+
+
+def build_text_eval(cfg: RunConfig, eos_id: int, seq_len: int) -> TextEval | None:
+    if not cfg.eval.every:
+        return None
+    if cfg.parallel.pp > 1:
+        raise LlmpipeError(
+            "eval.every (bits per byte on text sets) does not run under pipeline parallelism yet"
+        )
+    shards = cfg.data.path if cfg.data.path is not None else cfg.data.sources[0].path
+    assert shards is not None
+    return TextEval(
+        cfg.eval, shards / TOKENIZER_FILE, eos_id, cfg.model.max_seq_len or seq_len, cfg.train.steps
     )
 
 
@@ -80,7 +131,13 @@ def lock_run_dir(out: Path, d: Dist) -> DirLock | None:
 
 
 def run(cfg: RunConfig, out: Path) -> None:
-    d = init_distributed(cfg.parallel)
+    d = init_distributed(cfg.parallel, cfg.model)
+    resolve_for_device(cfg, d.device)
+    if d.layout.pp > 1 and (cfg.data.batch_size % microbatches(cfg.parallel)):
+        raise LlmpipeError(
+            f"data.batch_size {cfg.data.batch_size} is not a multiple of the {microbatches(cfg.parallel)} "
+            "pipeline micro-batches (parallel.pp_microbatches)"
+        )
     lock = lock_run_dir(out, d)
     try:
         _run(cfg, out, d)
@@ -100,30 +157,39 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
             f"shards' vocab {train_ds.vocab_size} / seq_len {train_ds.seq_len}"
         )
     schedule = BatchSchedule(
-        cfg.data.batch_size * d.world_size,
+        cfg.data.batch_size * d.dp_size,
         train_ds.seq_len,
         cfg.train.grad_accum,
         cfg.train.ramp_start,
         cfg.train.ramp_tokens,
     )
     data = build_data(cfg, d, schedule, train_ds)
-    model = build_model(cfg, d)
+    hooks = compression_hooks(cfg)
+    model, pipeline = build_parallel_model(cfg, d, hooks)
     if cfg.model.init_from is not None:
+        if pipeline is not None:
+            raise LlmpipeError("model.init_from loads a whole model: use it with parallel.pp=1")
         init_from.load_hf_weights(model, cfg.model, Path(cfg.model.init_from))
         if d.is_main:
             print(f"model weights from {cfg.model.init_from} (a fresh optimizer)", flush=True)
-    n_params = count_params(model)
-    n_dense = count_params(model, exclude_embeddings=True)
+    with torch.device("meta"):
+        whole = Transformer(cfg.model)
+    n_params = count_params(whole)
+    n_dense = count_params(whole, exclude_embeddings=True)
     if d.is_main:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(dump(cfg))
         print(dump(cfg), end="")
         print(
             f"parameters: {n_params:,} ({n_dense:,} without the embedding) | ranks: {d.world_size} on "
-            f"{d.device.type} | mesh: {tuple(d.mesh.shape)} | train samples: {len(train_ds):,}"
+            f"{d.device.type} | mesh: {d.layout} | train samples: {len(train_ds):,}"
         )
         # the memory part only: the plan's compute budget assumes compute-optimal tokens, not this run's
         print("\n".join(render_memory(memory_plan(cfg, d, train_ds.seq_len))), flush=True)
+    if cfg.parallel.cpu_offload:
+        on_cpu = sum(_local(p).device.type == "cpu" for p in model.parameters())
+        if d.is_main:
+            print(f"cpu offload: {on_cpu} of {len(list(model.parameters()))} parameter shards in host memory")
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps, schedule)
     ckpt = Checkpointer(out, cfg.checkpoint, rank=d.rank, world_size=d.world_size)
@@ -142,6 +208,9 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         Throughput(fpt, d.world_size, peak_tflops(d.device, cfg.metrics.peak_tflops)),
         val_sources=data.val if "" not in data.val else None,
         schedule=schedule,
+        text_eval=build_text_eval(cfg, train_ds.eos_id, train_ds.seq_len),
+        pipeline=pipeline,
+        compression=hooks,
     )
     latest = ckpt.latest() if cfg.checkpoint.resume else None
     if latest is not None:

@@ -12,20 +12,26 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
+from llmpipe.compress.training import TrainCompression
 from llmpipe.data import Batch, ShardDataset, TokenLoader
 from llmpipe.data.loader import MixtureLoader
 from llmpipe.errors import LlmpipeError
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.tensor import DTensor
 
 from train.checkpoint import Checkpointer
 from train.config import RunConfig
 from train.guard import SpikeGuard, TrainingDiverged
 from train.metrics import MetricsWriter, Throughput, peak_memory_mib
 from train.optim import clip_grad_norm
-from train.parallel import Dist, all_reduce_, all_reduce_sum, autocast
+from train.parallel import Dist, all_reduce_, all_reduce_sum, autocast, loss_context
+from train.pipeline import Pipeline
+from train.scaler import LossScaler
 from train.schedule import BatchSchedule
+from train.text_eval import TextEval
 
 SPIKE_SCALE = 1000.0  # debug.inject_spike_at_step multiplies the loss by this
 
@@ -49,11 +55,14 @@ def forward_backward(
     world_size: int,
     scale: float = 1.0,
     amp: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    grad_scale: float = 1.0,
+    loss_ctx: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
 ) -> torch.Tensor:
     """Accumulate gradients of the mean loss over all ``global_tokens`` target tokens of the step
-    (every rank, every micro-batch). FSDP averages gradients over ranks, so each rank's summed loss is
-    scaled by world_size / global_tokens. Returns this rank's summed loss (fp64, on the device) without
-    a host sync, so a GPU never waits here."""
+    (every rank, every micro-batch). FSDP averages gradients over the data-parallel ranks
+    (``world_size`` here), so each rank's summed loss is scaled by world_size / global_tokens.
+    ``grad_scale`` multiplies the backward loss only (fp16 loss scaling). Returns this rank's summed loss
+    (fp64, on the device) without a host sync, so a GPU never waits here."""
     if isinstance(global_tokens, torch.Tensor):
         norm = world_size / global_tokens.clamp(min=1).float()
     else:
@@ -62,11 +71,14 @@ def forward_backward(
     for b in batches:
         with amp():  # forward only; backward runs outside autocast
             logits = model(b.input, b.doc_ids)
-        loss = F.cross_entropy(
-            logits.flatten(0, 1), b.target.long().flatten(), ignore_index=-100, reduction="sum"
-        )
-        loss = loss * scale
-        (loss * norm.to(loss.device)).backward()
+        with loss_ctx():  # loss parallel: the loss and its backward on vocabulary-sharded logits
+            loss = F.cross_entropy(
+                logits.flatten(0, 1), b.target.long().flatten(), ignore_index=-100, reduction="sum"
+            )
+            loss = loss * scale
+            (loss * (norm.to(loss.device) * grad_scale)).backward()
+        if isinstance(loss, DTensor):
+            loss = loss.full_tensor()
         loss_sum += loss.detach().double()
     return loss_sum
 
@@ -87,15 +99,24 @@ class Trainer:
         *,
         val_sources: dict[str, ShardDataset] | None = None,  # a mixture: validation loss per source
         schedule: BatchSchedule | None = None,  # micro-batches per step (a batch-size ramp)
+        text_eval: TextEval | None = None,  # bits per byte on the eval section's text sets
+        pipeline: Pipeline | None = None,  # pp > 1: runs the stages; ``model`` holds their parameters
+        compression: TrainCompression | None = None,  # QAT, pruning masks (llmpipe.compress)
     ) -> None:
+        self.text_eval = text_eval
         self.cfg, self.d, self.model = cfg, d, model
         self.optimizer, self.scheduler, self.loader = optimizer, scheduler, loader
         self.val_ds, self.ckpt, self.metrics, self.throughput = val_ds, checkpointer, metrics, throughput
         self.val_sources = val_sources or {}
-        g = cfg.data.batch_size * d.world_size
+        g = cfg.data.batch_size * d.dp_size
         self.schedule = schedule or BatchSchedule(g, 1, cfg.train.grad_accum, 1, 0)
         self.data_ended = False
         self.guard = SpikeGuard(cfg.guard)
+        self.compression = compression  # QAT fake quantization, pruning masks (llmpipe.compress)
+        self.pipeline = pipeline
+        p = cfg.parallel
+        self.scaler = LossScaler(p.mixed_precision == "fp16", p.fp16_init_scale, p.fp16_growth_interval)
+        self.overflows_injected: set[int] = set()
         self.rollbacks = 0  # since the last checkpoint saved (guard.max_rollbacks)
         self.step = 0  # optimizer steps done
         self.injected: dict[int, int] = {}
@@ -108,6 +129,8 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "loader": self.loader.state_dict(),
             "guard": self.guard.state_dict(),
+            "compression": self.compression.state_dict() if self.compression else None,
+            "scaler": self.scaler.state_dict(),
         }
 
     def restore(self, path: Path, *, rollback: bool = False) -> None:
@@ -121,6 +144,10 @@ class Trainer:
         self.step = saved["step"]
         self.scheduler.load_state_dict(saved["scheduler"])
         self.guard.load_state_dict(saved["guard"])
+        if self.compression is not None:
+            self.compression.load_state_dict(self.model, saved.get("compression"))
+        if "scaler" in saved and self.scaler.enabled:
+            self.scaler.load_state_dict(saved["scaler"])
         if not rollback:  # a rollback keeps the loader where it is: the data after the spike is skipped
             try:
                 self.loader.load_state_dict(saved["loader"])
@@ -143,36 +170,87 @@ class Trainer:
         return 1.0
 
     def train_step(self, batches: list[Batch]) -> StepResult:
-        # token count and loss are reduced as device tensors: one host sync per step, for the guard
+        # token count and loss are reduced as device tensors: one host sync per step, for the guard.
+        # Every tp and pp rank of a replica holds the same batch: the world sum counts it tp x pp times,
+        # and its loss tp times (only the last pipeline stage has one).
+        lay = self.d.layout
         tokens = all_reduce_(torch.stack([(b.target != -100).sum() for b in batches]).sum().double())
+        tokens = tokens / (lay.tp * lay.pp)
         amp = functools.partial(autocast, self.cfg.parallel, self.d)
-        loss_sum = forward_backward(self.model, batches, tokens, self.d.world_size, self._loss_scale(), amp)
+        if self.compression is not None:
+            self.compression.before_step(self.model, self.step)
+        gs = self.scaler.scale
+        if self.pipeline is not None:
+            norm_t = lay.dp / tokens.clamp(min=1).float()
+            loss_sum = self.pipeline.train_batches(batches, norm_t, self._loss_scale(), gs)
+        else:
+            ctx = functools.partial(loss_context, self.cfg.parallel)
+            loss_sum = forward_backward(self.model, batches, tokens, lay.dp, self._loss_scale(), amp, gs, ctx)
+        self._inject_overflow()
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if not self.scaler.unscale_(params, self.d.device):  # fp16 overflow on some rank: skip the step
+            total, global_tokens = torch.stack([all_reduce_(loss_sum) / lay.tp, tokens]).tolist()
+            self.optimizer.zero_grad(set_to_none=True)
+            return StepResult(total / max(global_tokens, 1.0), int(global_tokens), "overflow", None)
+        if self.cfg.debug.dump_grads and self.step == 0:
+            self._dump_grads()
         # the global gradient norm joins the one host sync: a finite loss with a NaN/inf gradient
         # (a diverged run) must not reach the weights
-        grad_norm = clip_grad_norm(self.model, self.cfg.optim.grad_clip)
-        reduced = [all_reduce_(loss_sum), tokens, grad_norm.to(loss_sum.device, torch.float64)]
+        grad_norm = clip_grad_norm(self.model, self.cfg.optim.grad_clip, self._pp_group())
+        reduced = [all_reduce_(loss_sum) / lay.tp, tokens, grad_norm.to(loss_sum.device, torch.float64)]
         total, global_tokens, norm = torch.stack(reduced).tolist()
         mean = total / max(global_tokens, 1.0)
         decision = self.guard.check(mean, norm)
         if decision == "ok":
             self.optimizer.step()
+            if self.compression is not None:
+                self.compression.apply_masks(self.model)  # pruned weights stay zero
             self.scheduler.step()
             self.step += 1
         self.optimizer.zero_grad(set_to_none=True)
         return StepResult(mean, int(global_tokens), decision, grad_norm)
 
+    def _pp_group(self) -> dist.ProcessGroup | None:
+        return self.d.mesh["pp"].get_group() if self.d.layout.pp > 1 else None
+
+    def _inject_overflow(self) -> None:
+        """debug.inject_overflow_at_step: an inf in one gradient on rank 0, as an fp16 overflow would."""
+        if self.step not in self.cfg.debug.inject_overflow_at_step or self.step in self.overflows_injected:
+            return
+        self.overflows_injected.add(self.step)
+        if self.d.rank == 0:
+            p = next(p for p in self.model.parameters() if p.grad is not None)
+            g = p.grad
+            assert g is not None
+            (g.to_local() if isinstance(g, DTensor) else g).view(-1)[0] = float("inf")
+
+    def _dump_grads(self) -> None:
+        """debug.dump_grads: this rank's gradients as full tensors, by parameter name (the test oracle)."""
+        out = self.ckpt.root.parent / "grads"
+        grads = {}
+        for name, p in self.model.named_parameters():
+            g = p.grad
+            assert g is not None
+            grads[name] = (g.full_tensor() if isinstance(g, DTensor) else g).detach().cpu()
+        if self.d.rank == 0 or self.d.layout.pp > 1:
+            out.mkdir(parents=True, exist_ok=True)
+            torch.save(grads, out / f"rank-{self.d.rank}.pt")
+
     # -- validation ---------------------------------------------------------------------------------
     @torch.no_grad()
     def _val_sums(self, ds: ShardDataset | None) -> tuple[float, float] | None:
-        """Summed loss and target tokens over the first val_batches of ``ds``, all ranks."""
-        batch = min(self.cfg.data.batch_size, len(ds) // self.d.world_size) if ds is not None else 0
+        """Summed loss and target tokens over the first val_batches of ``ds``, all replicas."""
+        lay = self.d.layout
+        batch = min(self.cfg.data.batch_size, len(ds) // lay.dp) if ds is not None else 0
+        if self.pipeline is not None and batch != self.cfg.data.batch_size:
+            batch = 0  # the pipeline's stages are built for whole micro-batches of the training batch
         if ds is None or batch == 0:
             return None
         loader = TokenLoader(
             ds,
             batch,
-            rank=self.d.rank,
-            world_size=self.d.world_size,
+            rank=self.d.dp_rank,
+            world_size=lay.dp,
             seed=0,
             device=self.d.device,
             prefetch=1,
@@ -183,13 +261,19 @@ class Trainer:
         for i, b in enumerate(loader):
             if i >= self.cfg.train.val_batches:
                 break
+            tokens += count_targets(b)
+            if self.pipeline is not None:
+                loss += self.pipeline.eval_batch(b)
+                continue
             with autocast(self.cfg.parallel, self.d):
                 logits = self.model(b.input, b.doc_ids)
-            loss += float(F.cross_entropy(logits.flatten(0, 1), b.target.long().flatten(), reduction="sum"))
-            tokens += count_targets(b)
+            with loss_context(self.cfg.parallel):
+                ce = F.cross_entropy(logits.flatten(0, 1), b.target.long().flatten(), reduction="sum")
+            loss += float(ce.full_tensor() if isinstance(ce, DTensor) else ce)
         self.model.train()
         total, count = all_reduce_sum([loss, tokens], self.d.device)
-        return total, count
+        # every tp and pp rank of a replica saw the same batch; the loss is on tp ranks of the last stage
+        return total / lay.tp, count / (lay.tp * lay.pp)
 
     def validate(self) -> float | None:
         sums = self._val_sums(self.val_ds)
@@ -238,6 +322,7 @@ class Trainer:
         self.model.train()
         if self.step == 0:
             self.record(self.validation_record())
+            self._text_eval()
         batches = self._batches()
         t0 = time.perf_counter()
         while self.step < steps:
@@ -252,6 +337,9 @@ class Trainer:
             res = self.train_step(group)
             self.throughput.add(res.tokens)
             self.ckpt.poll()
+            if res.decision == "overflow":  # fp16: the step was skipped and the scale halved
+                self.record({"skipped_steps": self.scaler.skipped, "loss_scale": self.scaler.scale})
+                continue
             if res.decision != "ok":
                 self._on_spike(res)
                 continue
@@ -263,11 +351,14 @@ class Trainer:
                 rec.update(self.throughput.tick())
                 rec["peak_mem_mib"] = peak_memory_mib(self.d.device)
                 rec["spikes"] = self.guard.total_spikes
+                if self.scaler.enabled:
+                    rec["loss_scale"], rec["skipped_steps"] = self.scaler.scale, self.scaler.skipped
                 rec.update(self._data_record())
                 self.record(rec)
             self._log_events()
             if cfg.train.val_every and self.step % cfg.train.val_every == 0 and self.step != steps:
                 self.record(self.validation_record())
+            self._text_eval()
             if cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0 and self.step != steps:
                 self.save(blocking=False)
             if cfg.debug.stop_after_step and self.step >= cfg.debug.stop_after_step:
@@ -283,6 +374,13 @@ class Trainer:
         self.ckpt.close()
         if log:
             print(f"done: {self.step} steps in {time.perf_counter() - t0:.1f}s", flush=True)
+
+    def _text_eval(self) -> None:
+        if self.text_eval is not None and self.text_eval.due(self.step):
+            amp = functools.partial(autocast, self.cfg.parallel, self.d)
+            d = self.d  # windows split over data-parallel ranks; tensor-parallel peers score the same ones
+            copies = d.world_size // d.dp_size
+            self.record(self.text_eval.evaluate(self.model, d.device, d.dp_rank, d.dp_size, amp, copies))
 
     def _on_spike(self, res: StepResult) -> None:
         norm = float(res.grad_norm) if res.grad_norm is not None else None

@@ -8,13 +8,41 @@ import sys
 from collections.abc import Sequence
 
 from llmpipe import __version__
-from llmpipe.commands import curate, eval, export, inspect, plan, quality, report, scaling, sweep, tokenizer
+from llmpipe.commands import (
+    ablate,
+    curate,
+    eval,
+    export,
+    inspect,
+    plan,
+    prune,
+    quality,
+    quantize,
+    report,
+    scaling,
+    sweep,
+    tokenizer,
+)
 from llmpipe.errors import LlmpipeError
 
 #: the machine's, not llmpipe's: disk or quota full, read-only or unwritable storage
 ENVIRONMENT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 
-COMMANDS = [curate, inspect, plan, tokenizer, quality, report, export, eval, sweep, scaling]
+COMMANDS = [
+    curate,
+    inspect,
+    plan,
+    tokenizer,
+    quality,
+    report,
+    export,
+    eval,
+    quantize,
+    prune,
+    ablate,
+    sweep,
+    scaling,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

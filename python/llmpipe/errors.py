@@ -1,4 +1,8 @@
-"""User-facing errors: the CLI prints their message (no traceback) and exits non-zero."""
+"""llmpipe's one exception hierarchy: the CLI prints their message (no traceback) and exits non-zero.
+
+The Rust extension raises these same classes (``llmpipe._core`` maps each core error to one of them),
+so Python code never translates errors.
+"""
 
 
 class LlmpipeError(Exception):
@@ -15,3 +19,7 @@ class InputError(LlmpipeError):
 
 class ShardError(LlmpipeError):
     """A shard directory is malformed, corrupted or does not match the run."""
+
+
+class TokenizerError(InputError):
+    """A tokenizer file or argument is invalid."""

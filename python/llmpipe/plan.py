@@ -5,7 +5,10 @@ Bytes per parameter, by precision (model states, per replica before sharding):
     precision   weights  gradients  optimizer (AdamW)                      source
     fp32        4        4          8 (m, v)                              -
     bf16/fp16   2        2          12 (fp32 master copy 4 + m 4 + v 4)   ZeRO paper (K = 12)
-    int8/int4   1 / 0.5  on the trainable (LoRA) fraction only, in bf16 mixed precision
+    int8/int4   1 / 0.53 on the trainable (LoRA) fraction only, in bf16 mixed precision
+
+(int4: 4 bits plus one fp16 scale per group of 64 weights, the layout ``llmpipe quantize`` writes and
+its tests measure on disk.)
 
 Sharding divides model states over ``F`` ranks: DDP / FSDP ``none`` replicate (F = 1); ZeRO-1 shards
 the optimizer states, ZeRO-2 also the gradients, ZeRO-3 / FSDP ``full`` also the weights (F = all
@@ -26,6 +29,18 @@ peak is ``weights + optimizer states + max(activations + temporaries, gradients 
 is what "total" and "fits" use (tests/test_plan.py checks it against the real trainer's model). The
 optimizer step of torch's default (foreach) AdamW adds two fp32 copies of the (sharded) parameters;
 ``--fused-optimizer`` (the trainer's ``optim.fused`` on CUDA) removes them.
+
+Layouts (``--tp``, ``--pp``, ``--microbatches``, ``--pp-schedule``): the GPUs are ``dp x pp x tp``
+and the strategy shards over the ``dp`` ranks. Model states per rank are the busiest pipeline stage's
+(its blocks plus the embedding or the output layer) divided by tp, then by the data-parallel sharding.
+Activations with tensor (sequence) parallel are divided by tp; a pipeline rank holds its blocks'
+activations for the micro-batches in flight (GPipe: all m; 1F1B: up to pp; interleaved: up to
+``(v-1) pp + 2 (pp-1) + 1`` stage chunks) of ``micro_batch / m`` sequences. The bubble is
+``(pp-1) / (m + pp-1)``, ``(pp-1) / (v m + pp-1)`` interleaved (v stages per rank). Communication per
+GPU per step: FSDP all-gathers (twice, once with pp) and reduce-scatters, replicas all-reduce, TP moves
+8 activation-sized tensors per block (sequence parallel), PP sends activations and gradients across
+each stage boundary. tests/train/test_train_plan.py checks the memory against a tp=2 and a pp=2 rank of
+the real trainer.
 
 Without a sequence length and micro-batch (a bare parameter count), activations follow the rule of
 thumb ``2 x weights`` (so fp32 AdamW training needs about 6 x the weights: ~24 GB for 1B parameters).
@@ -50,6 +65,7 @@ if TYPE_CHECKING:  # the trainer's typed config (train/config.py); llmpipe does 
 GB = 1e9
 Precision = Literal["fp32", "bf16", "fp16", "int8", "int4"]
 Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp_full", "fsdp_hybrid", "fsdp_none"]
+PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
 Optimizer = Literal["adamw", "adam8bit", "sgd_momentum", "sgd"]
 
 #: dense bf16 peak TFLOP/s per device (no sparsity), for MFU and GPU-hours
@@ -134,6 +150,12 @@ class PlanInput:
     retention: float = 0.02
     device: Literal["cuda", "cpu"] = "cuda"
     fused_optimizer: bool = False  # a fused AdamW kernel: no full-size temporaries in the step
+    tp: int = 1  # tensor-parallel ranks (sequence parallel: activations split too)
+    pp: int = 1  # pipeline stages' ranks
+    microbatches: int = 0  # pipeline micro-batches per step (0: pp x stages per rank)
+    pp_schedule: PipelineSchedule = "1f1b"
+    stages_per_rank: int = 0  # 0: 1, or 2 for interleaved_1f1b
+    loss_parallel: bool = False  # tp: vocabulary-sharded logits
 
 
 @dataclass
@@ -157,14 +179,53 @@ class Plan:
     retention: float
     raw_tokens_to_crawl: float
     notes: list[str] = field(default_factory=list)
+    layout: dict[str, int] = field(default_factory=dict)  # dp_replicate, dp_shard, pp, tp
+    params_per_rank: float = 0.0  # before data-parallel sharding: after tp and pp
+    bubble_fraction: float = 0.0  # pipeline idle share of a step
+    comm_gb: dict[str, float] = field(default_factory=dict)  # bytes each GPU sends per step, by kind
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def _dp(p: PlanInput) -> int:
+    if p.tp < 1 or p.pp < 1 or p.gpus % (p.tp * p.pp):
+        raise ConfigError(f"tp {p.tp} x pp {p.pp} does not divide the {p.gpus} GPUs")
+    return p.gpus // (p.tp * p.pp)
+
+
+def _stages_per_rank(p: PlanInput) -> int:
+    return p.stages_per_rank or (2 if p.pp_schedule == "interleaved_1f1b" else 1)
+
+
+def _microbatches(p: PlanInput) -> int:
+    return p.microbatches or p.pp * _stages_per_rank(p)
+
+
+def bubble_fraction(p: PlanInput) -> float:
+    """Idle share of a pipeline step: (pp - 1) / (m + pp - 1) for GPipe and 1F1B, with m micro-batches;
+    interleaving v stages per rank makes each bubble v times shorter: (pp - 1) / (v m + pp - 1)."""
+    if p.pp == 1:
+        return 0.0
+    v = _stages_per_rank(p) if p.pp_schedule == "interleaved_1f1b" else 1
+    return (p.pp - 1) / (v * _microbatches(p) + p.pp - 1)
+
+
+def _rank_params(p: PlanInput) -> float:
+    """Parameters on the busiest rank before data-parallel sharding: a pp stage's blocks plus the larger
+    end (embedding, or final norm and output layer), all divided over the tp ranks."""
+    m = p.model
+    if p.pp == 1 or not m.known_layout:
+        return m.params / (p.tp * p.pp)
+    emb = m.vocab_size * m.dim
+    block = (m.params - emb * (1 if m.tie_embeddings else 2) - m.dim) / m.n_layers
+    layers = math.ceil(m.n_layers / (p.pp * _stages_per_rank(p))) * _stages_per_rank(p)
+    return (layers * block + emb + m.dim) / p.tp
+
+
 def _shard_factors(p: PlanInput) -> tuple[int, int, int]:
-    """(weights, gradients, optimizer) sharding factors."""
-    n = max(1, p.gpus)
+    """(weights, gradients, optimizer) sharding factors over the data-parallel ranks."""
+    n = _dp(p)
     group = p.shard_size or n
     if p.strategy == "fsdp_hybrid" and n % group:
         raise ConfigError(f"fsdp_hybrid: {n} GPUs are not a multiple of shard_size {group}")
@@ -179,6 +240,10 @@ def _shard_factors(p: PlanInput) -> tuple[int, int, int]:
     }[p.strategy]
 
 
+INT4_GROUP = 64  # weights per scale, llmpipe quantize's default group size
+INT4_SCALE_BYTES = 2.0  # one fp16 scale per group
+
+
 def _per_param_bytes(p: PlanInput) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per model parameter before sharding."""
     opt = OPTIMIZER_BYTES[p.optimizer]
@@ -186,21 +251,63 @@ def _per_param_bytes(p: PlanInput) -> tuple[float, float, float]:
         return 4.0, 4.0, opt
     if p.precision in ("bf16", "fp16"):
         return 2.0, 2.0, opt + 4.0  # + fp32 master copy
-    base = 1.0 if p.precision == "int8" else 0.5
+    base = 1.0 if p.precision == "int8" else 0.5 + INT4_SCALE_BYTES / INT4_GROUP
     f = p.trainable_fraction  # frozen quantized base; adapters train in bf16 mixed precision
     return base + 2.0 * f, 2.0 * f, (opt + 4.0) * f
 
 
 def activation_bytes(p: PlanInput, micro_batch: int) -> float:
+    """Activations held at the peak. Tensor parallel with sequence parallel divides every block tensor
+    by tp; a pipeline rank holds its own blocks for the micro-batches in flight: all of them (GPipe),
+    up to pp (1F1B) or (v - 1) pp + 2 (pp - 1) + 1 stage chunks (interleaved), each of
+    ``micro_batch / microbatches`` sequences."""
     m = p.model
-    s, b = p.seq_len, micro_batch
+    s = p.seq_len
     scale = 2.0 if p.precision == "fp32" else 1.0
     kv_ratio = m.n_kv_heads / m.n_heads if m.n_heads else 1.0
-    layer = scale * (s * b * m.dim * (12 + 4 * kv_ratio) + s * b * m.hidden * 8)
-    head = scale * 2 * s * b * m.dim + 8.0 * s * b * m.vocab_size  # fp32 logits + log-softmax output
+    layers, in_flight, b = m.n_layers, 1, float(micro_batch)
+    if p.pp > 1:
+        v, mb = _stages_per_rank(p), _microbatches(p)
+        per_stage = math.ceil(m.n_layers / (p.pp * v))
+        b = micro_batch / mb
+        if p.pp_schedule == "gpipe":
+            layers, in_flight = per_stage * v, mb
+        elif p.pp_schedule == "1f1b":
+            layers, in_flight = per_stage, min(mb, p.pp)
+        else:
+            layers, in_flight = per_stage, min(mb * v, (v - 1) * p.pp + 2 * (p.pp - 1) + 1)
+    layer = scale * (s * b * m.dim * (12 + 4 * kv_ratio) + s * b * m.hidden * 8) / p.tp
+    head = scale * 2 * s * b * m.dim / p.tp + 8.0 * s * b * m.vocab_size / (p.tp if p.loss_parallel else 1)
     if p.activation_checkpointing:
-        return m.n_layers * scale * 2 * s * b * m.dim + layer + head
-    return m.n_layers * layer + head
+        return in_flight * layers * scale * 2 * s * b * m.dim / p.tp + layer + head
+    return in_flight * layers * layer + head
+
+
+def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
+    """Bytes each GPU sends per optimizer step (ring collectives: (n - 1) / n of the buffer each).
+    FSDP: all-gather of the compute-dtype weights in forward and again in backward (once with pp, which
+    keeps them gathered) and reduce-scatter of fp32 gradients; replicas: all-reduce (2x) of the
+    gradient shard. TP (sequence parallel): per block, 2 all-gathers and 2 reduce-scatters of the
+    activations in forward and the same in backward. PP: each stage boundary sends the activations
+    forward and their gradients back."""
+    m = p.model
+    cb = 4.0 if p.precision == "fp32" else 2.0
+    dp = _dp(p)
+    rep = dp // wf if wf else 1
+    out = {"fsdp": 0.0, "replicate": 0.0, "tp": 0.0, "pp": 0.0}
+    if wf > 1:
+        gathers = 1 if p.pp > 1 else 2
+        out["fsdp"] = (gathers * rank_params * cb + rank_params * 4.0) * (wf - 1) / wf
+    if rep > 1:
+        out["replicate"] = 2 * rank_params / wf * 4.0 * (rep - 1) / rep
+    if m.known_layout and p.seq_len and p.micro_batch:
+        act = p.seq_len * p.micro_batch * m.dim * cb
+        layers = m.n_layers / p.pp
+        if p.tp > 1:
+            out["tp"] = 8 * act * layers * (p.tp - 1) / p.tp
+        if p.pp > 1:
+            out["pp"] = 2 * act * _stages_per_rank(p) / p.tp
+    return out
 
 
 def _fsdp_buffers(p: PlanInput, wf: int) -> float:
@@ -212,7 +319,7 @@ def _fsdp_buffers(p: PlanInput, wf: int) -> float:
     return 2 * block * compute + block * 4.0
 
 
-def _optimizer_step_temporaries(p: PlanInput, n: int, of: int) -> float:
+def _optimizer_step_temporaries(p: PlanInput, n: float, of: int) -> float:
     """The foreach (multi-tensor) AdamW step allocates two fp32 copies of its parameters (sqrt of the
     second moment, and the update); a fused kernel allocates none. Offloaded steps run on the host."""
     if p.fused_optimizer or p.cpu_offload or p.optimizer in ("sgd",):
@@ -222,7 +329,9 @@ def _optimizer_step_temporaries(p: PlanInput, n: int, of: int) -> float:
 
 
 def _loss_temporaries(p: PlanInput, micro_batch: int) -> float:
-    return 8.0 * p.seq_len * micro_batch * p.model.vocab_size
+    """The loss gradient of one (pipeline) micro-batch; vocabulary-sharded under loss parallel."""
+    b = micro_batch / _microbatches(p) if p.pp > 1 else micro_batch
+    return 8.0 * p.seq_len * b * p.model.vocab_size / (p.tp if p.loss_parallel else 1)
 
 
 def estimate(p: PlanInput) -> Plan:
@@ -232,19 +341,20 @@ def estimate(p: PlanInput) -> Plan:
     n = p.model.params
     wf, gf, of = _shard_factors(p)
     wb, gb, ob = _per_param_bytes(p)
-    weights = n * wb / wf
-    grads = n * gb / gf
-    opt = n * ob / of
+    rank_params = _rank_params(p)
+    weights = rank_params * wb / wf
+    grads = rank_params * gb / gf
+    opt = rank_params * ob / of
     offload = 0.0
     if p.cpu_offload:
         offload, opt = opt, 0.0
     notes: list[str] = []
-    fsdp = _fsdp_buffers(p, wf)
+    fsdp = _fsdp_buffers(p, wf) / p.tp
     if p.model.known_layout and p.seq_len and p.micro_batch:
         acts = activation_bytes(p, p.micro_batch)
         temps = fsdp + _loss_temporaries(p, p.micro_batch)
         basis = f"formula: seq_len {p.seq_len}, micro-batch {p.micro_batch}; the peak, not the sum"
-        step = _optimizer_step_temporaries(p, n, of)
+        step = _optimizer_step_temporaries(p, rank_params, of)
         total = weights + opt + max(acts + temps, grads + fsdp + step)
     else:
         acts, temps = 2.0 * n * wb, fsdp
@@ -295,6 +405,10 @@ def estimate(p: PlanInput) -> Plan:
         retention=p.retention,
         raw_tokens_to_crawl=tokens / p.retention if p.retention > 0 else math.inf,
         notes=notes,
+        layout={"dp_replicate": _dp(p) // wf, "dp_shard": wf, "pp": p.pp, "tp": p.tp},
+        params_per_rank=rank_params,
+        bubble_fraction=bubble_fraction(p),
+        comm_gb={k: v / GB for k, v in comm_bytes(p, rank_params, wf).items()},
     )
 
 
@@ -341,6 +455,18 @@ def render_memory(plan: Plan) -> list[str]:
     lines.append(f"  -> {verdict} in {i['gpu_memory_gb']:g} GB")
     if plan.max_micro_batch is not None:
         lines.append(f"  largest micro-batch that fits: {plan.max_micro_batch}")
+    lay = plan.layout
+    lines.append(
+        f"layout: dp_replicate {lay['dp_replicate']} x dp_shard {lay['dp_shard']} x pp {lay['pp']} x "
+        f"tp {lay['tp']}; {human(plan.params_per_rank)} parameters per rank before data-parallel sharding"
+    )
+    if lay["pp"] > 1:
+        lines.append(
+            f"  pipeline: {i['pp_schedule']}, {i['microbatches'] or 'default'} micro-batches, "
+            f"bubble {plan.bubble_fraction:.1%} of each step"
+        )
+    comm = ", ".join(f"{k} {_size(v).strip()}" for k, v in plan.comm_gb.items() if v > 0) or "none"
+    lines.append(f"  communication per GPU per step: {comm}")
     return lines
 
 
@@ -365,21 +491,41 @@ def _size(gb: float) -> str:
 
 
 def plan_for_run(
-    cfg: RunConfig, *, world_size: int, local_world_size: int, seq_len: int, device_memory_gb: float
+    cfg: RunConfig,
+    *,
+    world_size: int,
+    local_world_size: int,
+    seq_len: int,
+    device_memory_gb: float,
+    dp_replicate: int = 0,
+    dp_shard: int = 0,
 ) -> Plan:
-    """The plan of a train/pretrain.py run from its resolved config (the trainer prints its memory part)."""
+    """The plan of a train/pretrain.py run from its resolved config (the trainer prints its memory part),
+    at its layout: ``dp_replicate`` x ``dp_shard`` as the trainer resolved them (0: from ``sharding``),
+    tp and pp from ``parallel``."""
     p = cfg.parallel
     strategies: dict[str, Strategy] = {"full": "fsdp_full", "hybrid": "fsdp_hybrid", "none": "fsdp_none"}
+    strategy, shard_size = strategies[p.sharding], (p.shard_size or local_world_size)
+    if dp_shard:
+        strategy = "fsdp_none" if dp_shard == 1 else ("fsdp_hybrid" if dp_replicate > 1 else "fsdp_full")
+        shard_size = dp_shard
     return estimate(
         PlanInput(
             model=ModelShape.of(cfg.model),
             gpus=world_size,
             gpu_memory_gb=device_memory_gb,
             precision="fp32" if p.mixed_precision == "fp32" else "bf16",
-            strategy=strategies[p.sharding],
-            shard_size=(p.shard_size or local_world_size) if p.sharding == "hybrid" else 0,
+            strategy=strategy,
+            shard_size=shard_size if strategy == "fsdp_hybrid" else 0,
+            cpu_offload=p.cpu_offload,
             seq_len=seq_len,
             micro_batch=cfg.data.batch_size,
             activation_checkpointing=p.activation_checkpointing,
+            tp=p.tp,
+            pp=p.pp,
+            microbatches=p.pp_microbatches,
+            pp_schedule=p.pp_schedule,
+            stages_per_rank=p.pp_stages_per_rank,
+            loss_parallel=p.loss_parallel,
         )
     )

@@ -24,7 +24,7 @@ from typing import Any
 from llmpipe import _core
 from llmpipe.buffers import Texts, string_buffers
 from llmpipe.config import from_dict
-from llmpipe.errors import ConfigError, InputError
+from llmpipe.errors import ConfigError
 
 
 @dataclass
@@ -192,10 +192,7 @@ class FastTextModel:
     @classmethod
     def load(cls, path: str | Path) -> FastTextModel:
         """Read a model file; a missing, truncated or foreign file raises :class:`InputError`."""
-        try:
-            return cls(_core.FastTextModel.load(str(path)))
-        except _core.LlmpipeCoreError as e:
-            raise InputError(str(e)) from None
+        return cls(_core.FastTextModel.load(str(path)))
 
     @property
     def loss(self) -> str:

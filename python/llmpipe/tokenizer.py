@@ -14,24 +14,19 @@ U+FFFD (a valid surrogate pair becomes its character), never an exception.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
 import llmpipe._core as _core
-from llmpipe.errors import ConfigError, InputError
+from llmpipe.errors import ConfigError, InputError, TokenizerError
 
 PATTERNS = ("gpt2", "cl100k", "o200k")
 EOS = "<|endoftext|>"
 
 AllowedSpecial = Literal["all"] | Iterable[str] | None
-
-
-class TokenizerError(InputError):
-    """A tokenizer file or argument is invalid (user-fixable: the CLI prints it without traceback)."""
 
 
 def _clean(text: str) -> str:
@@ -77,10 +72,9 @@ class Tokenizer:
         for p in paths:
             if not Path(p).is_file():
                 raise InputError(f"{p}: no such file")
-        with _errors():
-            core = _core.BpeTokenizer.train(
-                paths, vocab_size, pattern, min_frequency, max_token_length, list(special_tokens)
-            )
+        core = _core.BpeTokenizer.train(
+            paths, vocab_size, pattern, min_frequency, max_token_length, list(special_tokens)
+        )
         return cls(core)
 
     @classmethod
@@ -97,10 +91,9 @@ class Tokenizer:
         """Train on in-memory texts (each is split into lines, like a file)."""
         _check_train_args(vocab_size, min_frequency, max_token_length, special_tokens)
         texts = [_clean(t) for t in texts] if _has_surrogates(texts) else list(texts)
-        with _errors():
-            core = _core.BpeTokenizer.train_texts(
-                texts, vocab_size, pattern, min_frequency, max_token_length, list(special_tokens)
-            )
+        core = _core.BpeTokenizer.train_texts(
+            texts, vocab_size, pattern, min_frequency, max_token_length, list(special_tokens)
+        )
         return cls(core)
 
     @classmethod
@@ -108,8 +101,7 @@ class Tokenizer:
         """Load an HF ``tokenizer.json`` (byte-level BPE, written by llmpipe or by HF tokenizers)."""
         if not Path(path).is_file():
             raise InputError(f"{path}: no such tokenizer file")
-        with _errors():
-            return cls(_core.BpeTokenizer.from_file(str(path)))
+        return cls(_core.BpeTokenizer.from_file(str(path)))
 
     @classmethod
     def from_tiktoken(
@@ -128,16 +120,14 @@ class Tokenizer:
             with open(path, encoding="ascii") as f:
                 top = max((int(line.split()[1]) for line in f if line.strip()), default=-1)
             special_tokens = {EOS: top + 1}
-        with _errors():
-            core = _core.BpeTokenizer.from_tiktoken(str(path), pattern, sorted(special_tokens.items()))
+        core = _core.BpeTokenizer.from_tiktoken(str(path), pattern, sorted(special_tokens.items()))
         return cls(core)
 
     # -- saving ---------------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write an HF ``tokenizer.json``."""
-        with _errors():
-            self._core.save(str(path))
+        self._core.save(str(path))
 
     def to_json(self) -> str:
         return self._core.to_json()
@@ -230,16 +220,13 @@ class Tokenizer:
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
         """Text of ``ids``; bytes that are not valid UTF-8 (a cut character) become U+FFFD."""
-        with _errors():
-            return self._core.decode(_ids(ids), skip_special_tokens)
+        return self._core.decode(_ids(ids), skip_special_tokens)
 
     def decode_bytes(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> bytes:
-        with _errors():
-            return self._core.decode_bytes(_ids(ids), skip_special_tokens)
+        return self._core.decode_bytes(_ids(ids), skip_special_tokens)
 
     def decode_batch(self, seqs: Sequence[Iterable[int]], *, skip_special_tokens: bool = False) -> list[str]:
-        with _errors():
-            return self._core.decode_batch([_ids(s) for s in seqs], skip_special_tokens)
+        return self._core.decode_batch([_ids(s) for s in seqs], skip_special_tokens)
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
@@ -265,12 +252,3 @@ def _check_train_args(
         raise ConfigError(f"max_token_length must be >= 2, got {max_token_length}")
     if any(not s for s in special_tokens):
         raise ConfigError("special tokens must be non-empty strings")
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Turn the core's TokenizerError into llmpipe's user-facing TokenizerError."""
-    try:
-        yield
-    except _core.TokenizerError as e:
-        raise TokenizerError(str(e)) from e

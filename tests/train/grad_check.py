@@ -15,7 +15,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from train.config import RunConfig  # noqa: E402
 from train.model import Transformer  # noqa: E402
-from train.parallel import build_mesh, init_distributed  # noqa: E402
+from train.parallel import build_mesh, init_distributed, resolve_layout  # noqa: E402
 from train.pretrain import build_model  # noqa: E402
 from train.trainer import count_targets, forward_backward  # noqa: E402
 
@@ -43,6 +43,7 @@ def main(shards: str) -> int:
     for sharding in ("full", "none", "hybrid"):
         cfg.parallel.sharding = sharding
         cfg.parallel.shard_size = 2 if sharding == "hybrid" else 0
+        d.layout = resolve_layout(cfg.parallel, d.world_size)
         d.mesh = build_mesh(cfg.parallel, d.world_size, "cpu")
         model = build_model(cfg, d)
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))

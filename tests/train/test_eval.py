@@ -134,9 +134,6 @@ def test_lm_eval_harness_runs_a_local_task_on_the_export(
 
     from llmpipe.eval.harness import write_task
 
-    pytest.importorskip(
-        "accelerate", reason="lm-eval's hf model needs accelerate (not yet in requirements.lock)"
-    )
     docs = tmp_path / "docs.jsonl"
     texts = read_texts(data_dir / WEB, max_docs=4)
     docs.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))

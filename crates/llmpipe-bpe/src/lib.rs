@@ -20,12 +20,15 @@ pub enum Error {
     Invalid(String),
     /// An input file could not be read.
     Io(String),
+    /// The caller's stop flag was set (Ctrl-C) while training.
+    Interrupted,
 }
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Error::Invalid(m) | Error::Io(m) => f.write_str(m),
+            Error::Interrupted => f.write_str("interrupted"),
         }
     }
 }

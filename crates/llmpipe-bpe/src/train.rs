@@ -12,6 +12,7 @@ use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
+use std::sync::atomic::{self, AtomicBool};
 
 /// Read size for one unit of parallel word counting (extended to the next newline).
 const CHUNK: usize = 1 << 20;
@@ -91,11 +92,15 @@ impl Iterator for Chunks<'_> {
 
 /// Count pre-tokenized words of `files` in parallel, streaming them chunk by chunk.
 /// Invalid UTF-8 is replaced by U+FFFD.
-pub fn count_words(files: &[PathBuf], pre: &PreTokenizer) -> Result<WordCounts, Error> {
+/// Stops early with [`Error::Interrupted`] when `stop` is set.
+pub fn count_words(files: &[PathBuf], pre: &PreTokenizer, stop: &AtomicBool) -> Result<WordCounts, Error> {
     let chunks = Chunks { files: files.iter(), cur: None };
     chunks
         .par_bridge()
         .try_fold(WordCounts::default, |mut map, chunk| {
+            if stop.load(atomic::Ordering::Relaxed) {
+                return Err(Error::Interrupted);
+            }
             let chunk = chunk?;
             add_words(pre, &String::from_utf8_lossy(&chunk), &mut map);
             Ok::<_, Error>(map)
@@ -184,6 +189,7 @@ pub fn train_from_counts(
     words: WordCounts,
     cfg: &TrainConfig,
     pre: PreTokenizer,
+    stop: &AtomicBool,
 ) -> Result<Tokenizer, Error> {
     if cfg.vocab_size < 256 + cfg.special_tokens.len() {
         return Err(Error::Invalid(format!(
@@ -270,6 +276,9 @@ pub fn train_from_counts(
     let mut merges: Vec<Pair> = Vec::new();
     let mut where_to_update: AHashMap<Pair, Vec<u32>> = AHashMap::new();
     while tokens.len() < cfg.vocab_size {
+        if merges.len().is_multiple_of(64) && stop.load(atomic::Ordering::Relaxed) {
+            return Err(Error::Interrupted);
+        }
         let Some(mut top) = heap.pop() else { break };
         let cur = pair_counts.get(&top.pair).copied().unwrap_or(0).max(0) as u64;
         if top.count != cur {
@@ -359,10 +368,15 @@ fn merge_pc(
     (pa, wa)
 }
 
-/// Train on files, streaming them.
-pub fn train_files(files: &[PathBuf], cfg: &TrainConfig, pre: PreTokenizer) -> Result<Tokenizer, Error> {
-    let words = count_words(files, &pre)?;
-    train_from_counts(words, cfg, pre)
+/// Train on files, streaming them; stops early with [`Error::Interrupted`] when `stop` is set.
+pub fn train_files(
+    files: &[PathBuf],
+    cfg: &TrainConfig,
+    pre: PreTokenizer,
+    stop: &AtomicBool,
+) -> Result<Tokenizer, Error> {
+    let words = count_words(files, &pre, stop)?;
+    train_from_counts(words, cfg, pre, stop)
 }
 
 #[cfg(test)]
@@ -382,7 +396,7 @@ mod tests {
             max_token_length: None,
             special_tokens: vec!["<|endoftext|>".into()],
         };
-        let tok = train_from_counts(words, &cfg, pre).unwrap();
+        let tok = train_from_counts(words, &cfg, pre, &AtomicBool::new(false)).unwrap();
         assert!(tok.vocab_size() > 256 && tok.vocab_size() <= 300);
         let ids = tok.encode(&text, &Allowed::None).unwrap();
         assert!(ids.len() < text.len() / 3);

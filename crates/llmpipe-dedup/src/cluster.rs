@@ -5,6 +5,7 @@
 //! and clusters depend only on the set of documents, never on input order, batching or threads.
 
 use rayon::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::shingle::jaccard;
 use crate::DedupError;
@@ -122,13 +123,18 @@ impl ShingleStore {
 /// With it, a member links to the first earlier member (at most [`MAX_COMPARE`] tried) whose exact
 /// Jaccard similarity is at least `threshold`. Groups are processed in parallel; the result is in
 /// group order, so it is the same for any number of threads.
+/// Stops early with [`DedupError::Interrupted`] when `stop` is set.
 pub fn group_edges(
     groups: &Groups,
     verify: Option<(&ShingleStore, f64)>,
+    stop: &AtomicBool,
 ) -> Result<Vec<(u32, u32)>, DedupError> {
     let per_group: Vec<Result<Vec<(u32, u32)>, DedupError>> = (0..groups.len())
         .into_par_iter()
         .map(|g| {
+            if stop.load(Ordering::Relaxed) {
+                return Err(DedupError::Interrupted);
+            }
             let m = groups.group(g);
             let mut edges = Vec::with_capacity(m.len() - 1);
             match verify {
@@ -240,8 +246,8 @@ mod tests {
         }
         store.extend(&[0, 1, 2], &offs, &data).unwrap();
         let g = Groups { offsets: vec![0, 3], members: vec![1, 0, 2] };
-        assert_eq!(group_edges(&g, Some((&store, 0.7))).unwrap(), vec![(0, 2)]);
-        assert_eq!(group_edges(&g, None).unwrap(), vec![(1, 0), (1, 2)]);
+        assert_eq!(group_edges(&g, Some((&store, 0.7)), &AtomicBool::new(false)).unwrap(), vec![(0, 2)]);
+        assert_eq!(group_edges(&g, None, &AtomicBool::new(false)).unwrap(), vec![(1, 0), (1, 2)]);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod minhash;
 pub mod shingle;
 
 use rayon::prelude::*;
+use std::sync::atomic::AtomicBool;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 pub use cluster::{bucket_groups, group_edges, Groups, ShingleStore, UnionFind, MAX_COMPARE};
@@ -49,6 +50,8 @@ pub enum DedupError {
     InvalidParam(String),
     /// Verification needed the shingle set of a document that was not loaded.
     MissingShingles(u32),
+    /// The caller's stop flag was set (Ctrl-C).
+    Interrupted,
 }
 
 impl std::fmt::Display for DedupError {
@@ -56,6 +59,7 @@ impl std::fmt::Display for DedupError {
         match self {
             Self::InvalidParam(m) => write!(f, "{m}"),
             Self::MissingShingles(d) => write!(f, "no shingle set loaded for document {d}"),
+            Self::Interrupted => write!(f, "interrupted"),
         }
     }
 }
@@ -154,6 +158,7 @@ pub fn cluster_signatures(
     lsh: &Lsh,
     seed: u64,
     verify: Option<(&ShingleStore, f64)>,
+    stop: &AtomicBool,
 ) -> Result<Vec<u32>, DedupError> {
     let lsh = Lsh::new(lsh.bands, lsh.rows, num_perm)?;
     if !sigs.len().is_multiple_of(num_perm) {
@@ -184,7 +189,7 @@ pub fn cluster_signatures(
     drop(keys);
     let groups = bucket_groups(&mut rows);
     drop(rows);
-    for (a, b) in group_edges(&groups, verify)? {
+    for (a, b) in group_edges(&groups, verify, stop)? {
         uf.union(a, b);
     }
     Ok(uf.roots())
@@ -198,6 +203,7 @@ pub fn cluster_texts(
     hasher: &MinHasher,
     lsh: &Lsh,
     verify_threshold: Option<f64>,
+    stop: &AtomicBool,
 ) -> Result<Vec<u32>, DedupError> {
     let p = hasher.num_perm();
     let per_doc: Vec<(Vec<u32>, Vec<u32>)> = texts
@@ -228,7 +234,7 @@ pub fn cluster_texts(
     let docs: Vec<u32> = (0..texts.len() as u32).collect();
     store.extend(&docs, &offsets, &data)?;
     drop(data);
-    cluster_signatures(&sigs, p, lsh, cfg.seed, verify_threshold.map(|t| (&store, t)))
+    cluster_signatures(&sigs, p, lsh, cfg.seed, verify_threshold.map(|t| (&store, t)), stop)
 }
 
 #[cfg(test)]
@@ -256,7 +262,8 @@ mod tests {
         }
         store.extend(&[0, 1, 2, 3], &offs, &data).unwrap();
         let lsh = Lsh { bands: 20, rows: 5 };
-        let roots = cluster_signatures(&sigs, 112, &lsh, 1, Some((&store, 0.5))).unwrap();
+        let roots =
+            cluster_signatures(&sigs, 112, &lsh, 1, Some((&store, 0.5)), &AtomicBool::new(false)).unwrap();
         assert_eq!(roots, vec![0, 1, 1, 3]);
     }
 

@@ -1,6 +1,6 @@
 //! Bindings for llmpipe-bpe: one class, every batch call runs with the GIL released.
 
-use crate::errors::TokenizerError;
+use crate::errors::{enter, enter_interruptible, enter_ok, CoreError};
 use llmpipe_bpe::{hfjson, pattern, tiktoken, train, Allowed, PreTokenizer, Special, Tokenizer, TrainConfig};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
@@ -8,10 +8,6 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyInt, PyList};
 use std::path::PathBuf;
 use std::sync::Arc;
-
-fn err(e: llmpipe_bpe::Error) -> PyErr {
-    TokenizerError::new_err(e.to_string())
-}
 
 /// A pattern name (gpt2, cl100k, o200k) or, if it is none of those, a regex source.
 fn pre_for(pattern_or_regex: &str) -> Result<PreTokenizer, llmpipe_bpe::Error> {
@@ -71,9 +67,9 @@ impl BpeTokenizer {
         max_token_length: Option<usize>,
         special_tokens: Vec<String>,
     ) -> PyResult<Self> {
-        let pre = pre_for(pattern).map_err(err)?;
+        let pre = pre_for(pattern).map_err(CoreError::into_py)?;
         let cfg = TrainConfig { vocab_size, min_frequency, max_token_length, special_tokens };
-        let t = py.detach(|| train::train_files(&files, &cfg, pre)).map_err(err)?;
+        let t = enter_interruptible(py, |stop| train::train_files(&files, &cfg, pre, stop))?;
         Ok(BpeTokenizer::wrap(t))
     }
 
@@ -89,21 +85,19 @@ impl BpeTokenizer {
         max_token_length: Option<usize>,
         special_tokens: Vec<String>,
     ) -> PyResult<Self> {
-        let pre = pre_for(pattern).map_err(err)?;
+        let pre = pre_for(pattern).map_err(CoreError::into_py)?;
         let cfg = TrainConfig { vocab_size, min_frequency, max_token_length, special_tokens };
-        let t = py
-            .detach(|| {
-                let words = train::count_words_texts(&texts, &pre);
-                train::train_from_counts(words, &cfg, pre)
-            })
-            .map_err(err)?;
+        let t = enter_interruptible(py, |stop| {
+            let words = train::count_words_texts(&texts, &pre);
+            train::train_from_counts(words, &cfg, pre, stop)
+        })?;
         Ok(BpeTokenizer::wrap(t))
     }
 
     /// Load an HF tokenizer.json (byte-level BPE).
     #[staticmethod]
     fn from_file(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let t = py.detach(|| Tokenizer::from_json_file(&path)).map_err(err)?;
+        let t = enter(py, || Tokenizer::from_json_file(&path))?;
         Ok(BpeTokenizer::wrap(t))
     }
 
@@ -111,7 +105,7 @@ impl BpeTokenizer {
     #[staticmethod]
     fn from_json(py: Python<'_>, text: &str) -> PyResult<Self> {
         let text = text.to_string();
-        let t = py.detach(|| hfjson::from_json(&text)).map_err(err)?;
+        let t = enter(py, || hfjson::from_json(&text))?;
         Ok(BpeTokenizer::wrap(t))
     }
 
@@ -124,34 +118,32 @@ impl BpeTokenizer {
         pattern: &str,
         special_tokens: Vec<(String, u32)>,
     ) -> PyResult<Self> {
-        let pre = pre_for(pattern).map_err(err)?;
+        let pre = pre_for(pattern).map_err(CoreError::into_py)?;
         let specials = special_tokens.into_iter().map(|(content, id)| Special { content, id }).collect();
-        let t = py
-            .detach(|| {
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| llmpipe_bpe::Error::Io(format!("{}: {e}", path.display())))?;
-                tiktoken::from_ranks_text(&text, pre, specials)
-            })
-            .map_err(err)?;
+        let t = enter(py, || {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| llmpipe_bpe::Error::Io(format!("{}: {e}", path.display())))?;
+            tiktoken::from_ranks_text(&text, pre, specials)
+        })?;
         Ok(BpeTokenizer::wrap(t))
     }
 
     /// Write tokenizer.json.
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         let t = self.inner.clone();
-        py.detach(|| t.save_json(&path)).map_err(err)
+        enter(py, || t.save_json(&path))
     }
 
     /// tokenizer.json text.
     fn to_json(&self, py: Python<'_>) -> String {
         let t = self.inner.clone();
-        py.detach(|| hfjson::to_json(&t))
+        enter_ok(py, || hfjson::to_json(&t))
     }
 
     /// tiktoken rank-file text of the ordinary tokens (rank = id).
     fn to_tiktoken(&self, py: Python<'_>) -> String {
         let t = self.inner.clone();
-        py.detach(|| tiktoken::to_ranks_text(&t))
+        enter_ok(py, || tiktoken::to_ranks_text(&t))
     }
 
     #[pyo3(signature = (text, allowed_special=None))]
@@ -162,7 +154,7 @@ impl BpeTokenizer {
         allowed_special: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let a = allowed(allowed_special);
-        let ids = py.detach(|| self.inner.encode(&text, &a)).map_err(err)?;
+        let ids = enter(py, || self.inner.encode(&text, &a))?;
         self.id_list(py, &ids)
     }
 
@@ -174,7 +166,7 @@ impl BpeTokenizer {
         allowed_special: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let a = allowed(allowed_special);
-        let seqs = py.detach(|| self.inner.encode_batch(&texts, &a)).map_err(err)?;
+        let seqs = enter(py, || self.inner.encode_batch(&texts, &a))?;
         let lists = seqs.iter().map(|ids| self.id_list(py, ids)).collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, lists)
     }
@@ -188,7 +180,7 @@ impl BpeTokenizer {
         allowed_special: Option<Vec<String>>,
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
         let a = allowed(allowed_special);
-        let (ids, offs) = py.detach(|| self.inner.encode_batch_flat(&texts, &a)).map_err(err)?;
+        let (ids, offs) = enter(py, || self.inner.encode_batch_flat(&texts, &a))?;
         // written straight into the bytes objects (a memcpy-speed loop; no intermediate vector)
         let ids = PyBytes::new_with(py, ids.len() * 4, |b| {
             for (d, x) in b.chunks_exact_mut(4).zip(&ids) {
@@ -207,7 +199,7 @@ impl BpeTokenizer {
 
     #[pyo3(signature = (ids, skip_special_tokens=false))]
     fn decode(&self, py: Python<'_>, ids: Vec<u32>, skip_special_tokens: bool) -> PyResult<String> {
-        py.detach(|| self.inner.decode(&ids, skip_special_tokens)).map_err(err)
+        enter(py, || self.inner.decode(&ids, skip_special_tokens))
     }
 
     #[pyo3(signature = (ids, skip_special_tokens=false))]
@@ -217,7 +209,7 @@ impl BpeTokenizer {
         ids: Vec<u32>,
         skip_special_tokens: bool,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let b = py.detach(|| self.inner.decode_bytes(&ids, skip_special_tokens)).map_err(err)?;
+        let b = enter(py, || self.inner.decode_bytes(&ids, skip_special_tokens))?;
         Ok(PyBytes::new(py, &b))
     }
 
@@ -228,7 +220,7 @@ impl BpeTokenizer {
         seqs: Vec<Vec<u32>>,
         skip_special_tokens: bool,
     ) -> PyResult<Vec<String>> {
-        py.detach(|| self.inner.decode_batch(&seqs, skip_special_tokens)).map_err(err)
+        enter(py, || self.inner.decode_batch(&seqs, skip_special_tokens))
     }
 
     /// The pieces the pre-tokenizer cuts `text` into.

@@ -4,17 +4,13 @@
 //! little-endian `bytes` that Python wraps with `np.frombuffer`. Every call handles a whole batch
 //! with the GIL released and rayon threads inside.
 
-use llmpipe_dedup::{self as core, DedupError, Lsh, MinHasher, ShingleConfig, ShingleUnit};
+use llmpipe_dedup::{self as core, Lsh, MinHasher, ShingleConfig, ShingleUnit};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::buffers::{to_bytes, view};
-use crate::errors::ConfigError;
-
-fn err(e: DedupError) -> PyErr {
-    ConfigError::new_err(e.to_string())
-}
+use crate::errors::{enter, enter_interruptible, enter_ok, ConfigError, CoreError};
 
 /// Strings of an Arrow (large_)string column given as int64 offsets and the data buffer.
 fn strings<'a>(offsets: &'a [i64], data: &'a [u8]) -> PyResult<Vec<&'a str>> {
@@ -76,7 +72,7 @@ fn minhash_signatures<'py>(
 ) -> PyResult<Bound<'py, PyBytes>> {
     let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
     let sh: &Shingling = &shingling;
-    let sigs = py.detach(|| -> PyResult<Vec<u32>> {
+    let sigs = enter(py, || -> PyResult<Vec<u32>> {
         let texts = strings(o, d)?;
         Ok(core::signatures(&texts, &sh.cfg, &sh.hasher()))
     })?;
@@ -99,11 +95,11 @@ fn minhash_sketch<'py>(
     keep_shingles: bool,
 ) -> PyResult<SketchBytes<'py>> {
     let sh: &Shingling = &shingling;
-    let lsh = Lsh::new(bands, rows, sh.num_perm).map_err(err)?;
+    let lsh = Lsh::new(bands, rows, sh.num_perm).map_err(CoreError::into_py)?;
     let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
-    let s = py.detach(|| -> PyResult<core::Sketches> {
+    let s = enter(py, || -> PyResult<core::Sketches> {
         let texts = strings(o, d)?;
-        core::sketch(&texts, &sh.cfg, &sh.hasher(), &lsh, keep_shingles).map_err(err)
+        core::sketch(&texts, &sh.cfg, &sh.hasher(), &lsh, keep_shingles).map_err(CoreError::into_py)
     })?;
     Ok((
         to_bytes(py, &s.bands),
@@ -121,7 +117,7 @@ fn id_hashes<'py>(
     data: PyBuffer<u8>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
-    let h = py.detach(|| -> PyResult<Vec<u64>> {
+    let h = enter(py, || -> PyResult<Vec<u64>> {
         let ids: Vec<&[u8]> = strings(o, d)?.into_iter().map(str::as_bytes).collect();
         Ok(core::id_hashes(&ids))
     })?;
@@ -140,7 +136,7 @@ fn lsh_groups<'py>(
     if b.len() != o.len() || b.len() != d.len() {
         return Err(ConfigError::new_err("buckets, order and docs must have the same length"));
     }
-    let g = py.detach(|| {
+    let g = enter_ok(py, || {
         let mut rows: Vec<(u64, u64, u32)> = (0..b.len()).map(|i| (b[i], o[i], d[i])).collect();
         core::bucket_groups(&mut rows)
     });
@@ -170,7 +166,7 @@ impl PyShingleStore {
     ) -> PyResult<()> {
         let (d, o, v) = (view(&docs, "docs")?, view(&offsets, "offsets")?, view(&data, "data")?);
         let inner = &mut self.inner;
-        py.detach(|| inner.extend(d, o, v)).map_err(err)
+        enter(py, || inner.extend(d, o, v))
     }
 
     fn __len__(&self) -> usize {
@@ -202,7 +198,7 @@ fn group_edges<'py>(
         return Err(ConfigError::new_err("group offsets must start at 0, end at len(members), step >= 2"));
     }
     let st = store.as_deref().map(|s| (&s.inner, threshold));
-    let edges = py.detach(|| core::group_edges(&groups, st)).map_err(err)?;
+    let edges = enter_interruptible(py, |stop| core::group_edges(&groups, st, stop))?;
     let (a, b): (Vec<u32>, Vec<u32>) = edges.into_iter().unzip();
     Ok((to_bytes(py, &a), to_bytes(py, &b)))
 }
@@ -217,19 +213,19 @@ struct PyUnionFind {
 impl PyUnionFind {
     #[new]
     fn new(n: usize) -> PyResult<Self> {
-        Ok(Self { inner: core::UnionFind::new(n).map_err(err)? })
+        Ok(Self { inner: core::UnionFind::new(n).map_err(CoreError::into_py)? })
     }
 
     fn union_edges(&mut self, py: Python<'_>, a: PyBuffer<u32>, b: PyBuffer<u32>) -> PyResult<()> {
         let (x, y) = (view(&a, "a")?, view(&b, "b")?);
         let inner = &mut self.inner;
-        py.detach(|| inner.union_edges(x, y)).map_err(err)
+        enter(py, || inner.union_edges(x, y))
     }
 
     /// The root of every element as uint32 bytes.
     fn roots<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
         let inner = &mut self.inner;
-        let r = py.detach(|| inner.roots());
+        let r = enter_ok(py, || inner.roots());
         to_bytes(py, &r)
     }
 
@@ -255,7 +251,8 @@ fn cluster_signatures<'py>(
     let sigs = view(&signatures, "signatures")?;
     let st = store.as_deref().map(|s| (&s.inner, threshold));
     let lsh = Lsh { bands, rows };
-    let roots = py.detach(|| core::cluster_signatures(sigs, num_perm, &lsh, seed, st)).map_err(err)?;
+    let roots =
+        enter_interruptible(py, |stop| core::cluster_signatures(sigs, num_perm, &lsh, seed, st, stop))?;
     Ok(to_bytes(py, &roots))
 }
 
@@ -272,11 +269,12 @@ fn cluster_texts<'py>(
     verify_threshold: Option<f64>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let sh: &Shingling = &shingling;
-    let lsh = Lsh::new(bands, rows, sh.num_perm).map_err(err)?;
+    let lsh = Lsh::new(bands, rows, sh.num_perm).map_err(CoreError::into_py)?;
     let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
-    let roots = py.detach(|| -> PyResult<Vec<u32>> {
+    let roots = enter_interruptible(py, |stop| -> PyResult<Vec<u32>> {
         let texts = strings(o, d)?;
-        core::cluster_texts(&texts, &sh.cfg, &sh.hasher(), &lsh, verify_threshold).map_err(err)
+        core::cluster_texts(&texts, &sh.cfg, &sh.hasher(), &lsh, verify_threshold, stop)
+            .map_err(CoreError::into_py)
     })?;
     Ok(to_bytes(py, &roots))
 }
@@ -291,7 +289,7 @@ fn lsh_optimal_param(
     fp_weight: f64,
     fn_weight: f64,
 ) -> PyResult<(usize, usize)> {
-    let l = py.detach(|| core::optimal_param(threshold, num_perm, fp_weight, fn_weight)).map_err(err)?;
+    let l = enter(py, || core::optimal_param(threshold, num_perm, fp_weight, fn_weight))?;
     Ok((l.bands, l.rows))
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use llmpipe_quality::fasttext::FastText;
 use pyo3::prelude::*;
 
-use crate::errors::ConfigError;
+use crate::errors::{enter, enter_ok, ConfigError, InputError};
 use crate::quality::Texts;
 
 /// Labels (indices into `labels`) and probabilities per text, best first.
@@ -24,7 +24,7 @@ impl FastTextModel {
     /// Read a model file; a bad file (truncated, wrong magic, wrong version) raises one line.
     #[staticmethod]
     fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let m = py.detach(|| FastText::load(&path)).map_err(ConfigError::new_err)?;
+        let m = enter(py, || FastText::load(&path).map_err(InputError::new_err))?; // a bad model file is bad input
         Ok(Self { inner: Arc::new(m) })
     }
 
@@ -36,7 +36,7 @@ impl FastTextModel {
         }
         let m = self.inner.clone();
         let t = texts.strs()?;
-        let out = py.detach(|| m.predict_batch(&t, k, threshold));
+        let out = enter_ok(py, || m.predict_batch(&t, k, threshold));
         Ok(out.into_iter().map(|p| p.into_iter().map(|(s, i)| (i, s)).unzip()).unzip())
     }
 

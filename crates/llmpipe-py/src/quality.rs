@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 
 use crate::buffers::view;
-use crate::errors::ConfigError;
+use crate::errors::{enter, enter_ok, ConfigError};
 
 fn parse<T: core::DeserializeOwned>(what: &str, json: &str) -> PyResult<T> {
     core::parse_config(json).map_err(|e| ConfigError::new_err(format!("{what} config: {e}")))
@@ -53,7 +53,7 @@ fn quality_heuristics(
 ) -> PyResult<Verdicts> {
     let cfg: core::HeuristicsConfig = parse("heuristics", config_json)?;
     let t = texts.strs()?;
-    let out = py.detach(|| core::evaluate_batch(&cfg, &t, all_reasons));
+    let out = enter_ok(py, || core::evaluate_batch(&cfg, &t, all_reasons));
     Ok(out.into_iter().map(|v| (v.reasons, v.text)).unzip())
 }
 
@@ -70,15 +70,15 @@ fn quality_filter(
     match name {
         "gopher_quality" => {
             let cfg = parse(name, config_json)?;
-            Ok(own(py.detach(|| core::gopher_quality_batch(&cfg, &t))))
+            Ok(own(enter_ok(py, || core::gopher_quality_batch(&cfg, &t))))
         }
         "gopher_repetition" => {
             let cfg = parse(name, config_json)?;
-            Ok(py.detach(|| core::gopher_repetition_batch(&cfg, &t)))
+            Ok(enter_ok(py, || core::gopher_repetition_batch(&cfg, &t)))
         }
         "fineweb" => {
             let cfg = parse(name, config_json)?;
-            Ok(own(py.detach(|| core::fineweb_batch(&cfg, &t))))
+            Ok(own(enter_ok(py, || core::fineweb_batch(&cfg, &t))))
         }
         other => Err(ConfigError::new_err(format!(
             "unknown filter {other:?}: expected gopher_quality, gopher_repetition or fineweb"
@@ -91,7 +91,7 @@ fn quality_filter(
 fn quality_c4(py: Python<'_>, texts: Texts, config_json: &str) -> PyResult<Verdicts2> {
     let cfg = parse("c4", config_json)?;
     let t = texts.strs()?;
-    let out = py.detach(|| core::c4_batch(&cfg, &t));
+    let out = enter_ok(py, || core::c4_batch(&cfg, &t));
     Ok(out
         .into_iter()
         .map(|o| match o {
@@ -107,7 +107,7 @@ type Verdicts2 = (Vec<Option<String>>, Vec<Option<String>>);
 #[pyfunction]
 fn english_words(py: Python<'_>, texts: Texts) -> PyResult<Vec<Vec<String>>> {
     let t = texts.strs()?;
-    Ok(py.detach(|| {
+    Ok(enter_ok(py, || {
         let tok = core::words::EnglishTokenizer::get();
         t.iter().map(|t| tok.split(t).into_iter().map(String::from).collect()).collect()
     }))
@@ -117,7 +117,7 @@ fn english_words(py: Python<'_>, texts: Texts) -> PyResult<Vec<Vec<String>>> {
 #[pyfunction]
 fn detect_language(py: Python<'_>, texts: Texts) -> PyResult<(Vec<String>, Vec<f64>)> {
     let t = texts.strs()?;
-    let out = py.detach(|| core::detect_language_batch(&t));
+    let out = enter_ok(py, || core::detect_language_batch(&t));
     Ok(out.into_iter().map(|(c, s)| (c.to_string(), s)).unzip())
 }
 
@@ -145,7 +145,7 @@ type Redacted = (Vec<Option<String>>, Vec<(u32, u32, u32, u32)>);
 fn pii_redact(py: Python<'_>, texts: Texts, config_json: &str) -> PyResult<Redacted> {
     let cfg: pii::PiiConfig = parse("pii", config_json)?;
     let t = texts.strs()?;
-    let out = py.detach(|| core::redact_batch(&cfg, &t));
+    let out = enter_ok(py, || core::redact_batch(&cfg, &t));
     Ok(out.into_iter().map(|(t, c)| (t, (c.emails, c.ipv4, c.ipv6, c.phones))).unzip())
 }
 
@@ -163,26 +163,26 @@ impl QualityModel {
     fn train(py: Python<'_>, positive: Texts, negative: Texts, config_json: &str) -> PyResult<Self> {
         let cfg: classifier::TrainConfig = parse("quality model training", config_json)?;
         let (pos, neg) = (positive.strs()?, negative.strs()?);
-        let m = py.detach(|| classifier::Model::train(&pos, &neg, &cfg)).map_err(ConfigError::new_err)?;
+        let m = enter(py, || classifier::Model::train(&pos, &neg, &cfg))?;
         Ok(Self { inner: Arc::new(m) })
     }
 
     #[staticmethod]
     fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let m = py.detach(|| classifier::Model::load(&path)).map_err(ConfigError::new_err)?;
+        let m = enter(py, || classifier::Model::load(&path))?;
         Ok(Self { inner: Arc::new(m) })
     }
 
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         let m = self.inner.clone();
-        py.detach(|| m.save(&path)).map_err(|e| ConfigError::new_err(format!("{}: {e}", path.display())))
+        enter(py, || m.save(&path).map_err(|e| format!("{}: {e}", path.display())))
     }
 
     /// Probability of the positive class for each text.
     fn score(&self, py: Python<'_>, texts: Texts) -> PyResult<Vec<f64>> {
         let m = self.inner.clone();
         let t = texts.strs()?;
-        Ok(py.detach(|| m.score_batch(&t)))
+        Ok(enter_ok(py, || m.score_batch(&t)))
     }
 
     #[getter]

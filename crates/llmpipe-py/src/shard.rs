@@ -9,7 +9,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 
 use crate::buffers::{buffer, view, Data, IdBuffer, Pool, Pooled};
-use crate::errors::{ConfigError, ShardError};
+use crate::errors::{enter, enter_ok, ConfigError, CoreError, ShardError};
 
 /// The shards' memory, kept alive (and exported by Python) for as long as a stream reads it.
 struct Sources {
@@ -115,7 +115,7 @@ impl BatchStream {
         let src = sources.clone();
         // batches in the queue, one being built, a few held by the caller: then memory is reused
         let pool = Pool::new(3 * (depth + 4));
-        let prefetch = py.detach(|| {
+        let prefetch = enter_ok(py, || {
             Prefetch::spawn(depth, move |k| {
                 let idx = plan.get(k * batch_size..(k + 1) * batch_size)?;
                 let samples = match src.samples() {
@@ -133,7 +133,7 @@ impl BatchStream {
     }
 
     fn next(&self, py: Python<'_>) -> PyResult<Option<Triple>> {
-        match py.detach(|| self.prefetch.next()) {
+        match enter_ok(py, || self.prefetch.next()) {
             None => Ok(None),
             Some(Ok(t)) => Ok(Some(t)),
             Some(Err(e)) => Err(ShardError::new_err(e)),
@@ -176,10 +176,9 @@ impl SamplePacker {
                 )))
             }
         };
-        let err = |e: llmpipe_shard::pack::PackError| ConfigError::new_err(e.to_string());
         let inner = match dtype {
-            "uint16" => AnyPacker::U16(Packer::new(how, seq_len, eos_id).map_err(err)?),
-            "uint32" => AnyPacker::U32(Packer::new(how, seq_len, eos_id).map_err(err)?),
+            "uint16" => AnyPacker::U16(Packer::new(how, seq_len, eos_id).map_err(CoreError::into_py)?),
+            "uint32" => AnyPacker::U32(Packer::new(how, seq_len, eos_id).map_err(CoreError::into_py)?),
             _ => return Err(ConfigError::new_err(format!("dtype must be uint16 or uint32, not {dtype:?}"))),
         };
         Ok(Self { inner })
@@ -194,16 +193,15 @@ impl SamplePacker {
     ) -> PyResult<(IdBuffer, IdBuffer)> {
         let (ids, offsets) = (view(&ids, "ids")?, view(&offsets, "offsets")?);
         let inner = &mut self.inner;
-        let r = py.detach(|| match inner {
+        enter(py, || match inner {
             AnyPacker::U16(p) => p.add(ids, offsets).map(|o| packed(o, Data::U16)),
             AnyPacker::U32(p) => p.add(ids, offsets).map(|o| packed(o, Data::U32)),
-        });
-        r.map_err(|e| ConfigError::new_err(e.to_string()))
+        })
     }
 
     fn finish(&mut self, py: Python<'_>) -> (IdBuffer, IdBuffer) {
         let inner = &mut self.inner;
-        py.detach(|| match inner {
+        enter_ok(py, || match inner {
             AnyPacker::U16(p) => packed(p.finish(), Data::U16),
             AnyPacker::U32(p) => packed(p.finish(), Data::U32),
         })

@@ -8,7 +8,7 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyBytes;
 
 use crate::buffers::{buffer, to_bytes, view, Data, IdBuffer};
-use crate::errors::ConfigError;
+use crate::errors::{enter, enter_ok, ConfigError};
 
 fn how(lowercase: bool, collapse_whitespace: bool, strip_punctuation: bool, nfc: bool) -> Normalization {
     Normalization { nfc, lowercase, collapse_whitespace, strip_punctuation }
@@ -26,7 +26,7 @@ fn normalize_batch(
     nfc: bool,
 ) -> Vec<String> {
     let h = how(lowercase, collapse_whitespace, strip_punctuation, nfc);
-    py.detach(|| texts.iter().map(|t| normalize(t, h)).collect())
+    enter_ok(py, || texts.iter().map(|t| normalize(t, h)).collect())
 }
 
 /// 128-bit content hashes of a batch, as `16 * len(texts)` little-endian bytes.
@@ -42,7 +42,7 @@ fn content_hashes<'py>(
     nfc: bool,
 ) -> Bound<'py, PyBytes> {
     let h = how(lowercase, collapse_whitespace, strip_punctuation, nfc);
-    let out: Vec<u8> = py.detach(|| {
+    let out: Vec<u8> = enter_ok(py, || {
         let mut out = Vec::with_capacity(texts.len() * 16);
         for t in &texts {
             out.extend_from_slice(&content_hash(t, h, seed).to_le_bytes());
@@ -61,7 +61,7 @@ fn word_counts<'py>(
     data: PyBuffer<u8>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
-    let counts = py.detach(|| count_words_arrow(o, d)).map_err(ConfigError::new_err)?;
+    let counts = enter(py, || count_words_arrow(o, d))?;
     Ok(to_bytes(py, &counts))
 }
 
@@ -77,7 +77,7 @@ fn clean_texts(
 ) -> PyResult<(IdBuffer, IdBuffer, usize)> {
     let f = Form::parse(form).ok_or_else(|| ConfigError::new_err(format!("unknown normal form {form:?}")))?;
     let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
-    let (offs, out, changed) = py.detach(|| clean_arrow(o, d, f)).map_err(ConfigError::new_err)?;
+    let (offs, out, changed) = enter(py, || clean_arrow(o, d, f))?;
     Ok((buffer(Data::I64(offs)), buffer(Data::U8(out)), changed))
 }
 

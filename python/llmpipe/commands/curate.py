@@ -44,6 +44,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         metavar="ADDRESS",
         help="run on a Ray cluster: 'auto' (inside `ray job submit` or a started cluster) or an address",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="worker processes on this machine (default: its cores); ignored with --ray",
+    )
+    p.add_argument(
+        "--chunk-mb",
+        type=float,
+        default=128.0,
+        metavar="MB",
+        help="split plain JSONL and Parquet inputs larger than this into parts (default 128)",
+    )
     p.add_argument("--keep-work", action="store_true", help="keep the intermediate work directory")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
@@ -62,28 +76,36 @@ def config_from_args(args: argparse.Namespace) -> CurateConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from llmpipe.curate.pipeline import LocalExecutor, run_curate
-    from llmpipe.curate.stage import Executor
+    from llmpipe.curate.executors import Executor, PoolExecutor
+    from llmpipe.curate.pipeline import run_curate
 
     cfg = config_from_args(args)
-    progress = not args.quiet and sys.stderr.isatty()
-    executor: Executor = LocalExecutor(progress=progress)
+    progress = False if args.quiet else None  # None: a bar on a terminal, a line now and then in a log
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    pool = PoolExecutor(args.workers, progress=False)  # the run reports its own progress
+    executor: Executor = pool
     if args.ray:
         from llmpipe.distributed.executor import RayExecutor
 
-        executor = RayExecutor(args.ray, progress=progress)
+        executor = RayExecutor(args.ray, progress=False)
         # Tasks on other nodes get these paths: they must not depend on the driver's working directory.
         args.out = args.out.resolve()
         args.inputs = [str(Path(x).absolute()) for x in args.inputs]
     tokenizer = args.tokenizer or (Path(cfg.tokenizer.file) if cfg.tokenizer.file else None)
-    run_curate(
-        args.inputs,
-        args.out,
-        cfg,
-        tokenizer_file=tokenizer,
-        strict=args.strict,
-        executor=executor,
-        keep_work=args.keep_work,
-        log=lambda m: print(m, file=sys.stderr if os.environ.get("LLMPIPE_LOG_STDERR") else sys.stdout),
-    )
+    try:
+        run_curate(
+            args.inputs,
+            args.out,
+            cfg,
+            tokenizer_file=tokenizer,
+            strict=args.strict,
+            executor=executor,
+            keep_work=args.keep_work,
+            chunk_bytes=int(args.chunk_mb * (1 << 20)),
+            progress=progress,
+            log=lambda m: print(m, file=sys.stderr if os.environ.get("LLMPIPE_LOG_STDERR") else sys.stdout),
+        )
+    finally:
+        pool.close()
     return 0

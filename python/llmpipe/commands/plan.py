@@ -13,6 +13,7 @@ from llmpipe.plan import (
     PEAK_TFLOPS,
     ModelShape,
     Optimizer,
+    PipelineSchedule,
     PlanInput,
     Precision,
     Strategy,
@@ -87,7 +88,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
             "Estimate per-GPU memory by component (weights, gradients, optimizer states, activations, "
             "temporaries), whether it fits, the largest micro-batch that fits, training FLOPs, "
             "petaFLOP/s-days and GPU-hours for a token budget, the compute-optimal token count "
-            "(20 per parameter, or from a scaling fit: --scaling) and the raw tokens to crawl at a curation retention rate. The formulas "
+            "(20 per parameter, or from a scaling fit: --scaling) and the raw tokens to crawl at a curation "
+            "retention rate; with --tp / --pp, the layout's per-GPU memory, pipeline bubble fraction and "
+            "communication volume per step. The formulas "
             "are in llmpipe/plan.py's docstring."
         ),
     )
@@ -131,6 +134,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     r.add_argument(
         "--from-curation", type=Path, metavar="DIR", help="use the retention a curate run measured"
     )
+    p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel ranks (default 1)")
+    p.add_argument("--pp", type=int, default=1, metavar="N", help="pipeline-parallel ranks (default 1)")
+    p.add_argument(
+        "--microbatches",
+        type=int,
+        default=0,
+        metavar="M",
+        help="pipeline micro-batches (default pp x stages)",
+    )
+    p.add_argument("--pp-schedule", choices=get_args(PipelineSchedule), default="1f1b")
+    p.add_argument("--stages-per-rank", type=int, default=0, metavar="V", help="interleaved: default 2")
+    p.add_argument("--loss-parallel", action="store_true", help="tp: vocabulary-sharded logits")
     p.add_argument(
         "--scaling",
         type=Path,
@@ -177,6 +192,12 @@ def run(args: argparse.Namespace) -> int:
             peak_tflops=peak,
             tokens=args.tokens,
             retention=retention,
+            tp=args.tp,
+            pp=args.pp,
+            microbatches=args.microbatches,
+            pp_schedule=args.pp_schedule,
+            stages_per_rank=args.stages_per_rank,
+            loss_parallel=args.loss_parallel,
             optimal_tokens=optimal_tokens,
         )
     )

@@ -1,6 +1,7 @@
 """``llmpipe quality``: train the quality classifier, calibrate its threshold, check documents.
 
 llmpipe quality train --positive ref/ --negative crawl/ --out model.bin
+llmpipe quality train --labelled labels.jsonl --positive-label hq --out model.bin
 llmpipe quality calibrate --model model.bin --target-retention 0.3 crawl/
 llmpipe quality check crawl/ [--config configs/curate/web.yaml]
 """
@@ -23,8 +24,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     qs = p.add_subparsers(title="quality commands", metavar="SUBCOMMAND", required=True)
 
     t = qs.add_parser("train", help="train a hashed n-gram classifier: positive (good) vs negative text")
-    t.add_argument("--positive", nargs="+", required=True, metavar="FILE", help="good text (files, dirs)")
-    t.add_argument("--negative", nargs="+", required=True, metavar="FILE", help="text to filter out")
+    t.add_argument("--positive", nargs="+", default=[], metavar="FILE", help="good text (files, dirs)")
+    t.add_argument("--negative", nargs="+", default=[], metavar="FILE", help="text to filter out")
+    t.add_argument(
+        "--labelled",
+        nargs="+",
+        default=[],
+        metavar="JSONL",
+        help="JSONL records with `text` and `label` (adds to --positive/--negative)",
+    )
+    t.add_argument(
+        "--positive-label",
+        default="1",
+        metavar="VALUE",
+        help="the --labelled label of good text (default 1; any other label is negative)",
+    )
+    t.add_argument(
+        "--char-ngrams",
+        default="3-5",
+        metavar="MIN-MAX",
+        help="character n-grams of each word as features (default 3-5; 0 turns them off)",
+    )
     t.add_argument("--out", required=True, type=Path, metavar="MODEL", help="model file to write")
     t.add_argument("--bits", type=int, default=20, help="hash buckets = 2^bits (default 20)")
     t.add_argument("--epochs", type=int, default=5)
@@ -66,12 +86,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def iter_texts(inputs: list[str], chunk_lines: int = 0) -> Iterator[str]:
     """Document texts of the inputs (any format `llmpipe curate` reads); bad records are skipped."""
+    from llmpipe.curate.steps import read_documents
+    from llmpipe.io.config import ReadConfig
     from llmpipe.io.discover import discover
-    from llmpipe.io.read import ReadConfig, read_batches
 
     cfg = ReadConfig()
     for path in discover(inputs):
-        for batch in read_batches(path, path.name, cfg, lambda _bad: None):
+        for batch in read_documents(path, path.name, cfg, lambda _bad: None):
             for text in batch.column("text").to_pylist():
                 if not text or not text.strip():
                     continue
@@ -85,11 +106,56 @@ def iter_texts(inputs: list[str], chunk_lines: int = 0) -> Iterator[str]:
                     yield text
 
 
+def read_labelled(paths: list[str], positive_label: str) -> tuple[list[str], list[str]]:
+    """(positive, negative) texts of JSONL files of ``{"text": ..., "label": ...}`` records."""
+    pos: list[str] = []
+    neg: list[str] = []
+    for name in paths:
+        path = Path(name)
+        if not path.is_file():
+            raise InputError(f"--labelled: {path} does not exist")
+        with path.open(encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                    text, label = rec["text"], rec["label"]
+                except (json.JSONDecodeError, KeyError, TypeError) as e:
+                    raise InputError(
+                        f"{path}:{n}: expected a JSON object with text and label ({e})"
+                    ) from None
+                if not isinstance(text, str):
+                    raise InputError(f"{path}:{n}: text must be a string")
+                if text.strip():
+                    label = str(label).lower() if isinstance(label, bool) else str(label)
+                    (pos if label == positive_label else neg).append(text)
+    return pos, neg
+
+
+def parse_char_ngrams(spec: str) -> list[int]:
+    if spec.strip() == "0":
+        return [0, 0]
+    lo, sep, hi = spec.partition("-")
+    try:
+        out = [int(lo), int(hi if sep else lo)]
+    except ValueError:
+        raise ConfigError(f"--char-ngrams must be MIN-MAX (e.g. 3-5) or 0, not {spec!r}") from None
+    if not 1 <= out[0] <= out[1] <= 16:
+        raise ConfigError(f"--char-ngrams must satisfy 1 <= MIN <= MAX <= 16, not {spec!r}")
+    return out
+
+
 def run_train(args: argparse.Namespace) -> int:
     from llmpipe.quality import QualityModel, roc_auc
 
-    pos = list(iter_texts(args.positive, args.chunk_lines))
-    neg = list(iter_texts(args.negative, args.chunk_lines))
+    if not args.labelled and not (args.positive and args.negative):
+        raise ConfigError("give --positive and --negative files, or --labelled JSONL files")
+    pos = list(iter_texts(args.positive, args.chunk_lines)) if args.positive else []
+    neg = list(iter_texts(args.negative, args.chunk_lines)) if args.negative else []
+    lp, ln = read_labelled(args.labelled, args.positive_label)
+    pos += lp
+    neg += ln
     if not pos or not neg:
         raise InputError(
             f"training needs text on both sides: {len(pos)} positive, {len(neg)} negative documents"
@@ -100,7 +166,10 @@ def run_train(args: argparse.Namespace) -> int:
     rng.shuffle(pos)
     rng.shuffle(neg)
     hp, hn = int(len(pos) * args.holdout), int(len(neg) * args.holdout)
-    train_cfg = json.dumps({"bits": args.bits, "epochs": args.epochs, "lr": args.lr, "seed": args.seed})
+    chars = parse_char_ngrams(args.char_ngrams)
+    train_cfg = json.dumps(
+        {"bits": args.bits, "epochs": args.epochs, "lr": args.lr, "seed": args.seed, "char_ngrams": chars}
+    )
     model = QualityModel.train(pos[hp:], neg[hn:], train_cfg)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     model.save(str(args.out))

@@ -1,9 +1,11 @@
-"""The funnel: stats.json, quarantine.jsonl and the report, and moving the shards into place."""
+"""The funnel of a run (``Funnel``) and its publication: shards moved into place, then quarantine.jsonl,
+stats.json, report.html and the manifest last."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,37 +19,65 @@ from llmpipe.data.format import MANIFEST, atomic_write_json
 SHARD_GLOBS = ("train-*.arrow", "val-*.arrow")
 
 
-def build_stats(
-    stages: list[StageCounts],
-    quarantine: dict[str, int],
-    formats: dict[str, int],
-    manifest: dict[str, Any],
-) -> dict[str, Any]:
-    for s in stages:
-        s.check()
-    first, last_words = stages[0], next(s for s in reversed(stages) if s.name == "tokenize")
-    words_in = first.tokens_in
-    words_kept = last_words.tokens_in - sum(last_words.dropped_tokens.values())
-    return {
-        "llmpipe_stats_version": 1,
-        "tokens_unit": "words before the tokenize stage (whitespace-separated), BPE tokens from it on",
-        "stages": [s.to_dict() for s in stages],
-        "inputs": {"files": sum(formats.values()), "formats": dict(sorted(formats.items()))},
-        "quarantine": {
-            "records": sum(quarantine.values()),
-            "by_reason": dict(sorted(quarantine.items())),
-            "file": "quarantine.jsonl",
-        },
-        "retention": {
-            "docs_in": first.docs_in,
-            "docs_out": stages[-1].docs_out,
-            "doc_fraction": stages[-1].docs_out / first.docs_in if first.docs_in else 0.0,
-            "words_in": words_in,
-            "words_out": words_kept,
-            "word_fraction": words_kept / words_in if words_in else 0.0,
-            "tokens_out": manifest["counts"]["tokens"],
-        },
-    }
+class Funnel:
+    """Every stage's counts in pipeline order, the quarantined records and the input formats of a run."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, StageCounts] = {}  # insertion order is the funnel's order
+        self.quarantine: Counter[str] = Counter()  # quarantined records by reason (the records: on disk)
+        self.formats: Counter[str] = Counter()
+        self.skipped: list[str] = []  # what discovery could not read
+
+    def add(self, markers: list[dict[str, Any]]) -> None:
+        """Merge the results of one step over every input (its markers, in input order)."""
+        for m in markers:
+            for c in m["counts"]:
+                self.stage(c["name"]).merge(StageCounts.from_dict(c))
+            self.quarantine.update(m.get("quarantine", {}))
+            if m.get("format"):
+                self.formats[m["format"]] += 1
+
+    def stage(self, name: str) -> StageCounts:
+        """The counts of stage ``name`` (created empty, at the end of the funnel, on first use)."""
+        return self.stages.setdefault(name, StageCounts(name))
+
+    @property
+    def input_words(self) -> int:
+        """The words the run read: the funnel's input."""
+        return self.stages["read"].tokens_in if "read" in self.stages else 0
+
+    def stats(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """stats.json: every stage checked (in = out + dropped), retention, quarantine, formats."""
+        stages = list(self.stages.values())
+        for s in stages:
+            s.check()
+        first, last_words = stages[0], next(s for s in reversed(stages) if s.name == "tokenize")
+        words_in = first.tokens_in
+        words_kept = last_words.tokens_in - sum(last_words.dropped_tokens.values())
+        return {
+            "llmpipe_stats_version": 1,
+            "tokens_unit": "words before the tokenize stage (whitespace-separated), BPE tokens from it on",
+            "stages": [s.to_dict() for s in stages],
+            "inputs": {
+                "files": sum(self.formats.values()),
+                "formats": dict(sorted(self.formats.items())),
+                "skipped": self.skipped,
+            },
+            "quarantine": {
+                "records": sum(self.quarantine.values()),
+                "by_reason": dict(sorted(self.quarantine.items())),
+                "file": "quarantine.jsonl",
+            },
+            "retention": {
+                "docs_in": first.docs_in,
+                "docs_out": stages[-1].docs_out,
+                "doc_fraction": stages[-1].docs_out / first.docs_in if first.docs_in else 0.0,
+                "words_in": words_in,
+                "words_out": words_kept,
+                "word_fraction": words_kept / words_in if words_in else 0.0,
+                "tokens_out": manifest["counts"]["tokens"],
+            },
+        }
 
 
 def write_outputs(

@@ -14,7 +14,7 @@ import regex
 from llmpipe.config import from_dict, load_yaml, to_dict
 from llmpipe.curate.registry import STAGES
 from llmpipe.errors import ConfigError
-from llmpipe.io.read import ReadConfig
+from llmpipe.io.config import ReadConfig
 
 
 @dataclass

@@ -12,8 +12,9 @@ Stages may add columns (``lang``, ``lang_score``, ``quality_score`` ...); later 
 Three kinds of stage, each a small class with one job:
 
 * ``Filter``: says, per document, keep (``None``) or drop with a reason (a short snake_case string).
-* ``Mapper``: rewrites documents (same rows in, same rows out), e.g. normalisation or PII redaction;
-  it may drop documents that become empty by returning reasons as well (see ``Mapper.map_with_drops``).
+* ``Mapper``: rewrites documents (same rows in, same rows out), e.g. normalisation, extraction, PII
+  redaction or C4's line cleaning; it returns a ``Mapped``: the new batch, how many documents changed,
+  optional drop reasons and tallies. Documents left without a word are dropped as ``empty_after_<name>``.
 * ``GlobalStage``: needs every surviving document before deciding (dedup). It runs in three
   partitionable steps so the executor (local or Ray) can spread them and write to disk between them:
   ``prepare`` (map, per input batch) -> ``resolve`` (global / shuffle) -> drop the listed ids.
@@ -27,25 +28,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
 
+from llmpipe.curate.executors import Executor
+
 MAX_EXAMPLES_PER_REASON = 3
 EXAMPLE_CHARS = 300
-
-DOC_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("text", pa.string()),
-        ("source", pa.string()),
-        ("position", pa.int64()),
-    ]
-)
 
 
 def word_counts(batch: pa.RecordBatch) -> np.ndarray:
@@ -139,17 +133,22 @@ def apply_reasons(
     counts: StageCounts,
     words_in: np.ndarray,
     extra_example_cols: Sequence[str] = (),
+    words_out: np.ndarray | None = None,
 ) -> pa.RecordBatch:
-    """Drop the documents that have a reason, count everything, keep a few examples."""
+    """Drop the documents that have a reason, count everything, keep a few examples.
+
+    ``words_in`` are each document's tokens as it came in (a drop takes those); ``words_out`` (default:
+    the same) its tokens as it goes on, for a step that changes them (a mapper, the tokenizer)."""
     n = batch.num_rows
     if len(reasons) != n:
         raise ValueError(f"stage {counts.name} returned {len(reasons)} decisions for {n} documents")
     keep = np.fromiter((r is None for r in reasons), dtype=bool, count=n)
+    out_words = words_in if words_out is None else words_out
     counts.docs_in += n
     counts.tokens_in += int(words_in.sum())
     if keep.all():
         counts.docs_out += n
-        counts.tokens_out += int(words_in.sum())
+        counts.tokens_out += int(out_words.sum())
         return batch
     ids = batch.column("id")
     texts = batch.column("text")
@@ -163,7 +162,7 @@ def apply_reasons(
             counts.add_example(reason, ids[i].as_py(), texts[i].as_py() or "", **extra)
     kept = batch.filter(pa.array(keep))
     counts.docs_out += kept.num_rows
-    counts.tokens_out += int(words_in[keep].sum())
+    counts.tokens_out += int(out_words[keep].sum())
     return kept
 
 
@@ -208,45 +207,69 @@ class Filter(DocStage):
         return apply_reasons(batch, self.reasons(batch), counts, words, self.example_columns)
 
 
+@dataclass
+class Mapped:
+    """What a mapper returns for one batch."""
+
+    batch: pa.RecordBatch  # the rewritten documents: same rows, same order
+    changed: int  # how many documents it changed
+    reasons: Sequence[str | None] | None = None  # documents it drops, with their reason
+    counters: Counter[str] = field(default_factory=Counter)  # tallies that are not drops
+
+
 class Mapper(DocStage):
-    """Rewrite documents; documents left empty are dropped with reason ``empty_after_<name>``."""
+    """Rewrite documents; documents left without a word are dropped as ``empty_after_<name>``.
+
+    Counting: tokens in are each document's words before (``words_before``), tokens out the words of
+    the kept documents after; a document the mapper itself drops takes its words before. When
+    ``removed_words_counter`` is set, the words the rewrite removed from kept documents go there.
+    """
+
+    removed_words_counter: ClassVar[str | None] = None
 
     @abstractmethod
-    def map(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, int]:
-        """Return the rewritten batch (same rows, same order) and how many documents changed."""
+    def map(self, batch: pa.RecordBatch) -> Mapped:
+        """Rewrite one batch."""
+
+    def words_before(self, batch: pa.RecordBatch) -> np.ndarray:
+        """Each document's tokens as it comes in (the words of its text unless a mapper says otherwise)."""
+        return word_counts(batch)
+
+    def rewritten(self, batch: pa.RecordBatch) -> np.ndarray | None:
+        """The rows this mapper may have emptied (None: all); only those can be ``empty_after_<name>``."""
+        return None
 
     def run(self, batch: pa.RecordBatch, counts: StageCounts) -> pa.RecordBatch:
-        counts.docs_in += batch.num_rows
-        counts.tokens_in += int(word_counts(batch).sum())
-        out, changed = self.map(batch)
-        if out.num_rows != batch.num_rows:
+        before = self.words_before(batch)
+        judged = self.rewritten(batch)
+        m = self.map(batch)
+        if m.batch.num_rows != batch.num_rows:
             raise ValueError(f"mapper {self.name} changed the number of rows")
-        counts.modified += changed
-        # Re-count on the rewritten text: an empty document is dropped with a reason.
-        words = word_counts(out)
-        counts.docs_in -= out.num_rows
-        counts.tokens_in -= int(words.sum())  # apply_reasons adds them back: net, tokens_in = words before
+        after = word_counts(m.batch)
+        given = m.reasons if m.reasons is not None else [None] * batch.num_rows
         # empty = nothing but whitespace = no word (str.split and Arrow's trim share Python's isspace)
-        reasons = [f"empty_after_{self.name}" if w == 0 else None for w in words.tolist()]
-        return apply_reasons(out, reasons, counts, words)
+        empty = (after == 0) if judged is None else (after == 0) & judged
+        reasons = [
+            r if r is not None else f"empty_after_{self.name}" if e else None
+            for r, e in zip(given, empty.tolist(), strict=True)
+        ]
+        mine = np.fromiter((r is not None for r in given), dtype=bool, count=len(given))
+        words_in = np.where(mine, before, after)  # a drop for emptiness takes the (zero) words after
+        kept = apply_reasons(m.batch, reasons, counts, words_in, words_out=after)
+        counts.tokens_in += int(before.sum() - words_in.sum())  # tokens in: the words before, all rows
+        counts.modified += m.changed
+        counts.counters.update(m.counters)
+        if self.removed_words_counter is not None:
+            keep = np.fromiter((r is None for r in reasons), dtype=bool, count=len(reasons))
+            counts.counters[self.removed_words_counter] += int(before[keep].sum() - after[keep].sum())
+        return kept
 
 
-class Executor(Protocol):
-    """Runs ``fn(*a)`` for every ``a`` of ``args`` (here or on a cluster); results in argument order."""
+@dataclass(frozen=True)
+class RunContext:
+    """What a global stage may know of the whole run when it resolves."""
 
-    def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str) -> list[Any]: ...
-
-
-def map_with(
-    executor: Executor | None, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str
-) -> list[Any]:
-    """``executor.map``, or a plain loop in this process without an executor."""
-    return [fn(*a) for a in args] if executor is None else executor.map(fn, args, desc)
-
-
-def executor_workers(executor: Executor | None) -> int:
-    """How many tasks the executor runs at once (``workers`` attribute; 1 in this process)."""
-    return max(1, int(getattr(executor, "workers", 1))) if executor is not None else 1
+    input_words: int  # the words the run read: its funnel's input
 
 
 class GlobalStage(Stage):
@@ -256,20 +279,20 @@ class GlobalStage(Stage):
     the ``id`` column; the executor writes these tables to disk. ``resolve`` reads all of them
     (for Ray: a shuffle by key) and returns a table ``(id: string, reason: string, dup_of: string)``
     of the documents to drop. The result must not depend on input order, batching or worker count.
+    ``run`` tells it what it may need of the whole run (the words read, for a retention target).
     ``resolve`` may run its partitionable phases through ``executor.map`` (module-level functions
     that write their outputs by atomic rename and skip them when present, so a retried task is
     safe); without an executor they run in this process.
     """
-
-    def set_run_input_words(self, words: int) -> None:
-        """Told before ``resolve``: the words the run read (its funnel's input). Most stages ignore it."""
 
     @abstractmethod
     def prepare(self, batch: pa.RecordBatch) -> pa.Table:
         """Per-batch keys for ``resolve`` (must include ``id``)."""
 
     @abstractmethod
-    def resolve(self, key_files: Sequence[Path], workdir: Path, executor: Executor | None = None) -> pa.Table:
+    def resolve(
+        self, key_files: Sequence[Path], workdir: Path, run: RunContext, executor: Executor | None = None
+    ) -> pa.Table:
         """Decide globally: the ids to drop, with reason and the id they duplicate."""
 
 

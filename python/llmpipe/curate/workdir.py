@@ -24,9 +24,15 @@ WORK = ".llmpipe-work"
 FAULT_ENV = "LLMPIPE_FAULT_AFTER"
 
 
+WORKER_ENV = "LLMPIPE_WORKER"  # set in the worker processes of a local pool
+
+
 def fault_point(name: str) -> None:
-    """Crash-safety test hook: ``LLMPIPE_FAULT_AFTER=<name>`` SIGKILLs this process when it gets here."""
+    """Crash-safety test hook: ``LLMPIPE_FAULT_AFTER=<name>`` SIGKILLs this process when it gets here
+    (in a pool worker: the run's driver first, so the whole run dies as if the machine had)."""
     if os.environ.get(FAULT_ENV) == name:
+        if os.environ.get(WORKER_ENV):
+            os.kill(os.getppid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -76,6 +82,8 @@ def config_files(config: Any) -> list[Path]:
 
 
 class WorkDir:
+    """The paths of a run's intermediate results under ``OUT/.llmpipe-work`` (one place names them all)."""
+
     def __init__(self, out: Path, fp: str) -> None:
         self.root = out / WORK
         stamp = self.root / "fingerprint.json"
@@ -122,6 +130,27 @@ class WorkDir:
         d = self.root / f"global{k}"
         d.mkdir(exist_ok=True)
         return d
+
+    def tokens(self, i: int) -> Path:
+        d = self.root / "tokens"
+        d.mkdir(exist_ok=True)
+        return d / f"{i:06d}.parquet"
+
+    def tokens_marker(self, i: int) -> Path:
+        return self.tokens(i).with_suffix(".done.json")
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.root / "tokenizer.json"
+
+    @property
+    def tokenizer_sample(self) -> Path:
+        return self.root / "tokenizer-sample.txt"
+
+    @property
+    def staging(self) -> Path:
+        """Where the shards are written before they move into the output directory."""
+        return self.root / "shards"
 
     def remove(self) -> None:
         # The stamp goes first: a kill half-way through rmtree must not leave markers whose outputs

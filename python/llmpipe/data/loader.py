@@ -134,7 +134,7 @@ class TokenLoader:
         for k in range(len(plan)):
             try:
                 raw = stream.next()
-            except _core.ShardError as e:  # raised in the prefetch thread, handed over here
+            except ShardError as e:  # raised in the prefetch thread, handed over here
                 raise ShardError(f"{self.ds.directory} ({self.ds.split}): {e}") from e
             if raw is None:
                 raise RuntimeError("batch stream ended before its plan")  # a bug, not bad input

@@ -16,6 +16,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from llmpipe.curate.executors import Done
 from llmpipe.errors import InputError
 
 DEFAULT_MAX_RETRIES = 4
@@ -76,16 +77,22 @@ class RayExecutor:
         """Tasks the cluster runs at once: its CPUs over the CPUs of one task."""
         return max(1, int(self._ray.cluster_resources().get("CPU", 1)) // self._num_cpus)
 
-    def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str) -> list[Any]:
+    def map(
+        self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str, done: Done | None = None
+    ) -> list[Any]:
         from tqdm import tqdm
 
         ray = self._ray
         task = self._remote.options(**self._options, name=desc)
         refs = [task.remote(fn, *a) for a in args]
+        index = {r: j for j, r in enumerate(refs)}
         pending = list(refs)
         with tqdm(total=len(refs), desc=desc, unit="file", disable=not self.progress, leave=False) as bar:
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                ray.get(done)  # surface the first failure now, not after every task finished
-                bar.update(len(done))
+                ready, pending = ray.wait(pending, num_returns=1)
+                results = ray.get(ready)  # surface the first failure now, not after every task finished
+                if done is not None:
+                    for r, value in zip(ready, results, strict=True):
+                        done(index[r], value)
+                bar.update(len(ready))
         return ray.get(refs)  # argument order, whatever order the cluster finished them in

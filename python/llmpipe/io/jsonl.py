@@ -10,22 +10,35 @@ from typing import BinaryIO
 
 import zstandard
 
+from llmpipe.io.chunks import Span
 from llmpipe.io.compression import open_binary
 from llmpipe.io.records import Bad, Doc
 
 
 def read_jsonl(
-    path: Path, text_field: str = "text", id_field: str = "id", max_doc_bytes: int = 20_000_000
+    path: Path,
+    text_field: str = "text",
+    id_field: str = "id",
+    max_doc_bytes: int = 20_000_000,
+    span: Span | None = None,
 ) -> Iterator[Doc | Bad]:
+    """The records of ``path`` (of its byte range ``span``: a plain file cut at line boundaries).
+    A document's position is its line's index in the file."""
     # A line may hold escapes (ASCII-only JSON doubles CJK text); longer lines are never held whole.
     limit = 2 * max_doc_bytes + 65536
-    lineno = 0
+    lineno = span.first if span is not None else 0
+    left = span.end - span.start if span is not None else -1  # bytes of the span still to read
     try:
         with open_binary(path) as f:
-            while raw := f.readline(limit + 1):
+            if span is not None:
+                f.seek(span.start)
+            while left != 0 and (raw := f.readline(limit + 1)):
+                left -= len(raw) if left > 0 else 0
                 lineno += 1
                 if len(raw) > limit and not raw.endswith(b"\n"):
-                    size = len(raw) + _skip_line(f)
+                    skipped = _skip_line(f)
+                    left -= skipped if left > 0 else 0
+                    size = len(raw) + skipped
                     yield Bad(
                         "document_too_large",
                         f"line {lineno}",
@@ -57,7 +70,13 @@ def read_jsonl(
                     continue
                 doc_id = obj.get(id_field)
                 meta = {k: v for k, v in obj.items() if k not in (text_field, id_field)}
-                yield Doc(None if doc_id is None else str(doc_id), text, meta, location=f"line {lineno}")
+                yield Doc(
+                    None if doc_id is None else str(doc_id),
+                    text,
+                    meta,
+                    location=f"line {lineno}",
+                    position=lineno - 1,
+                )
     except (EOFError, zlib.error, OSError, zstandard.ZstdError) as e:
         # a truncated or corrupt compressed stream: what was read so far is kept
         yield Bad("truncated_or_corrupt_stream", f"after line {lineno}", f"{type(e).__name__}: {e}")

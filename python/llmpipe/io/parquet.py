@@ -8,10 +8,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llmpipe.io.chunks import Span
 from llmpipe.io.records import Bad, Doc
 
 
-def read_parquet(path: Path, text_field: str = "text", id_field: str = "id") -> Iterator[Doc | Bad]:
+def read_parquet(
+    path: Path, text_field: str = "text", id_field: str = "id", span: Span | None = None
+) -> Iterator[Doc | Bad]:
+    """The rows of ``path`` (of its row groups ``span``); a document's position is its row's index."""
     try:
         pf = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as e:
@@ -21,8 +25,8 @@ def read_parquet(path: Path, text_field: str = "text", id_field: str = "id") -> 
     if text_field not in names:
         yield Bad("missing_text_field", "schema", f"columns are {names}")
         return
-    row = 0
-    for g in range(pf.num_row_groups):
+    row = span.first if span is not None else 0
+    for g in range(span.start, span.end) if span is not None else range(pf.num_row_groups):
         try:
             table = pf.read_row_group(g)
         except (pa.ArrowInvalid, OSError) as e:
@@ -38,4 +42,6 @@ def read_parquet(path: Path, text_field: str = "text", id_field: str = "id") -> 
                 yield Bad("text_not_a_string", f"row {row}", type(text).__name__)
                 continue
             doc_id = rec.pop(id_field, None)
-            yield Doc(None if doc_id is None else str(doc_id), text, rec, location=f"row {row}")
+            yield Doc(
+                None if doc_id is None else str(doc_id), text, rec, location=f"row {row}", position=row - 1
+            )

@@ -1,39 +1,29 @@
-"""Detect an input's format (by content, then by name) and stream it as Arrow batches of documents."""
+"""Detect an input's format (by content, then by name) and stream its records.
+
+``read_input`` yields, in input order, Arrow batches of documents (``RAW_SCHEMA``) and, between them,
+the records that hold no document (``Skip``) or are bad (``Bad``). Counting them is the read step's
+job (``llmpipe.curate.stages.read``); this package only reads.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
-from llmpipe.curate.stage import DOC_SCHEMA, StageCounts, apply_reasons, word_counts
+from llmpipe.io.chunks import Span
 from llmpipe.io.compression import peek
+from llmpipe.io.config import ReadConfig
 from llmpipe.io.jsonl import read_jsonl
 from llmpipe.io.parquet import read_parquet
-from llmpipe.io.records import Bad, Doc, Skip
+from llmpipe.io.records import RAW_SCHEMA, Bad, Doc, Skip
 from llmpipe.io.text import read_text
 
-
-@dataclass
-class ReadConfig:
-    """How inputs are read (YAML section ``read``)."""
-
-    text_field: str = "text"
-    id_field: str = "id"
-    batch_size: int = 1000
-    #: documents longer than this (UTF-8 bytes) are quarantined as ``document_too_large``
-    max_doc_bytes: int = 20_000_000
-    #: HTML pages: keep only the main content (resiliparse's heuristics), else all visible text
-    html_main_content: bool = True
-
-    def __post_init__(self) -> None:
-        if self.max_doc_bytes <= 0:
-            raise ValueError("read.max_doc_bytes must be positive")
-        if self.batch_size <= 0:
-            raise ValueError("read.batch_size must be positive")
+#: a batch is handed on at ``batch_size`` documents, or at this many bytes of HTML: web pages arrive
+#: unextracted (tens of KB each, held as bytes, str and Arrow at once), and memory must stay flat
+HTML_BATCH_BYTES = 1 << 20
 
 
 def detect_format(path: Path) -> str:
@@ -63,129 +53,109 @@ def detect_format(path: Path) -> str:
     return "text"
 
 
-def _records(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
+def records(path: Path, cfg: ReadConfig, span: Span | None = None) -> Iterator[Doc | Bad | Skip]:
+    """Every record of one input (of its chunk ``span``), by its detected format."""
     fmt = detect_format(path)
-    if fmt in ("warc", "arc") and fmt not in WEB_READERS:
-        import llmpipe.io.warc  # noqa: F401 - registers the crawl readers (FastWARC loads only when needed)
-
     if fmt == "jsonl":
-        yield from read_jsonl(path, cfg.text_field, cfg.id_field, cfg.max_doc_bytes)
+        yield from read_jsonl(path, cfg.text_field, cfg.id_field, cfg.max_doc_bytes, span)
     elif fmt == "parquet":
-        yield from read_parquet(path, cfg.text_field, cfg.id_field)
+        yield from read_parquet(path, cfg.text_field, cfg.id_field, span)
     elif fmt == "text":
         yield from read_text(path, cfg.max_doc_bytes)
-    elif fmt in WEB_READERS:
-        yield from WEB_READERS[fmt](path, cfg)
+    elif fmt in ("warc", "arc"):
+        from llmpipe.io import warc  # FastWARC loads only when a crawl archive is read
+
+        yield from (warc.read_warc if fmt == "warc" else warc.read_arc)(path, cfg)
     elif fmt == "empty":
         yield Bad("empty_file", "file", "the file has no bytes")
     else:
         yield Bad(f"unsupported_format_{fmt}", "file", f"detected format {fmt!r}")
 
 
-#: readers for crawl formats, registered by llmpipe.io.warc (kept out of this module's imports)
-WEB_READERS: dict[str, Callable[[Path, ReadConfig], Iterator[Doc | Bad | Skip]]] = {}
+def read_input(
+    path: Path, source: str, cfg: ReadConfig, span: Span | None = None
+) -> Iterator[pa.RecordBatch | Skip | Bad]:
+    """Stream one input (one chunk of it): document batches of ``RAW_SCHEMA``, and its skipped and bad
+    records, in order.
 
-
-def read_batches(
-    path: Path,
-    source: str,
-    cfg: ReadConfig,
-    on_bad: Callable[[Bad], None],
-    read: StageCounts | None = None,
-    extract: StageCounts | None = None,
-) -> Iterator[pa.RecordBatch]:
-    """Stream one input as batches of ``DOC_SCHEMA`` (+ ``meta`` JSON); bad records go to ``on_bad``.
-
-    Counting (when ``read`` and ``extract`` are given): ``read`` sees every record of the input: the
-    documents it hands on, ``skipped_<reason>`` for records that hold none (WARC requests, non-HTML
-    responses ...); the caller counts the quarantined ones from ``on_bad`` (``Bad.records`` each). Its words are those of the
-    raw content (HTML words for web pages). ``extract`` takes the documents from raw to text: words in
-    are raw words, words out the extracted text's, and pages with no main text are dropped as
-    ``empty_after_extract``. Non-HTML inputs pass through ``extract`` unchanged.
+    A document's id is ``<source>/<id from the record, or its position>``; a record id seen before in
+    the same chunk gets ``#<position>``. Positions are line or row indices where the reader gives
+    them (so ids do not depend on the chunk size), else record counts.
     """
-    import json
-
-    read = read if read is not None else StageCounts("read")
-    extract = extract if extract is not None else StageCounts("extract")
-    ids: list[str] = []
-    texts: list[str] = []
-    positions: list[int] = []
-    metas: list[str] = []
-    raws: list[int] = []
-    pos = 0
+    batch = _Batch(source)
+    count = 0
     seen: set[str] = set()
-
-    def flush() -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array(ids, pa.string()),
-                pa.array(texts, pa.string()),
-                pa.array([source] * len(ids), pa.string()),
-                pa.array(positions, pa.int64()),
-                pa.array(metas, pa.string()),
-            ],
-            schema=DOC_SCHEMA.append(pa.field("meta", pa.string())),
-        )
-        words = word_counts(batch)
-        raw = np.asarray(raws, dtype=np.int64)
-        extracted = raw >= 0
-        raw = np.where(extracted, raw, words)
-        read.docs_in += batch.num_rows
-        read.docs_out += batch.num_rows
-        read.tokens_in += int(raw.sum())
-        read.tokens_out += int(raw.sum())
-        empty = extracted & (words == 0)  # whitespace only (str.split and Arrow's trim agree on it)
-        reasons = ["empty_after_extract" if e else None for e in empty.tolist()]
-        kept = apply_reasons(batch, reasons, extract, words)
-        extract.tokens_in += int(raw.sum() - words.sum())  # words in = raw words
-        extract.modified += int(extracted.sum())
-        for lst in (ids, texts, positions, metas, raws):
-            lst.clear()
-        return kept
-
-    for rec in _records(path, cfg):
-        if isinstance(rec, Skip):
-            read.docs_in += 1
-            read.dropped[f"skipped_{rec.reason}"] += 1
+    for rec in records(path, cfg, span):
+        if not isinstance(rec, Doc):
+            yield rec
             continue
-        if isinstance(rec, Bad):
-            on_bad(rec)
-            continue
+        pos = rec.position if rec.position is not None else count
         try:
             size = len(rec.text.encode("utf-8"))
         except UnicodeEncodeError as e:  # lone surrogates from JSON escapes
             snippet = rec.text[:200].encode("utf-8", "replace").decode()
-            on_bad(Bad("undecodable_bytes", rec.location or f"record {pos}", str(e), snippet))
-            pos += 1
+            yield Bad("undecodable_bytes", rec.location or f"record {pos}", str(e), snippet)
+            count += 1
             continue
         if size > cfg.max_doc_bytes:
-            on_bad(
-                Bad(
-                    "document_too_large",
-                    rec.location or f"record {pos}",
-                    f"{size} bytes > max_doc_bytes {cfg.max_doc_bytes}",
-                )
-            )
-            pos += 1
+            where = rec.location or f"record {pos}"
+            yield Bad("document_too_large", where, f"{size} bytes > max_doc_bytes {cfg.max_doc_bytes}")
+            count += 1
             continue
-        # ids are unique in a run by construction: "<input>/<id from the record, or its position>"
         doc_id = f"{source}/{rec.id if rec.id is not None else pos}"
         if doc_id in seen:
             doc_id = f"{doc_id}#{pos}"
         seen.add(doc_id)
-        ids.append(doc_id)
-        texts.append(rec.text)
-        positions.append(pos)
-        metas.append(
+        batch.add(doc_id, rec, pos, size)
+        count += 1
+        if len(batch) >= cfg.batch_size or batch.html_bytes >= HTML_BATCH_BYTES:
+            yield batch.take()
+    if len(batch):
+        yield batch.take()
+
+
+class _Batch:
+    """The columns of the documents read since the last batch was handed on."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._reset()
+
+    def _reset(self) -> None:
+        self.ids: list[str] = []
+        self.texts: list[str] = []
+        self.positions: list[int] = []
+        self.metas: list[str] = []
+        self.raw_words: list[int] = []
+        self.html_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, doc_id: str, rec: Doc, pos: int, size: int) -> None:
+        self.ids.append(doc_id)
+        self.texts.append(rec.text)
+        self.positions.append(pos)
+        self.metas.append(
             json.dumps(rec.meta, ensure_ascii=False, sort_keys=True, default=str) if rec.meta else ""
         )
-        raws.append(-1 if rec.raw_words is None else rec.raw_words)
-        pos += 1
-        if len(ids) >= cfg.batch_size:
-            batch = flush()
-            if batch.num_rows:
-                yield batch
-    if ids:
-        batch = flush()
-        if batch.num_rows:
-            yield batch
+        if rec.raw_words is None:
+            self.raw_words.append(-1)
+        else:
+            self.raw_words.append(rec.raw_words)
+            self.html_bytes += size
+
+    def take(self) -> pa.RecordBatch:
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.ids, pa.string()),
+                pa.array(self.texts, pa.string()),
+                pa.array([self.source] * len(self.ids), pa.string()),
+                pa.array(self.positions, pa.int64()),
+                pa.array(self.metas, pa.string()),
+                pa.array(self.raw_words, pa.int64()),
+            ],
+            schema=RAW_SCHEMA,
+        )
+        self._reset()
+        return batch

@@ -5,16 +5,34 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
+#: the columns every curate batch carries; stages may add more (``lang``, ``lang_score`` ...)
+DOC_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),  # stable document id: "<input>/<id from the record, or its position>"
+        ("text", pa.string()),
+        ("source", pa.string()),  # the input it came from
+        ("position", pa.int64()),  # record index within that input: order key (source, position)
+    ]
+)
+#: what a reader hands on: the document columns, its metadata as JSON, and the words of the raw content
+#: (HTML words of a web page still to be extracted; -1 where ``text`` is already the document's text)
+RAW_SCHEMA = DOC_SCHEMA.append(pa.field("meta", pa.string())).append(pa.field("raw_words", pa.int64()))
+
 
 @dataclass(slots=True)
 class Doc:
     id: str | None
     text: str
     meta: dict[str, Any] = field(default_factory=dict)
-    #: whitespace-separated words of the raw content before extraction (HTML); None: ``text`` is raw
+    #: for a web page: ``text`` is its HTML (main text still to be extracted) and this its
+    #: whitespace-separated words; None: ``text`` is the document's text
     raw_words: int | None = None
     #: where in the input (e.g. "line 17"), for a quarantine record made after reading; None: its position
     location: str | None = None
+    #: its position in the input (line or row index), when the reader knows it whatever the chunk
+    position: int | None = None
 
 
 @dataclass(slots=True)

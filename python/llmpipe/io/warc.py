@@ -2,11 +2,12 @@
 
 Each record of the archive becomes exactly one of:
 
-* a ``Doc``: an HTML response (decoded, main text extracted), a WET ``conversion`` record (already
-  text), or an HTML ``resource`` record; metadata keeps the URL, crawl date and content type;
+* a ``Doc``: an HTML response or ``resource`` record (decoded to a string; the extract step takes
+  its main text), or a WET ``conversion`` record (already text); metadata keeps the URL, crawl date
+  and content type;
 * a ``Skip``: a record that holds no document (warcinfo, request, metadata/WAT, revisit, non-HTML or
   non-2xx responses), counted by the read stage as ``skipped_<reason>``;
-* a ``Bad``: a record that is cut short, too large, or that the extractor rejects (quarantined).
+* a ``Bad``: a record that is cut short or too large (quarantined).
 
 Records stream one at a time; a record's body is read only after its declared length was checked
 against ``max_doc_bytes``, so memory is bounded by the largest accepted record, not the file.
@@ -20,16 +21,14 @@ import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 
 from llmpipe.io.compression import GZIP_MAGIC, compression_of, open_binary
-from llmpipe.io.extract import decode, html_to_text, is_html
+from llmpipe.io.config import ReadConfig
+from llmpipe.io.extract import decode, is_html
 from llmpipe.io.records import Bad, Doc, Skip
-
-if TYPE_CHECKING:
-    from llmpipe.io.read import ReadConfig
 
 _SKIPPED_TYPES = {  # keyed by int: the record type enum is not hashable
     int(WarcRecordType.warcinfo): "warcinfo_record",
@@ -133,29 +132,18 @@ def _warc_record(rec: WarcRecord, n: int, cfg: ReadConfig) -> Doc | Bad | Skip:
             return Doc(doc_id, body.decode("utf-8"), {**meta, "record": "conversion"}, location=where)
         except UnicodeDecodeError as e:
             return Bad("undecodable_bytes", where, str(e))
-    return _page(doc_id, body, ctype, charset, meta, where, cfg)
+    return _page(doc_id, body, ctype, charset, meta, where)
 
 
 def _page(
-    doc_id: str | None,
-    body: bytes,
-    ctype: str,
-    charset: str | None,
-    meta: dict[str, str],
-    where: str,
-    cfg: ReadConfig,
-) -> Doc | Bad | Skip:
-    """An HTTP payload: HTML is decoded and its main text extracted; anything else is skipped."""
+    doc_id: str | None, body: bytes, ctype: str, charset: str | None, meta: dict[str, str], where: str
+) -> Doc | Skip:
+    """An HTTP payload: HTML is decoded (its main text is the extract step's job); the rest is skipped."""
     if not is_html(ctype, body):
         return Skip("non_html")
-    html = decode(body, charset)
-    try:
-        text = html_to_text(html, cfg.html_main_content)
-    except Exception as e:  # noqa: BLE001 - resiliparse raises its own parser errors
-        return Bad("extraction_failed", where, f"{type(e).__name__}: {e}", html[:200])
     # raw words: split on ASCII whitespace in the bytes (faster than the str; multi-byte charsets never
     # use those bytes inside a character, so the count differs only by non-ASCII spaces such as NBSP)
-    return Doc(doc_id, text, meta, raw_words=len(body.split()), location=where)
+    return Doc(doc_id, decode(body, charset), meta, raw_words=len(body.split()), location=where)
 
 
 def _tail_problem(path: Path, kind: str | None, last_pos: int) -> tuple[bool, str | None]:
@@ -295,13 +283,4 @@ def _arc_record(
                 body = gzip.decompress(body)
             except (OSError, EOFError, zlib.error) as e:
                 return Bad("undecodable_bytes", where, f"gzip payload: {e}")
-    return _page(None, body, ctype, charset, meta, where, cfg)
-
-
-def _register() -> None:
-    from llmpipe.io.read import WEB_READERS
-
-    WEB_READERS.update(warc=read_warc, arc=read_arc)
-
-
-_register()
+    return _page(None, body, ctype, charset, meta, where)

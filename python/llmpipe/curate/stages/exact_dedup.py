@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmpipe import _core
-from llmpipe.curate.stage import DROPS_SCHEMA, Executor, GlobalStage, map_with
+from llmpipe.curate.executors import Executor, map_with
+from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, RunContext
 
 KEY_SCHEMA = pa.schema([("id", pa.string()), ("hash", pa.binary(16))])
 
@@ -54,7 +55,9 @@ class ExactDedup(GlobalStage):
         hashes = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(texts), [None, pa.py_buffer(raw)])
         return pa.table({"id": batch.column("id"), "hash": hashes})
 
-    def resolve(self, key_files: Sequence[Path], workdir: Path, executor: Executor | None = None) -> pa.Table:
+    def resolve(
+        self, key_files: Sequence[Path], workdir: Path, run: RunContext, executor: Executor | None = None
+    ) -> pa.Table:
         rows = sum(pq.read_metadata(f).num_rows for f in key_files)
         return resolve_partitioned(key_files, workdir, max(1, -(-rows // ROWS_PER_PARTITION)), executor)
 

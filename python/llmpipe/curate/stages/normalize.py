@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from llmpipe import _core
 from llmpipe.buffers import string_buffers
-from llmpipe.curate.stage import Mapper
+from llmpipe.curate.stage import Mapped, Mapper
 
 
 class Normalize(Mapper):
@@ -31,7 +31,7 @@ class Normalize(Mapper):
     def from_config(cls, cfg: Config) -> Normalize | None:
         return cls(cfg) if cfg.enabled else None
 
-    def map(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, int]:
+    def map(self, batch: pa.RecordBatch) -> Mapped:
         text = batch.column("text")
         offsets, data = string_buffers(text)
         offs, out, changed = _core.clean_texts(offsets, data, self.cfg.form)
@@ -39,4 +39,4 @@ class Normalize(Mapper):
         if cleaned.type != text.type:
             cleaned = cleaned.cast(text.type)
         idx = batch.schema.get_field_index("text")
-        return batch.set_column(idx, "text", cleaned), int(changed)
+        return Mapped(batch.set_column(idx, "text", cleaned), int(changed))

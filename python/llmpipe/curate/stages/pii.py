@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from llmpipe import _core
 from llmpipe.buffers import string_buffers
-from llmpipe.curate.stage import Mapper, StageCounts
+from llmpipe.curate.stage import Mapped, Mapper
 from llmpipe.quality import PiiConfig, core_json
 
 KINDS = ("email", "ipv4", "ipv6", "phone")
@@ -31,27 +31,23 @@ class PiiRedact(Mapper):
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.payload = core_json(cfg, PiiConfig)
-        self._found: Counter[str] = Counter()
 
     @classmethod
     def from_config(cls, cfg: Config) -> PiiRedact | None:
         return cls(cfg) if cfg.enabled else None
 
-    def map(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, int]:
+    def map(self, batch: pa.RecordBatch) -> Mapped:
         text = batch.column("text")
-        new, counts = _core.pii_redact(string_buffers(text), self.payload)
-        for c in counts:
+        new, per_doc = _core.pii_redact(string_buffers(text), self.payload)
+        found: Counter[str] = Counter()
+        for c in per_doc:
             for kind, n in zip(KINDS, c, strict=True):
                 if n:
-                    self._found[kind] += n
+                    found[f"replaced_{kind}"] += n
         changed = sum(1 for n in new if n is not None)
         if not changed:
-            return batch, 0
+            return Mapped(batch, 0, counters=found)
         out = pc.coalesce(pa.array(new, text.type), text)  # only redacted texts become Python strings
-        return batch.set_column(batch.schema.get_field_index("text"), "text", out), changed
-
-    def run(self, batch: pa.RecordBatch, counts: StageCounts) -> pa.RecordBatch:
-        self._found = Counter()
-        out = super().run(batch, counts)
-        counts.counters.update({f"replaced_{k}": n for k, n in self._found.items()})
-        return out
+        return Mapped(
+            batch.set_column(batch.schema.get_field_index("text"), "text", out), changed, counters=found
+        )

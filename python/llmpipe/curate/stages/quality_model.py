@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 
 from llmpipe import _core
 from llmpipe.buffers import string_buffers
-from llmpipe.curate.stage import DROPS_SCHEMA, Executor, GlobalStage, word_counts
+from llmpipe.curate.executors import Executor
+from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, RunContext, word_counts
 from llmpipe.errors import ConfigError
 from llmpipe.quality import FastTextModel
 
@@ -87,10 +88,6 @@ class QualityModelFilter(GlobalStage):
         if cfg.target_of not in ("input", "stage"):
             raise ValueError(f"target_of must be 'input' or 'stage', not {cfg.target_of!r}")
         self.cfg = cfg
-        self.run_input_words: int | None = None
-
-    def set_run_input_words(self, words: int) -> None:
-        self.run_input_words = words
 
     @classmethod
     def from_config(cls, cfg: Config) -> QualityModelFilter | None:
@@ -129,17 +126,17 @@ class QualityModelFilter(GlobalStage):
             }
         )
 
-    def stage_fraction(self, stage_words: int) -> float:
-        """``target_retention`` as a fraction of the words entering this stage."""
+    def stage_fraction(self, stage_words: int, run_words: int) -> float:
+        """``target_retention`` as a fraction of the words entering this stage (the run read ``run_words``)."""
         target = float(self.cfg.target_retention or 1.0)
-        if self.cfg.target_of == "stage" or not self.run_input_words or stage_words <= 0:
+        if self.cfg.target_of == "stage" or not run_words or stage_words <= 0:
             return target
-        return min(1.0, target * self.run_input_words / stage_words)
+        return min(1.0, target * run_words / stage_words)
 
-    def threshold_for(self, keys: pa.Table) -> float:
+    def threshold_for(self, keys: pa.Table, run_words: int) -> float:
         if self.cfg.target_retention is None:
             return self.cfg.threshold
-        fraction = self.stage_fraction(int(pc.sum(keys["words"]).as_py() or 0))
+        fraction = self.stage_fraction(int(pc.sum(keys["words"]).as_py() or 0), run_words)
         if fraction >= 1.0:
             return float("-inf")  # the stage gets no more than the target: keep everything
         if keys.num_rows > self.cfg.sample_docs:
@@ -148,12 +145,14 @@ class QualityModelFilter(GlobalStage):
         scores = keys["score"].to_numpy()
         return calibrate(scores, keys["words"].to_numpy(), fraction)
 
-    def resolve(self, key_files: Sequence[Path], workdir: Path, executor: Executor | None = None) -> pa.Table:
+    def resolve(
+        self, key_files: Sequence[Path], workdir: Path, run: RunContext, executor: Executor | None = None
+    ) -> pa.Table:
         tables = [pq.read_table(f) for f in key_files]
         if not tables:
             return DROPS_SCHEMA.empty_table()
         keys = pa.concat_tables(tables)
-        thr = self.threshold_for(keys)
+        thr = self.threshold_for(keys, run.input_words)
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "threshold.json").write_text(
             json.dumps({"threshold": thr, "target_retention": self.cfg.target_retention})

@@ -28,7 +28,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmpipe import _core
-from llmpipe.curate.stage import DROPS_SCHEMA, Executor, executor_workers, map_with
+from llmpipe.curate.executors import Executor, executor_workers, map_with
+from llmpipe.curate.stage import DROPS_SCHEMA
 from llmpipe.dedup import Shingling, string_buffers
 
 ROW_BYTES = 20  # one shuffled band row: bucket u64 + idh u64 + doc u32

@@ -1,7 +1,7 @@
 """Near-duplicate removal: MinHash LSH over word shingles, clusters keep their smallest id.
 
 The phases (prepare per batch, then shuffle -> groups -> edges -> union-find -> drops) live in
-``llmpipe.curate.near_dup_phases``; this class holds the configuration. See docs/dedup.md.
+``phases`` beside this module; this class holds the configuration. See docs/dedup.md.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import ClassVar, Literal
 
 import pyarrow as pa
 
-from llmpipe.curate import near_dup_phases
-from llmpipe.curate.stage import Executor, GlobalStage
+from llmpipe.curate.executors import Executor
+from llmpipe.curate.stage import GlobalStage, RunContext
+from llmpipe.curate.stages.near_dedup import phases
 from llmpipe.dedup import DEFAULT_VERIFY_THRESHOLD, Shingling, lsh_shape
 from llmpipe.errors import ConfigError
 
@@ -68,11 +69,13 @@ class NearDedup(GlobalStage):
         return cls(cfg) if cfg.enabled else None
 
     def prepare(self, batch: pa.RecordBatch) -> pa.Table:
-        return near_dup_phases.key_table(
+        return phases.key_table(
             batch, self.shingling, self.bands, self.rows, keep_shingles=self.verify_threshold is not None
         )
 
-    def resolve(self, key_files: Sequence[Path], workdir: Path, executor: Executor | None = None) -> pa.Table:
-        return near_dup_phases.resolve(
+    def resolve(
+        self, key_files: Sequence[Path], workdir: Path, run: RunContext, executor: Executor | None = None
+    ) -> pa.Table:
+        return phases.resolve(
             key_files, workdir, self.verify_threshold, int(self.cfg.partition_mb * 1024 * 1024), executor
         )

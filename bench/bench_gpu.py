@@ -1,0 +1,194 @@
+"""Training throughput on one device: tokens/s, MFU and peak memory of the trainer's step for the gpt2-124m
+and llama-1b configs at their sequence lengths, with and without document masking, torch.compile and
+float8. Prints one table with the device name; the ratio column is each variant's tokens/s over the
+first row's (the same config, plain causal SDPA, no compile, no float8) measured in the same run.
+
+    python bench/bench_gpu.py                              # both configs, every variant the device runs
+    python bench/bench_gpu.py --config configs/train/llama-1b.yaml --steps 30
+    python bench/bench_gpu.py --quick                      # the tiny config on CPU: checks the script
+
+The step is the trainer's own: ``forward_backward`` (bf16 autocast on one device, as a single-rank run),
+gradient clipping and AdamW (fused on CUDA), the blocks compiled in place and activation checkpointing as
+the config says. Tokens are random ids of the config's vocabulary (the step's speed does not depend on
+their values); document masking packs documents of ``--doc-len`` tokens on average (exponential lengths,
+seeded), numbered as the loader numbers them. Variants the device cannot run (float8 below compute
+capability 8.9, FlexAttention training off CUDA) are listed as skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from llmpipe.data import Batch  # noqa: E402
+from llmpipe.errors import ConfigError  # noqa: E402
+
+from train.config import RunConfig, load_config, resolve_for_device  # noqa: E402
+from train.metrics import flops_per_token, peak_memory_mib, peak_tflops  # noqa: E402
+from train.model import Transformer, count_params  # noqa: E402
+from train.optim import build_optimizer, clip_grad_norm  # noqa: E402
+from train.parallel import apply_float8  # noqa: E402
+from train.trainer import forward_backward  # noqa: E402
+
+# the shards the configs are written for (their comments): vocabulary and sequence length
+SHAPES = {"gpt2-124m": (50257, 1024), "llama-1b": (128256, 2048), "tiny": (257, 64)}
+
+
+@dataclass(frozen=True)
+class Variant:
+    doc_mask: bool
+    attention: Literal["sdpa", "flex"]  # how the document mask is applied
+    compile: bool
+    float8: bool
+
+    @property
+    def name(self) -> str:
+        mask = f"doc mask ({self.attention})" if self.doc_mask else "causal"
+        return f"{mask}{' + compile' if self.compile else ''}{' + float8' if self.float8 else ''}"
+
+
+def variants(quick: bool) -> list[Variant]:
+    out = [Variant(False, "sdpa", False, False), Variant(True, "sdpa", False, False)]
+    out += [Variant(True, "flex", False, False)]
+    out += [Variant(False, "sdpa", True, False), Variant(True, "sdpa", True, False)]
+    out += [Variant(True, "flex", True, False)]
+    if not quick:
+        out += [Variant(False, "sdpa", True, True), Variant(True, "flex", True, True)]
+    return out
+
+
+def doc_ids(b: int, n: int, mean_len: int, gen: torch.Generator) -> torch.Tensor:
+    """Document index per position: exponential document lengths, counted from 0 in each row."""
+    ends = torch.rand(b, n, generator=gen) < 1.0 / max(mean_len, 1)
+    return torch.cumsum(ends.int(), dim=1, dtype=torch.int32)
+
+
+def run_config(
+    cfg: RunConfig, variant: Variant, device: torch.device, args: argparse.Namespace
+) -> dict[str, Any]:
+    cfg = dataclasses.replace(
+        cfg,
+        model=dataclasses.replace(cfg.model, doc_mask=variant.doc_mask, attention=variant.attention),
+        parallel=dataclasses.replace(cfg.parallel, compile=variant.compile, float8=variant.float8),
+        optim=dataclasses.replace(cfg.optim, fused="auto"),
+    )
+    resolve_for_device(cfg, device)  # ConfigError: the device cannot run this variant
+    torch._dynamo.reset()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    with torch.device(device):
+        model = Transformer(cfg.model)
+    model.init_weights(seed=0)
+    if cfg.parallel.float8:
+        apply_float8(model)
+    model.activation_checkpointing = cfg.parallel.activation_checkpointing
+    model.checkpoint_every = cfg.parallel.checkpoint_every
+    if cfg.parallel.compile is True:
+        for block in model.layers:
+            block.compile()
+    opt = build_optimizer(model, cfg.optim)
+    b, n = cfg.data.batch_size, cfg.model.max_seq_len or 0
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randint(0, cfg.model.vocab_size or 0, (b, n + 1), generator=gen, dtype=torch.int32)
+    ids = doc_ids(b, n, args.doc_len, gen) if variant.doc_mask else None
+    batch = Batch(rows[:, :-1].to(device), rows[:, 1:].to(device), None if ids is None else ids.to(device))
+    bf16 = cfg.parallel.mixed_precision == "bf16"
+    amp = functools.partial(torch.autocast, device.type, dtype=torch.bfloat16, enabled=bf16)
+
+    def step() -> None:
+        forward_backward(model, [batch], float(b * n), 1, amp=amp)  # type: ignore[arg-type]
+        clip_grad_norm(model, cfg.optim.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(args.warmup):
+        step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    sync()
+    dt = time.perf_counter() - t0
+    tps = b * n * args.steps / dt
+    peak = peak_tflops(device, args.peak_tflops)
+    fpt = flops_per_token(cfg.model, count_params(model), n)
+    return {
+        "tokens_s": tps,
+        "mfu": None if peak is None else tps * fpt / (peak * 1e12),
+        "mem_mib": peak_memory_mib(device),
+    }
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({torch.get_num_threads()} threads)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, action="append", help="configs/train/*.yaml (repeatable)")
+    p.add_argument("--quick", action="store_true", help="the tiny config, 2 steps: checks the script on CPU")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per variant")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
+    p.add_argument("--batch-size", type=int, default=0, help="sequences per step (0: the config's)")
+    p.add_argument("--doc-len", type=int, default=512, help="mean document length with document masking")
+    p.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for MFU (0: by device name)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.config = args.config or [ROOT / "configs/train/tiny.yaml"]
+        args.steps, args.warmup, args.doc_len = 2, 1, 16
+    configs = args.config or [ROOT / "configs/train/gpt2-124m.yaml", ROOT / "configs/train/llama-1b.yaml"]
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda" if cuda else "cpu")
+    print(f"device: {device_name(device)} | torch {torch.__version__} | {args.steps} timed steps per variant")
+    header = f"| {'config':<10} | {'seq':>5} | {'variant':<32} | {'tokens/s':>10} | {'ratio':>5} | {'MFU':>6} | {'peak MiB':>9} |"
+    print(header)
+    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
+    for path in configs:
+        cfg = load_config(path, [])
+        name = path.stem
+        vocab, seq = SHAPES.get(name, (257, 64))
+        cfg.model.vocab_size, cfg.model.max_seq_len = (
+            cfg.model.vocab_size or vocab,
+            cfg.model.max_seq_len or seq,
+        )
+        if args.batch_size:
+            cfg.data.batch_size = args.batch_size
+        base = None
+        for v in variants(args.quick):
+            try:
+                r = run_config(cfg, v, device, args)
+            except ConfigError as e:
+                print(f"| {name:<10} | {seq:>5} | {v.name:<32} | skipped: {e}")
+                continue
+            except torch.OutOfMemoryError:
+                print(
+                    f"| {name:<10} | {seq:>5} | {v.name:<32} | out of memory at batch {cfg.data.batch_size}"
+                )
+                continue
+            base = base or r["tokens_s"]
+            mfu = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
+            print(
+                f"| {name:<10} | {cfg.model.max_seq_len:>5} | {v.name:<32} | {r['tokens_s']:>10,.0f} | "
+                f"{r['tokens_s'] / base:>5.2f} | {mfu:>6} | {r['mem_mib']:>9,.0f} |",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

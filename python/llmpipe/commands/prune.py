@@ -1,0 +1,171 @@
+"""``llmpipe prune MODEL --method magnitude|wanda --structure ... --out DIR [--finetune STEPS]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from llmpipe.compress.prune import PRUNE_METHODS, STRUCTURES
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "prune",
+        help="prune a trained model (magnitude/wanda; unstructured, 2:4, MLP neurons), optionally fine-tune",
+        description=(
+            "Zero the lowest-scoring weights of the block Linears (unstructured or 2:4) or remove whole MLP "
+            "channels (neurons: a smaller dense model), write an HF Llama checkpoint (with masks.safetensors "
+            "for masked pruning) and compression_report.json/.txt. --finetune STEPS continues training with "
+            "train/pretrain.py (init.from_hf) while the masks hold, then exports the result to DIR."
+        ),
+    )
+    p.add_argument("model", type=Path, metavar="MODEL", help="run directory or HF checkpoint directory")
+    p.add_argument("--method", choices=PRUNE_METHODS, default="magnitude")
+    p.add_argument("--structure", choices=STRUCTURES, default="unstructured")
+    p.add_argument("--sparsity", type=float, default=None, help="share removed, in (0, 1) (2:4: 0.5)")
+    p.add_argument(
+        "--calib", type=Path, default=None, help="shards for Wanda's activations (default: the run's)"
+    )
+    p.add_argument("--calib-seqs", type=int, default=32)
+    p.add_argument("--eval", type=Path, default=None, help="shards whose val split gives bits/byte")
+    p.add_argument("--eval-rows", type=int, default=64)
+    p.add_argument(
+        "--finetune", type=int, default=0, metavar="STEPS", help="fine-tuning steps with masks held"
+    )
+    p.add_argument(
+        "--data", type=Path, default=None, help="fine-tuning shards (default: --calib or the run's)"
+    )
+    p.add_argument("--train-config", type=Path, default=None, help="trainer YAML for fine-tuning")
+    p.add_argument("--nproc", type=int, default=1, help="fine-tuning processes (torchrun)")
+    p.add_argument("--lr", type=float, default=1e-3, help="fine-tuning learning rate")
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(func=run)
+
+
+def _model_overrides(hf_config: dict[str, Any]) -> list[str]:
+    c = hf_config
+    return [
+        f"--model.dim={c['hidden_size']}", f"--model.n_layers={c['num_hidden_layers']}",
+        f"--model.n_heads={c['num_attention_heads']}", f"--model.n_kv_heads={c['num_key_value_heads']}",
+        f"--model.ffn_hidden={c['intermediate_size']}", f"--model.vocab_size={c['vocab_size']}",
+        f"--model.max_seq_len={c['max_position_embeddings']}",
+        f"--model.tie_embeddings={str(c['tie_word_embeddings']).lower()}",
+    ]  # fmt: skip
+
+
+def finetune(out: Path, data: Path, steps: int, args: argparse.Namespace) -> Path:
+    """Train ``steps`` steps from the pruned checkpoint in OUT (masks held) into OUT-finetune."""
+    import llmpipe
+    import train
+    from llmpipe.errors import LlmpipeError
+
+    run_dir = out.with_name(f"{out.name}-finetune")
+    script = Path(train.__file__).resolve().parent / "pretrain.py"
+    cfg = json.loads((out / "config.json").read_text())
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}", "--standalone", str(script), "--data", str(data), "--out", str(run_dir),
+        *(["--config", str(args.train_config)] if args.train_config else []),
+        f"--init.from_hf={out}", *_model_overrides(cfg), f"--train.steps={steps}", f"--optim.lr={args.lr}",
+        f"--optim.warmup_steps={max(1, steps // 10)}", "--checkpoint.resume=true",
+        f"--train.val_every={steps}", f"--train.log_every={max(1, steps // 5)}", "--guard.enabled=false",
+    ]  # fmt: skip
+    paths = [
+        str(script.parents[1]),
+        str(Path(llmpipe.__file__).resolve().parents[1]),
+        os.environ.get("PYTHONPATH", ""),
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise LlmpipeError(f"fine-tuning failed ({proc.returncode}): {tail}")
+    return run_dir
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from llmpipe.compress.calib import calibration_tokens
+    from llmpipe.compress.model_io import load_model, save_hf
+    from llmpipe.compress.neurons import prune_neurons
+    from llmpipe.compress.prune import check_sparsity, prune_weights, sparsity_of
+    from llmpipe.compress.report import build_report, fp32_file_bytes, measure, write_report
+    from llmpipe.errors import ConfigError
+
+    sparsity = check_sparsity(args.sparsity, args.structure)
+    if args.finetune < 0:
+        raise ConfigError("--finetune must be a non-negative number of steps")
+    if args.finetune and args.structure == "neurons":
+        raise ConfigError(
+            "--finetune holds masks; a neuron-pruned model is dense: train it with init.from_hf"
+        )
+    loaded = load_model(args.model)
+    model: Any = loaded.model
+    cfg = model.cfg
+    shards = args.eval or loaded.shards
+    before = measure(
+        model,
+        shards,
+        seq_len=int(cfg.max_seq_len or 0),
+        vocab=int(cfg.vocab_size or 0),
+        eval_rows=args.eval_rows,
+    )
+    fp32_bytes = fp32_file_bytes(model)
+    calib = (
+        calibration_tokens(args.calib or loaded.shards, args.calib_seqs) if args.method == "wanda" else None
+    )
+    t0 = time.perf_counter()
+    extra: dict[str, Any] = {"structure": args.structure, "prune_method": args.method}
+    masks: dict[str, torch.Tensor] = {}
+    if args.structure == "neurons":
+        model = prune_neurons(model, args.method, sparsity, calib)
+        extra["hidden"] = {"before": cfg.hidden, "after": model.cfg.hidden}
+    else:
+        masks = prune_weights(model, args.method, sparsity, args.structure, calib)
+        extra["sparsity"] = sparsity_of(model)
+    extra["seconds"] = time.perf_counter() - t0
+    save_hf(model, args.out, loaded, masks=masks, extra={"pruned_from": str(args.model), **extra})
+    if args.finetune:
+        data = args.data or args.calib or loaded.shards
+        if data is None:
+            raise ConfigError("--finetune needs shards: pass --data SHARDS")
+        extra["bpb_pruned_before_finetune"] = measure(
+            model,
+            shards,
+            seq_len=int(cfg.max_seq_len or 0),
+            vocab=int(cfg.vocab_size or 0),
+            eval_rows=args.eval_rows,
+        )["bpb"]
+        run_dir = finetune(args.out, data, args.finetune, args)
+        tuned = load_model(run_dir)
+        loaded.shards = loaded.shards or data
+        model = tuned.model
+        save_hf(
+            model,
+            args.out,
+            loaded,
+            masks=masks,
+            extra={"pruned_from": str(args.model), "finetuned_in": str(run_dir), **extra},
+        )
+        extra["finetune_steps"] = args.finetune
+        extra["sparsity"] = sparsity_of(model)
+    after = measure(
+        model,
+        shards,
+        seq_len=int(cfg.max_seq_len or 0),
+        vocab=int(cfg.vocab_size or 0),
+        eval_rows=args.eval_rows,
+    )
+    rep = build_report(
+        method=f"prune-{args.method}-{args.structure}", source=args.model, out=args.out,
+        weights_file=args.out / "model.safetensors", baseline_weights_bytes=fp32_bytes, before=before,
+        after=after, extra=extra,
+    )  # fmt: skip
+    print(write_report(args.out, rep))
+    return 0

@@ -1,0 +1,144 @@
+"""Executors decide where a step runs, never what it does.
+
+An executor runs ``fn(*a)`` for every ``a`` of ``args`` and returns the results in argument order.
+``LocalExecutor`` runs them in this process, ``PoolExecutor`` in worker processes on every core of this
+machine, ``llmpipe.distributed.executor.RayExecutor`` as tasks on a Ray cluster. The steps themselves (``llmpipe.curate.steps``) are plain module-level functions that
+write their outputs by atomic rename, so any executor may run, retry or resume them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from typing import Any, Protocol
+
+from llmpipe.curate.workdir import WORKER_ENV, fault_point
+
+#: called with (index of the task, its result) as each task finishes, in completion order
+Done = Callable[[int, Any], None]
+
+
+class Executor(Protocol):
+    """Runs ``fn(*a)`` for every ``a`` of ``args`` (here or on a cluster); results in argument order."""
+
+    def map(
+        self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str, done: Done | None = None
+    ) -> list[Any]: ...
+
+
+class LocalExecutor:
+    """Runs the steps one after another in this process (the Rust stages use every core)."""
+
+    workers = 1  # one task at a time: a global stage's partition phases share one process
+
+    def __init__(self, progress: bool = True) -> None:
+        self.progress = progress
+
+    def map(
+        self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str, done: Done | None = None
+    ) -> list[Any]:
+        from tqdm import tqdm
+
+        out = []
+        for j, a in enumerate(tqdm(args, desc=desc, unit="file", disable=not self.progress, leave=False)):
+            out.append(fn(*a))
+            if done is not None:
+                done(j, out[-1])
+            fault_point(f"{desc}#{j}")
+        return out
+
+
+class PoolExecutor:
+    """Runs the steps in ``workers`` processes of this machine, results in argument order.
+
+    Workers are fresh interpreters (spawned: no Rust thread pool is inherited half-made), started on
+    first use and kept for the run; each sizes its Rust thread pool to ``cores // workers`` so workers x
+    threads fit the cores. A map of one task runs in this process, with every core.
+    """
+
+    def __init__(self, workers: int, progress: bool = True) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.workers = workers
+        self.progress = progress
+        self._pool: ProcessPoolExecutor | None = None
+
+    def map(
+        self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str, done: Done | None = None
+    ) -> list[Any]:
+        if len(args) <= 1 or self.workers == 1:
+            return LocalExecutor(self.progress).map(fn, args, desc, done)
+        if self._pool is None:
+            threads = max(1, (os.cpu_count() or 1) // self.workers)
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(threads,),
+            )
+        futures: list[Future[Any]] = [self._pool.submit(fn, *a) for a in args]
+        out = []
+        try:
+            if done is not None:
+                index = {f: j for j, f in enumerate(futures)}
+                for f in as_completed(futures):
+                    done(index[f], f.result())
+            for j, f in enumerate(futures):
+                out.append(f.result())
+                fault_point(f"{desc}#{j}")
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+        return out
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+
+def _start_worker(threads: int) -> None:
+    os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the worker first uses the Rust core
+    os.environ[WORKER_ENV] = "1"
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
+    """A worker must not outlive a killed driver: it would wait for work forever, holding the run's
+    output pipes open. Linux kills it with its parent (PR_SET_PDEATHSIG); elsewhere a thread checks."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) == 0:  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the parent died before the call
+                os._exit(1)
+            return
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="llmpipe-parent-watch").start()
+
+
+def map_with(
+    executor: Executor | None, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str
+) -> list[Any]:
+    """``executor.map``, or a plain loop in this process without an executor."""
+    return [fn(*a) for a in args] if executor is None else executor.map(fn, args, desc)
+
+
+def executor_workers(executor: Executor | None) -> int:
+    """How many tasks the executor runs at once (``workers`` attribute; 1 in this process)."""
+    return max(1, int(getattr(executor, "workers", 1))) if executor is not None else 1

@@ -1,0 +1,64 @@
+"""The sink of the pipeline: token ids -> fixed-length samples in Arrow IPC shards and a manifest."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from llmpipe.curate.stage import StageCounts
+from llmpipe.data.format import TOKENIZER_FILE
+
+if TYPE_CHECKING:
+    from llmpipe.curate.settings import PackConfig
+
+
+class Pack:
+    """Packs the tokenised documents of every input, in input order, into ``staging``; returns the
+    manifest. Counts documents in and out (all packed), tokens in (without EOS) and out (as packed)."""
+
+    name: ClassVar[str] = "pack"
+
+    def __init__(self, cfg: PackConfig, tokenizer_file: Path, provenance: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.tokenizer_file = tokenizer_file
+        self.provenance = provenance
+
+    def run(self, token_files: Sequence[Path], staging: Path, counts: StageCounts) -> dict[str, Any]:
+        from llmpipe.data.writer import ShardWriter
+        from llmpipe.tokenizer import Tokenizer
+
+        tok = Tokenizer.from_file(str(self.tokenizer_file))
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        shutil.copyfile(self.tokenizer_file, staging / TOKENIZER_FILE)
+        writer = ShardWriter(
+            staging,
+            seq_len=self.cfg.seq_len,
+            vocab_size=tok.vocab_size,
+            eos_id=tok.eos_id,
+            tokenizer_file=staging / TOKENIZER_FILE,
+            samples_per_shard=self.cfg.samples_per_shard,
+            val_fraction=self.cfg.val_fraction,
+            provenance=self.provenance,
+            packing=self.cfg.packing,
+            best_fit_window=self.cfg.best_fit_window,
+        )
+        for path in token_files:  # one row group at a time: memory does not grow with the input
+            for batch in pq.ParquetFile(path).iter_batches(columns=["tokens"]):
+                col = batch.column("tokens")
+                offsets = col.offsets.to_numpy().astype(np.int64)
+                flat = col.values.to_numpy(zero_copy_only=False)
+                flat = flat[offsets[0] : offsets[-1]]  # a sliced column's offsets need not start at 0
+                offsets -= offsets[0]
+                counts.docs_in += len(col)
+                counts.docs_out += len(col)
+                counts.tokens_in += len(flat)
+                writer.add_flat(flat, offsets)
+        manifest = writer.close()
+        counts.tokens_out = manifest["counts"]["tokens"]
+        return manifest

@@ -1,0 +1,79 @@
+"""Byte-level BPE: train a tokenizer on a sample of the kept text, then encode every kept document."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmpipe.curate.stage import StageCounts, apply_reasons, word_counts
+
+if TYPE_CHECKING:
+    from llmpipe.curate.settings import TokenizerConfig
+    from llmpipe.tokenizer import Tokenizer
+
+TOKENS_SCHEMA = pa.schema([("tokens", pa.large_list(pa.uint32())), ("words", pa.int64())])
+
+
+class Tokenize:
+    """Documents -> token ids (one Rust call per batch). Tokens in are words, out BPE tokens; a
+    document that encodes to nothing is dropped as ``empty_after_tokenize``. The output batch is
+    ``TOKENS_SCHEMA``: the ids and the words of each kept document."""
+
+    name: ClassVar[str] = "tokenize"
+    schema: ClassVar[pa.Schema] = TOKENS_SCHEMA
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def run(self, batch: pa.RecordBatch, counts: StageCounts) -> pa.RecordBatch:
+        words = word_counts(batch)
+        ids, offsets = self.tokenizer.encode_batch_arrays(batch.column("text").to_pylist())
+        lengths = np.diff(offsets)
+        tokens = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(ids, pa.uint32()))
+        out = pa.RecordBatch.from_arrays([tokens, pa.array(words)], schema=TOKENS_SCHEMA)
+        reasons = ["empty_after_tokenize" if n == 0 else None for n in lengths.tolist()]
+        return apply_reasons(out, reasons, counts, words, words_out=lengths)
+
+
+class TrainTokenizer:
+    """Trains a byte-level BPE on the first ``sample_bytes`` of kept text, in input order."""
+
+    def __init__(self, cfg: TokenizerConfig, log: Callable[[str], None]) -> None:
+        self.cfg = cfg
+        self.log = log
+
+    def run(self, docs: Sequence[Path], sample: Path, out: Path) -> None:
+        from llmpipe.tokenizer import Tokenizer
+
+        budget = self.cfg.sample_bytes
+        tmp = sample.with_name(".sample.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for t in _texts(docs):
+                if budget <= 0:
+                    break
+                f.write(t)
+                f.write("\n")
+                budget -= len(t.encode("utf-8")) + 1
+        os.replace(tmp, sample)
+        self.log(
+            f"tokenizer: training byte-level BPE, vocab {self.cfg.vocab_size}, "
+            f"on {sample.stat().st_size:,} bytes of kept text"
+        )
+        tok = Tokenizer.train(
+            [str(sample)], self.cfg.vocab_size, pattern=self.cfg.pattern, min_frequency=self.cfg.min_frequency
+        )
+        tmp_tok = out.with_name(".tokenizer.tmp.json")
+        tok.save(str(tmp_tok))
+        os.replace(tmp_tok, out)
+
+
+def _texts(docs: Sequence[Path]) -> Iterator[str]:
+    for path in docs:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1000, columns=["text"]):
+            yield from batch.column("text").to_pylist()

@@ -1,0 +1,246 @@
+"""The per-input steps of a curate run: plain functions of a ``Job`` that any executor can run.
+
+    segment k, input i : (read -> extract, or the drops of global stage k-1) -> doc stages -> keys
+    resolve k          : global stage k decides over every input's keys -> its drop list
+    tokenize, input i  : the last segment's documents -> token ids
+
+Each step writes its outputs and then its completion marker by atomic rename under the work
+directory, and returns (and stores) the marker: a step whose marker exists is done, so a re-run, a
+retried Ray task or a resumed run redoes only unfinished work and writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmpipe.curate.executors import Executor
+from llmpipe.curate.quarantine import QuarantineWriter
+from llmpipe.curate.settings import CurateConfig
+from llmpipe.curate.stage import DocStage, GlobalStage, RunContext, StageCounts, apply_reasons, word_counts
+from llmpipe.curate.stages.extract import Extract
+from llmpipe.curate.stages.read import Read
+from llmpipe.curate.stages.tokenize import Tokenize
+from llmpipe.curate.workdir import AtomicParquetWriter, WorkDir, delay_point, fault_point, write_table_atomic
+from llmpipe.data.format import atomic_write_json
+from llmpipe.errors import InputError
+from llmpipe.io.chunks import Span
+from llmpipe.io.config import ReadConfig
+from llmpipe.io.read import detect_format
+from llmpipe.io.records import DOC_SCHEMA, Bad
+
+DOCS_SCHEMA = DOC_SCHEMA.append(pa.field("meta", pa.string()))
+
+
+@dataclass(frozen=True)
+class Part:
+    """One unit of per-input work: a whole input file, or one chunk of a large one."""
+
+    file: int  # index into ``Job.files``
+    span: Span | None  # None: the whole file
+    chunk: int = 0  # the chunk's number within its file
+    size: int = 0  # bytes of input it covers (for progress)
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a per-input step needs; small and picklable. Steps take a part's index ``i``."""
+
+    config: dict[str, Any]
+    work_root: str
+    files: tuple[str, ...]
+    keys: tuple[str, ...]
+    strict: bool
+    parts: tuple[Part, ...]
+
+
+@dataclass
+class Segment:
+    """The document stages between two global stages."""
+
+    doc_stages: list[DocStage]
+    ends_with: GlobalStage | None  # the global stage whose keys this segment prepares
+    after: GlobalStage | None  # the global stage whose drops this segment applies first
+
+
+@lru_cache(maxsize=8)
+def _stages_for(config_json: str) -> list[Any]:
+    return CurateConfig.from_mapping(json.loads(config_json)).build_stages()
+
+
+def stages_of(job: Job) -> list[Any]:
+    return _stages_for(json.dumps(job.config, sort_keys=True))
+
+
+def segments_of(stages: Sequence[Any]) -> list[Segment]:
+    segs: list[Segment] = []
+    current: list[DocStage] = []
+    after: GlobalStage | None = None
+    for st in stages:
+        if isinstance(st, GlobalStage):
+            segs.append(Segment(current, st, after))
+            current, after = [], st
+        else:
+            current.append(st)
+    segs.append(Segment(current, None, after))
+    return segs
+
+
+class ListedDrops:
+    """Drops the documents a global stage listed (counted under that stage's name)."""
+
+    def __init__(self, drops: dict[str, str]) -> None:
+        self.drops = drops
+
+    def run(self, batch: pa.RecordBatch, counts: StageCounts) -> pa.RecordBatch:
+        reasons = [self.drops.get(x) for x in batch.column("id").to_pylist()]
+        return apply_reasons(batch, reasons, counts, word_counts(batch))
+
+
+@lru_cache(maxsize=2)
+def _load_drops(path: str) -> dict[str, str]:
+    t = pq.read_table(path, columns=["id", "reason"])
+    return dict(zip(t.column("id").to_pylist(), t.column("reason").to_pylist(), strict=True))
+
+
+def _source_batches(
+    job: Job,
+    work: WorkDir,
+    k: int,
+    i: int,
+    seg: Segment,
+    counts: list[StageCounts],
+    bad: QuarantineWriter,
+) -> Iterator[pa.RecordBatch]:
+    """Segment 0 reads and extracts the input; a later one starts from the previous one's documents."""
+    if k == 0:
+        part = job.parts[i]
+        path, key = job.files[part.file], job.keys[part.file]
+
+        def on_bad(b: Bad) -> None:
+            if job.strict:
+                raise InputError(f"{path}: {b.location}: {b.reason} ({b.detail}) [--strict]")
+            bad.add(b)
+
+        read, extract = StageCounts(Read.name), StageCounts(Extract.name)
+        counts += [read, extract]
+        cfg = CurateConfig.from_mapping(job.config).read
+        yield from read_documents(Path(path), key, cfg, on_bad, read, extract, part.span)
+        return
+    assert seg.after is not None
+    drops = ListedDrops(_load_drops(str(work.drops(k - 1))))
+    c = StageCounts(seg.after.name)
+    counts.append(c)
+    for batch in pq.ParquetFile(work.docs(k - 1, i)).iter_batches(batch_size=1000):
+        kept = drops.run(batch, c)
+        if kept.num_rows:
+            yield kept
+
+
+def read_documents(
+    path: Path,
+    source: str,
+    cfg: ReadConfig,
+    on_bad: Callable[[Bad], None],
+    read: StageCounts | None = None,
+    extract: StageCounts | None = None,
+    span: Span | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """The start of every run: read -> extract on one input (one chunk of it), counted in ``read``
+    and ``extract``."""
+    read = read if read is not None else StageCounts(Read.name)
+    extract = extract if extract is not None else StageCounts(Extract.name)
+    step = Extract(cfg)
+    for batch in Read(cfg, on_bad).batches(path, source, read, span):
+        kept = step.run(batch, extract)
+        if kept.num_rows:
+            yield kept
+
+
+def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
+    """Run segment ``k`` on input ``i``; returns (and stores) the marker: counts and quarantined records."""
+    work = WorkDir.open(Path(job.work_root))
+    marker = work.marker(k, i)
+    if marker.exists():
+        return json.loads(marker.read_text())
+    delay_point(f"segment {k}")
+    seg = segments_of(stages_of(job))[k]
+    counts: list[StageCounts] = []
+    bad = QuarantineWriter(work.quarantine(i), job.keys[job.parts[i].file])
+    stage_counts = [StageCounts(s.name) for s in seg.doc_stages]
+    docs_out = AtomicParquetWriter(work.docs(k, i))
+    keys_out = AtomicParquetWriter(work.keys(k, i)) if seg.ends_with is not None else None
+    for batch in _source_batches(job, work, k, i, seg, counts, bad):
+        for st, c in zip(seg.doc_stages, stage_counts, strict=True):
+            batch = st.run(batch, c)
+            if batch.num_rows == 0:
+                break
+        if batch.num_rows == 0:
+            continue
+        docs_out.write(batch)
+        if keys_out is not None and seg.ends_with is not None:
+            keys_out.write(seg.ends_with.prepare(batch))
+    fault_point(f"segment {k}#{i} written")  # outputs complete, not yet renamed into place
+    docs_out.commit(DOCS_SCHEMA)
+    if keys_out is not None:
+        keys_out.commit(pa.schema([("id", pa.string())]))
+    if k == 0:
+        bad.commit()
+    fault_point(f"segment {k}#{i} committed")  # outputs in place, marker not yet written
+    result = {
+        "counts": [c.to_dict() for c in counts + stage_counts],
+        "quarantine": dict(bad.by_reason),  # the records are in work.quarantine(i)
+        # an input's format is counted once, by its first chunk
+        "format": detect_format(Path(job.files[job.parts[i].file]))
+        if k == 0 and job.parts[i].chunk == 0
+        else None,
+    }
+    atomic_write_json(marker, result)
+    return json.loads(marker.read_text())  # exactly what a resumed run reads: same bytes out
+
+
+def resolve_global(job: Job, k: int, run: RunContext, executor: Executor | None = None) -> None:
+    """Run global stage ``k``'s resolve here; its partition phases go through ``executor`` (Ray tasks)."""
+    work = WorkDir.open(Path(job.work_root))
+    if work.drops(k).exists():
+        return
+    stage = segments_of(stages_of(job))[k].ends_with
+    assert stage is not None
+    shutil.rmtree(work.global_dir(k))  # leftovers of a killed resolve are not inputs to this one
+    files = [work.keys(k, i) for i in range(len(job.parts))]
+    drops = stage.resolve(
+        [f for f in files if pq.read_metadata(f).num_rows > 0], work.global_dir(k), run, executor
+    )
+    write_table_atomic(work.drops(k), drops)
+
+
+def tokenize_input(job: Job, k_last: int, i: int, tokenizer_path: str) -> dict[str, Any]:
+    """Encode the surviving documents of input ``i`` (one Rust call per batch)."""
+    work = WorkDir.open(Path(job.work_root))
+    marker = work.tokens_marker(i)
+    if marker.exists():
+        return json.loads(marker.read_text())
+    step = Tokenize(_tokenizer(tokenizer_path))
+    counts = StageCounts(step.name)
+    writer = AtomicParquetWriter(work.tokens(i))
+    for batch in pq.ParquetFile(work.docs(k_last, i)).iter_batches(batch_size=1000):
+        writer.write(step.run(batch, counts))
+    writer.commit(Tokenize.schema)
+    result = {"counts": [counts.to_dict()]}
+    atomic_write_json(marker, result)
+    return result
+
+
+@lru_cache(maxsize=2)
+def _tokenizer(path: str) -> Any:
+    from llmpipe.tokenizer import Tokenizer
+
+    return Tokenizer.from_file(path)

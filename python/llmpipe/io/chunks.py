@@ -1,0 +1,80 @@
+"""Split one large input into chunks that run (and resume) independently, on any worker.
+
+A chunk of a plain line-based file (JSONL, uncompressed) is a byte range that starts and ends at
+line boundaries; a chunk of a Parquet file is a range of row groups. ``first`` is the number of lines
+(rows) before the chunk, so a record's position, and with it the id of a document without an id of
+its own, is the same whatever the chunk size. Compressed streams, crawl archives and text files are
+one chunk (a gzip or zstd stream cannot be entered in the middle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from llmpipe.io.compression import compression_of
+
+_BLOCK = 16 << 20
+
+
+@dataclass(frozen=True)
+class Span:
+    """Bytes (JSONL) or row groups (Parquet) ``[start, end)`` of one input; ``first`` lines/rows before."""
+
+    start: int
+    end: int
+    first: int
+
+
+def split(path: Path, fmt: str, chunk_bytes: int) -> list[Span | None]:
+    """The chunks of ``path``; ``[None]``: the whole file is one chunk."""
+    size = path.stat().st_size
+    if size <= chunk_bytes:
+        return [None]
+    if fmt == "jsonl" and compression_of(path) is None:
+        return _line_spans(path, size, chunk_bytes)
+    if fmt == "parquet":
+        return _row_group_spans(path, chunk_bytes)
+    return [None]
+
+
+def _line_spans(path: Path, size: int, chunk_bytes: int) -> list[Span | None]:
+    """Cut after the first newline at or past every multiple of ``chunk_bytes``; count lines as we go."""
+    spans: list[Span | None] = []
+    start, first, lines, pos = 0, 0, 0, 0
+    target = chunk_bytes
+    with open(path, "rb") as f:
+        while block := f.read(_BLOCK):
+            at = 0
+            while pos + len(block) > target:  # a cut falls in this block: at the next newline
+                nl = block.find(b"\n", max(at, target - pos))
+                if nl < 0:
+                    break
+                lines += block.count(b"\n", at, nl + 1)
+                at = nl + 1
+                spans.append(Span(start, pos + at, first))
+                start, first = pos + at, lines
+                target = start + chunk_bytes
+            lines += block.count(b"\n", at)
+            pos += len(block)
+    if start < size:
+        spans.append(Span(start, size, first))
+    return spans
+
+
+def _row_group_spans(path: Path, chunk_bytes: int) -> list[Span | None]:
+    meta = pq.ParquetFile(path).metadata
+    spans: list[Span | None] = []
+    start, first, rows, acc = 0, 0, 0, 0
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        acc += rg.total_byte_size
+        rows += rg.num_rows
+        if acc >= chunk_bytes:
+            spans.append(Span(start, g + 1, first))
+            start, first, acc = g + 1, rows, 0
+    if start < meta.num_row_groups:
+        spans.append(Span(start, meta.num_row_groups, first))
+    return spans or [None]

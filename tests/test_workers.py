@@ -1,0 +1,124 @@
+"""Curation on every core of one machine: worker processes and chunks of large inputs give the bytes
+of a one-worker, one-part run, a killed chunked run resumes to them, and memory stays flat."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_cli
+
+CONFIG = (
+    "pack:\n  seq_len: 128\n  samples_per_shard: 300\n  val_fraction: 0.05\n"
+    "tokenizer:\n  vocab_size: 400\n  sample_bytes: 2000000\n"
+)
+
+
+def _tree(out: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, Path]:
+    """A plain JSONL (~2.5 MB) and a Parquet file of many row groups, both from real crawl text, and a WARC."""
+    d = tmp_path_factory.mktemp("in")
+    lines = gzip.decompress(
+        (data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz").read_bytes()
+    ).splitlines()
+    with open(d / "web.jsonl", "wb") as f:
+        for i, line in enumerate(lines):
+            f.write(line + b"\n")
+            if i % 50 == 0:
+                f.write(b"\n{not json\n")  # bad lines between good ones: positions must not shift
+    rows = [json.loads(x) for x in lines[:400]]
+    table = pa.table({"text": [r["text"] for r in rows]})  # no ids: positions make them
+    pq.write_table(table, d / "web.parquet", row_group_size=25)
+    (d / "crawl.warc.gz").write_bytes((data_dir / "web" / "wget-crawl-0000.warc.gz").read_bytes())
+    cfg = d.parent / "cfg.yaml"
+    cfg.write_text(CONFIG)
+    return d, cfg
+
+
+def _curate(inputs: Path, out: Path, cfg: Path, *extra: str, env: dict[str, str] | None = None) -> int:
+    args = ("curate", str(inputs), "--out", str(out), "--config", str(cfg), "--quiet", *extra)
+    return run_cli(*args, check=env is None, env=env).returncode
+
+
+def test_workers_and_chunks_give_the_same_bytes(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    d, cfg = inputs
+    _curate(d, tmp_path / "one", cfg, "--workers", "1", "--chunk-mb", "1000")
+    ref = _tree(tmp_path / "one")
+    stats = json.loads((tmp_path / "one" / "stats.json").read_text())
+    assert stats["inputs"]["files"] == 3
+    for workers, chunk_mb in (("2", "1000"), ("2", "0.5"), ("1", "0.2"), ("2", "0.07")):
+        out = tmp_path / f"w{workers}-c{chunk_mb}"
+        p = run_cli(
+            "curate",
+            str(d),
+            "--out",
+            str(out),
+            "--config",
+            str(cfg),
+            "--workers",
+            workers,
+            "--chunk-mb",
+            chunk_mb,
+        )
+        parts = int(p.stdout.split(" in ")[1].split(" part")[0])
+        assert parts > 3 or chunk_mb == "1000", p.stdout  # the JSONL and the Parquet were split
+        assert _tree(out) == ref, (workers, chunk_mb)
+
+
+def test_killed_chunked_run_resumes_to_the_same_bytes(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    d, cfg = inputs
+    _curate(d, tmp_path / "ref", cfg, "--workers", "1", "--chunk-mb", "1000")
+    out = tmp_path / "out"
+    # a worker process reaches the point and takes the whole run down with it
+    for point in ("segment 0#3 committed", "segment 1#5"):
+        code = _curate(d, out, cfg, "--workers", "2", "--chunk-mb", "0.3", env={"LLMPIPE_FAULT_AFTER": point})
+        assert code == -9, point
+    _curate(d, out, cfg, "--workers", "2", "--chunk-mb", "0.3")
+    assert _tree(out) == _tree(tmp_path / "ref")
+
+
+def _peak_rss_mb(cmd: list[str]) -> float:
+    """Largest peak RSS of any process of the command (driver and workers), in MB."""
+    code = (
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, *cmd], capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def test_memory_does_not_grow_with_one_large_input(data_dir: Path, tmp_path: Path) -> None:
+    """A 400 MB single JSONL peaks within 100 MB of a 50 MB one: chunks and streaming steps."""
+    lines = gzip.decompress(
+        (data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz").read_bytes()
+    ).splitlines()
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(CONFIG + "near_dedup:\n  enabled: false\nexact_dedup:\n  enabled: false\n")
+    exe = str(Path(sys.executable).with_name("llmpipe"))
+    peaks = []
+    for mb in (50, 400):
+        path = tmp_path / f"in{mb}" / "big.jsonl"
+        path.parent.mkdir()
+        with open(path, "wb") as f:
+            n = 0
+            while f.tell() < mb << 20:
+                for line in lines:
+                    rec = json.loads(line)
+                    rec["id"] = f"{n}"
+                    f.write(json.dumps(rec).encode() + b"\n")
+                    n += 1
+        cmd = [exe, "curate", str(path), "--out", str(tmp_path / f"out{mb}"), "--config", str(cfg), "--quiet"]
+        peaks.append(_peak_rss_mb([*cmd, "--chunk-mb", "32"]))
+    print("peak RSS MB (50 MB, 400 MB input):", peaks)
+    assert peaks[1] - peaks[0] < 100, peaks

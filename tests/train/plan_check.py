@@ -1,0 +1,94 @@
+"""Run under torchrun: the measured peak memory of one rank training the trainer's model at a layout
+(``tp=N`` or ``pp=N``, CPU, fp32, two optimizer steps) next to ``llmpipe plan``'s estimate for that
+layout. Prints ``rank R: measured M estimated E``.
+
+The peak is the most bytes of tensor storage alive at once, counted by a dispatch mode that sees every
+tensor an operator returns and is told when its storage is freed (torch's MemTracker does the same but
+also hooks modules' backward, which the pipeline's stage-wise ``autograd.grad`` does not allow)."""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from llmpipe.data import ShardDataset, TokenLoader  # noqa: E402
+from llmpipe.plan import plan_for_run  # noqa: E402
+from torch.distributed.tensor import DTensor  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_flatten  # noqa: E402
+
+from train.config import load_config  # noqa: E402
+from train.optim import build_optimizer  # noqa: E402
+from train.parallel import init_distributed  # noqa: E402
+from train.pretrain import build_parallel_model  # noqa: E402
+from train.trainer import forward_backward  # noqa: E402
+
+
+class PeakBytes(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}  # storage address -> bytes
+        self.refs: dict[int, weakref.ref[torch.UntypedStorage]] = {}
+        self.now = self.peak = 0
+
+    def _freed(self, key: int) -> None:
+        self.now -= self.live.pop(key, 0)
+        self.refs.pop(key, None)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, DTensor):  # its local shard is the memory
+                t = t.to_local()
+            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                continue
+            st = t.untyped_storage()
+            key = id(st)
+            if key in self.live or st.nbytes() == 0:
+                continue
+            self.live[key] = st.nbytes()
+            self.refs[key] = weakref.ref(st, lambda _r, k=key: self._freed(k))
+            self.now += st.nbytes()
+            self.peak = max(self.peak, self.now)
+        return out
+
+
+def main(shards: str, config: str, *overrides: str) -> int:
+    cfg = load_config(config, [*overrides, "parallel.mixed_precision=fp32"])
+    ds = ShardDataset(shards, "train", verify="none")
+    cfg.model.vocab_size, cfg.model.max_seq_len = ds.vocab_size, ds.seq_len
+    d = init_distributed(cfg.parallel, cfg.model)
+    loader = iter(
+        TokenLoader(ds, cfg.data.batch_size, rank=d.dp_rank, world_size=d.dp_size, seed=0, prefetch=1)
+    )
+    tracker = PeakBytes()
+    with tracker:  # the model's own allocation counts too
+        model, pipe = build_parallel_model(cfg, d)
+        opt = build_optimizer(model, cfg.optim)
+        for _ in range(2):  # the second step has the optimizer states
+            b = next(loader)
+            tokens = float((b.target != -100).sum())
+            if pipe is not None:
+                pipe.train_batches([b], torch.tensor(1.0 / tokens))
+            else:
+                forward_backward(model, [b], tokens, 1)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    measured = tracker.peak
+    lay = d.layout
+    plan = plan_for_run(
+        cfg, world_size=d.world_size, local_world_size=d.world_size, seq_len=ds.seq_len, device_memory_gb=80,
+        dp_replicate=lay.dp_replicate, dp_shard=lay.dp_shard,
+    )  # fmt: skip
+    print(f"rank {d.rank}: measured {measured} estimated {int(plan.total_gb * 1e9)}", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

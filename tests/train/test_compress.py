@@ -1,0 +1,221 @@
+"""Compression on a model trained here on real text: PTQ (int8, int8-dynamic, int4, NF4, GPTQ), QAT in
+the trainer, pruning (magnitude, Wanda; unstructured, 2:4, neurons) with masks held through fine-tuning
+and resume, the compression report, and `llmpipe plan --precision int8|int4` against measured sizes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, torchrun
+from llmpipe.cli import main as llmpipe
+
+from train.checkpoint import STATE_FILE, list_checkpoints
+
+ENV = {"PYTHONPATH": f"{ROOT}:{ROOT / 'python'}"}  # this tree's llmpipe (compress hooks) in torchrun
+
+
+@pytest.fixture(scope="module")
+def base_run(byte_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("compress") / "run"
+    torchrun(
+        2, "--data", str(byte_shards), "--config", str(ROOT / "configs/train/tiny.yaml"), "--out", str(run),
+        "--train.steps=150", "--train.val_every=0", "--checkpoint.every=100", "--checkpoint.keep=2",
+        "--metrics.tensorboard=false", env=ENV,
+    )  # fmt: skip
+    return run
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "compression_report.json").read_text())
+
+
+def _quantize(model: Path, method: str, out: Path, *extra: str) -> dict:
+    assert (
+        llmpipe(["quantize", str(model), "--method", method, "--out", str(out), "--eval-rows", "16", *extra])
+        == 0
+    )
+    assert (out / "compression_report.txt").read_text().startswith(method)
+    return _report(out)
+
+
+def test_int8_and_int4_sizes_quality_and_gptq_beats_rtn(base_run: Path, tmp_path: Path) -> None:
+    int8 = _quantize(base_run, "int8", tmp_path / "int8")
+    assert int8["size_ratio"] <= 0.27, int8["size_bytes"]
+    assert abs(int8["bpb_change"]) < 0.01, (int8["before"], int8["after"])
+    int4 = _quantize(base_run, "int4", tmp_path / "int4")
+    assert int4["size_ratio"] <= 0.16, int4["size_bytes"]
+    assert int4["bpb_change"] > 0  # degradation, reported
+    gptq = _quantize(base_run, "gptq-int4", tmp_path / "gptq", "--calib-seqs", "32")
+    assert gptq["size_bytes"]["weights"] == int4["size_bytes"]["weights"]  # the same bits
+    assert gptq["after"]["bpb"] < int4["after"]["bpb"], (gptq["after"], int4["after"])
+    assert gptq["calibration_seqs"] == 32
+
+
+@pytest.mark.parametrize("method", ["int8", "int8-dynamic", "int4", "nf4", "gptq-int4"])
+def test_saved_model_loads_back_with_the_same_outputs(
+    base_run: Path, byte_shards: Path, tmp_path: Path, method: str
+) -> None:
+    from llmpipe.compress.calib import calibration_tokens
+    from llmpipe.compress.model_io import hf_config_of, load_model
+    from llmpipe.compress.quantize import quantize_model
+    from llmpipe.compress.spec import QuantSpec
+    from llmpipe.compress.store import load_quantized, save_quantized
+
+    loaded = load_model(base_run)
+    ids = calibration_tokens(byte_shards, 4, seed=1, split="val")
+    with torch.no_grad():
+        fp32 = loaded.model(ids)
+    spec = QuantSpec(method, 32)  # type: ignore[arg-type]
+    calib = calibration_tokens(byte_shards, 8) if method == "gptq-int4" else None
+    model = quantize_model(loaded.model, spec, calib)
+    save_quantized(model, spec, tmp_path / "q", hf_config_of(model, loaded), loaded.tokenizer)
+    back, back_spec = load_quantized(tmp_path / "q")
+    assert back_spec == spec
+    with torch.no_grad():
+        want, got = model(ids), back(ids)
+    assert torch.equal(got, want)
+    assert not torch.equal(got, fp32)  # really quantized
+    assert (got.argmax(-1) == fp32.argmax(-1)).float().mean() > 0.9
+
+
+def test_qat_int4_beats_ptq_int4_of_the_same_model(base_run: Path, tmp_path: Path) -> None:
+    qat = tmp_path / "qat"
+    shutil.copytree(base_run, qat)  # the same model, trained on for 30 steps with int4 fake quantization
+    torchrun(
+        2, "--config", str(qat / "config.yaml"), "--out", str(qat), "--train.steps=180", "--qat.scheme=int4",
+        "--qat.group_size=64", "--qat.from_step=150", "--checkpoint.every=0", env=ENV,
+    )  # fmt: skip
+    assert [p.name for p in list_checkpoints(qat / "checkpoints")][-1] == "step-00000180"
+    ptq = _quantize(base_run, "int4", tmp_path / "ptq")
+    converted = tmp_path / "converted"  # the run's qat section selects the conversion: int4, group 64
+    assert llmpipe(["quantize", str(qat), "--out", str(converted), "--eval-rows", "16"]) == 0
+    rep = _report(converted)
+    assert rep["method"] == "int4" and rep["group_size"] == 64
+    assert rep["after"]["bpb"] < ptq["after"]["bpb"], (rep["after"], ptq["after"])
+    # and the QAT model lost less to quantization than the PTQ model did
+    assert rep["bpb_change"] < ptq["bpb_change"], (rep["bpb_change"], ptq["bpb_change"])
+
+
+def test_bad_requests_are_one_line_errors(
+    base_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = [
+        (["quantize", str(base_run), "--method", "int4", "--group-size", "48"], "does not divide"),
+        (["prune", str(base_run), "--sparsity", "1.5"], "(0, 1)"),
+        (["prune", str(base_run), "--sparsity", "0"], "(0, 1)"),
+        (["prune", str(base_run), "--structure", "2:4", "--sparsity", "0.3"], "2:4 means sparsity 0.5"),
+        (["quantize", str(tmp_path), "--method", "int8"], "neither a run directory"),
+    ]
+    for argv, want in cases:
+        assert llmpipe([*argv, "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and want in err, err
+        assert not (tmp_path / "x").exists()
+
+
+def test_magnitude_pruning_fine_tuning_and_masks_through_resume(
+    base_run: Path, byte_shards: Path, tmp_path: Path
+) -> None:
+    from llmpipe.compress.model_io import load_model
+    from llmpipe.compress.prune import sparsity_of
+    from safetensors.torch import load_file
+
+    pruned = tmp_path / "pruned"
+    assert llmpipe(["prune", str(base_run), "--sparsity", "0.5", "--out", str(pruned), "--eval-rows", "16",
+                    "--finetune", "20", "--lr", "1e-3"]) == 0  # fmt: skip
+    rep = _report(pruned)
+    assert abs(rep["sparsity"] - 0.5) <= 0.005
+    assert rep["after"]["bpb"] < rep["bpb_pruned_before_finetune"], rep  # fine-tuning recovers
+    masks = load_file(str(pruned / "masks.safetensors"))
+    tuned = load_model(pruned).model
+    assert abs(sparsity_of(tuned) - 0.5) <= 0.005
+    for name, mask in masks.items():  # every pruned weight is still exactly zero after 20 AdamW steps
+        w = tuned.get_submodule(name.removesuffix(".weight")).weight
+        assert bool((w[~mask] == 0).all()) and bool((w[mask] != 0).all()), name
+
+    # masks survive a resume: continue the fine-tuning run for 10 more steps on one rank, without
+    # init.from_hf, so the masks can only come from the checkpoint's train state
+    run = tmp_path / "pruned-finetune"
+    state = torch.load(list_checkpoints(run / "checkpoints")[-1] / STATE_FILE, weights_only=False)
+    assert set(state["compression"]["masks"]) == set(masks)
+    torchrun(
+        1,
+        "--config",
+        str(run / "config.yaml"),
+        "--out",
+        str(run),
+        "--train.steps=30",
+        "--init.from_hf=null",
+        env=ENV,
+    )
+    assert list_checkpoints(run / "checkpoints")[-1].name == "step-00000030"
+    final = load_model(run).model
+    for name, mask in masks.items():
+        w = final.get_submodule(name.removesuffix(".weight")).weight
+        assert bool((w[~mask] == 0).all()), name
+    assert abs(sparsity_of(final) - 0.5) <= 0.005
+
+
+def test_wanda_2_4_holds_in_every_group_of_four(base_run: Path, tmp_path: Path) -> None:
+    from llmpipe.compress.model_io import load_model
+    from llmpipe.compress.prune import prunable
+
+    out = tmp_path / "w24"
+    assert llmpipe(["prune", str(base_run), "--method", "wanda", "--structure", "2:4", "--out", str(out),
+                    "--eval-rows", "16"]) == 0  # fmt: skip
+    model = load_model(out).model
+    for name in prunable(model):
+        w = model.get_submodule(name).weight
+        zeros = (w.reshape(w.shape[0], -1, 4) == 0).sum(-1)
+        assert bool((zeros >= 2).all()), name
+    rep = _report(out)
+    assert rep["sparsity"] == pytest.approx(0.5, abs=1e-3)
+    assert rep["after"]["bpb"] < 8.0  # still a language model, not noise (uniform: 8 bits per byte)
+
+
+def test_neuron_pruned_model_is_smaller_and_loads_in_transformers(base_run: Path, tmp_path: Path) -> None:
+    from llmpipe.compress.model_io import load_model
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "neurons"
+    assert llmpipe(["prune", str(base_run), "--structure", "neurons", "--sparsity", "0.25", "--out", str(out),
+                    "--eval-rows", "16"]) == 0  # fmt: skip
+    cfg = json.loads((out / "config.json").read_text())
+    rep = _report(out)
+    assert cfg["intermediate_size"] == rep["hidden"]["after"] == 144 < rep["hidden"]["before"] == 192
+    assert rep["size_bytes"]["weights"] < rep["size_bytes"]["fp32_weights"]
+    hf = AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+    ours = load_model(out).model
+    ids = torch.tensor(
+        [Tokenizer.from_file(str(out / "tokenizer.json")).encode("KING RICHARD:\nNow is the").ids]
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, ours(ids), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_plan_matches_the_measured_quantized_size(
+    base_run: Path, tmp_path: Path, precision: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llmpipe.compress.model_io import load_model
+    from llmpipe.compress.spec import targets
+
+    model = load_model(base_run).model
+    n = sum(p.numel() for p in model.parameters())
+    assert (
+        sum(m.weight.numel() for _, m in targets(model)) > 0.99 * n
+    )  # what the plan counts is what is quantized
+    rep = _quantize(base_run, precision, tmp_path / precision)
+    capsys.readouterr()
+    assert (
+        llmpipe(["plan", "--params", str(n), "--precision", precision, "--trainable-fraction", "0", "--json"])
+        == 0
+    )
+    planned = json.loads(capsys.readouterr().out)["memory_gb"]["weights"] * 1e9
+    measured = rep["size_bytes"]["weights"]
+    assert planned == pytest.approx(measured, rel=0.1), (planned, measured)

@@ -1,0 +1,26 @@
+"""`llmpipe plan` for tensor- and pipeline-parallel layouts against the peak tensor memory a rank of the
+real trainer uses at that layout (2 gloo processes, CPU, fp32, two optimizer steps), within 20% as the
+single-process estimate is (tests/test_plan.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, torchrun
+
+MODEL = ["model.dim=256", "model.n_layers=4", "model.n_heads=8", "data.batch_size=16"]
+
+
+@pytest.mark.parametrize("layout", ["parallel.tp=2", "parallel.pp=2"], ids=["tp2", "pp2-1f1b"])
+def test_layout_estimate_within_20_percent_of_the_measured_peak(layout: str, byte_shards: Path) -> None:
+    proc = torchrun(
+        2, str(ROOT / "tests/train/plan_check.py"), str(byte_shards), str(ROOT / "configs/train/tiny.yaml"),
+        *MODEL, layout,
+    )  # fmt: skip
+    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith("rank ")]
+    assert len(rows) == 2, proc.stdout
+    for row in rows:  # "rank R: measured M estimated E"
+        measured, estimated = int(row[3]), int(row[5])
+        assert measured > 20e6  # a real model's worth of tensors was counted
+        assert abs(estimated - measured) / measured < 0.20, (layout, row)
