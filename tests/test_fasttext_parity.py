@@ -12,9 +12,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import fasttext
 import numpy as np
 import pytest
+from fasttext_oracle import train_supervised
 from llmpipe.errors import InputError, LlmpipeError
 from llmpipe.quality import FastTextModel
 
@@ -92,9 +92,7 @@ MODELS = {
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_bin_models_match_fasttext(name: str, corpus: tuple[Path, list[str]], tmp_path: Path) -> None:
     train, texts = corpus
-    model = fasttext.train_supervised(
-        input=str(train), dim=16, bucket=50_000, **TRAIN, **{"lr": 0.5, **MODELS[name]}
-    )
+    model = train_supervised(input=str(train), dim=16, bucket=50_000, **TRAIN, **{"lr": 0.5, **MODELS[name]})
     path = tmp_path / f"{name}.bin"
     model.save_model(str(path))
     ours = FastTextModel.load(path)
@@ -114,7 +112,7 @@ def test_quantized_models_match_fasttext(
     qargs: dict[str, Any], corpus: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
     train, texts = corpus
-    model = fasttext.train_supervised(
+    model = train_supervised(
         input=str(train), dim=16, lr=0.5, bucket=50_000, **TRAIN,
         loss="softmax", wordNgrams=2, minn=2, maxn=4,
     )  # fmt: skip
@@ -141,7 +139,7 @@ def test_quantized_output_matrix_matches_fasttext(data_dir: Path, tmp_path: Path
             texts += paras[1::2][:1]
     train = tmp_path / "train.txt"
     train.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    model = fasttext.train_supervised(input=str(train), dim=8, lr=0.5, minn=2, maxn=3, bucket=20_000, **TRAIN)
+    model = train_supervised(input=str(train), dim=8, lr=0.5, minn=2, maxn=3, bucket=20_000, **TRAIN)
     assert len(model.labels) >= 256
     model.quantize(input=str(train), qnorm=True, qout=True, retrain=False)
     path = tmp_path / "qout.ftz"
@@ -154,7 +152,7 @@ def test_predicts_arrow_columns_and_newlines(corpus: tuple[Path, list[str]], tmp
     import pyarrow as pa
 
     train, texts = corpus
-    model = fasttext.train_supervised(input=str(train), dim=8, **TRAIN)
+    model = train_supervised(input=str(train), dim=8, **TRAIN)
     path = tmp_path / "m.bin"
     model.save_model(str(path))
     ours = FastTextModel.load(path)
@@ -167,7 +165,7 @@ def test_predicts_arrow_columns_and_newlines(corpus: tuple[Path, list[str]], tmp
 
 def test_bad_model_files_give_one_line_errors(corpus: tuple[Path, list[str]], tmp_path: Path) -> None:
     train, _ = corpus
-    model = fasttext.train_supervised(input=str(train), dim=8, **TRAIN)
+    model = train_supervised(input=str(train), dim=8, **TRAIN)
     good = tmp_path / "good.bin"
     model.save_model(str(good))
     raw = good.read_bytes()

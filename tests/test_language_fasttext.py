@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import fasttext
 import pyarrow as pa
 import pytest
 from conftest import run_cli
+from fasttext_oracle import train_supervised
 from llmpipe import langcodes
 from llmpipe.curate.stage import StageCounts
 from llmpipe.curate.stages.language import LanguageFilter
@@ -31,7 +31,7 @@ def lid(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
         if code in ISO1:
             lines.append(f"__label__{ISO1[code]} {text}")
     (tmp / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    model = fasttext.train_supervised(
+    model = train_supervised(
         input=str(tmp / "train.txt"), dim=16, lr=0.5, minn=2, maxn=4, bucket=50_000, **{**TRAIN, "epoch": 50},
     )  # fmt: skip
     path = tmp / "lid.bin"
@@ -124,9 +124,7 @@ def test_quality_stage_scores_with_a_fasttext_classifier(data_dir: Path, tmp_pat
     train.write_text(
         "".join(f"__label__hq {t}\n" for t in pos[::2]) + "".join(f"__label__lq {t}\n" for t in neg[::2])
     )
-    model = fasttext.train_supervised(
-        input=str(train), dim=16, wordNgrams=2, bucket=50_000, **{**TRAIN, "epoch": 5}
-    )
+    model = train_supervised(input=str(train), dim=16, wordNgrams=2, bucket=50_000, **{**TRAIN, "epoch": 5})
     path = tmp_path / "q.bin"
     model.save_model(str(path))
     docs = pos[1::2] + neg[1::2]
