@@ -154,3 +154,13 @@ def test_every_command_fails_bad_input_with_one_line(tmp_path: Path) -> None:
         assert p.returncode == 2, (name, p.returncode, p.stderr)
         assert len(lines) == 1 and lines[0].startswith("llmpipe: error:"), (name, p.stderr)
         assert "Traceback" not in p.stderr, name
+
+
+def test_the_cli_starts_without_torch() -> None:
+    """Every command's parser is built without importing torch: `llmpipe curate` starts in a second."""
+    import subprocess
+    import sys
+
+    code = "import sys; from llmpipe.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import signal
 import subprocess
 import sys
@@ -28,7 +29,12 @@ def test_ctrl_c_stops_bpe_training_promptly(data_dir: Path, tmp_path: Path) -> N
         str(tmp_path / "t.json"),
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4)  # past the imports, inside the core's training call
+    # inside the core's training call: its worker and Rust threads have started (however slow the imports)
+    deadline = time.monotonic() + 120
+    while len(os.listdir(f"/proc/{proc.pid}/task")) < 3 and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(1)
     assert proc.poll() is None, proc.communicate()
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)

@@ -246,19 +246,6 @@ def export(
     return path
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", type=Path, metavar="RUN", help="run directory of train/pretrain.py")
-    p.add_argument("--out", type=Path, required=True, help="HF model directory to write")
-    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
-    p.add_argument("--tokenizer", type=Path, default=None, help="tokenizer.json (default: the shards')")
-    p.add_argument(
-        "--max-shard-size",
-        default=None,
-        metavar="SIZE",
-        help="split the weights into safetensors shards of at most SIZE (5GB, 500MB) with an index",
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     """Export as ``args`` say; raises LlmpipeError on bad input."""
     size = parse_size(args.max_shard_size) if args.max_shard_size else None
@@ -268,6 +255,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from llmpipe.commands.export import add_arguments
+
     p = argparse.ArgumentParser(description="Export a training run as a HuggingFace Llama checkpoint.")
     add_arguments(p)
     try:

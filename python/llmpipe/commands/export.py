@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from llmpipe.repo import import_train
 
@@ -15,8 +16,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "directory: config.json, generation_config.json, safetensors weights (sharded with "
         "--max-shard-size), tokenizer.json, tokenizer_config.json and special_tokens_map.json.",
     )
-    import_train("export_hf").add_arguments(p)
+    add_arguments(p)
     p.set_defaults(func=run)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The export's arguments (also train/export_hf.py's); building the parser imports no torch."""
+    p.add_argument("run_dir", type=Path, metavar="RUN", help="run directory of train/pretrain.py")
+    p.add_argument("--out", type=Path, required=True, help="HF model directory to write")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
+    p.add_argument("--tokenizer", type=Path, default=None, help="tokenizer.json (default: the shards')")
+    p.add_argument(
+        "--max-shard-size",
+        default=None,
+        metavar="SIZE",
+        help="split the weights into safetensors shards of at most SIZE (5GB, 500MB) with an index",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmpipe.compress.prune import PRUNE_METHODS, STRUCTURES
+from llmpipe.compress.names import PRUNE_METHODS, STRUCTURES
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

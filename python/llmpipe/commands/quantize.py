@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmpipe.compress.spec import DEFAULT_GROUP, METHODS
+from llmpipe.compress.names import DEFAULT_GROUP, METHODS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

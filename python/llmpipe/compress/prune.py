@@ -9,17 +9,10 @@ The embedding and output head are left dense. Masks (True = kept) are returned b
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 import torch
 from torch import nn
 
 from llmpipe.errors import ConfigError
-
-PruneMethod = Literal["magnitude", "wanda"]
-Structure = Literal["unstructured", "2:4", "neurons"]
-PRUNE_METHODS: tuple[str, ...] = get_args(PruneMethod)
-STRUCTURES: tuple[str, ...] = get_args(Structure)
 
 
 def prunable(model: nn.Module) -> list[str]:

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 from torch import nn
 
+from llmpipe.compress.names import BITS, DEFAULT_GROUP, METHODS, Method
 from llmpipe.errors import ConfigError
-
-Method = Literal["int8", "int8-dynamic", "int4", "nf4", "gptq-int4"]
-METHODS: tuple[str, ...] = get_args(Method)
-BITS = {"int8": 8, "int8-dynamic": 8, "int4": 4, "nf4": 4, "gptq-int4": 4}
-DEFAULT_GROUP = 64
 
 
 @dataclass(frozen=True)
