@@ -49,3 +49,16 @@ def kill_all(pids: set[int]) -> None:
         deadline = time.time() + 10
         while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
             time.sleep(0.2)
+
+
+def ray_agent_ports() -> list[str]:
+    """Fixed ports for a Ray node's agents. With port 0 the raylet waits a fixed 15 s for the dashboard
+    agent to write the port it bound and aborts the node past that, which a loaded 2-core machine
+    misses; with the port given there is nothing to wait for."""
+    flags = ("--dashboard-agent-grpc-port", "--dashboard-agent-listen-port", "--runtime-env-agent-port")
+    return [x for f in (*flags, "--metrics-export-port") for x in (f, str(free_port()))]
+
+
+#: environment for a private test cluster on a loaded machine: a slow raylet is waited for (default
+#: 10 s), and no token (one in ~/.ray would be read by some processes only)
+RAY_TEST_ENV = {"RAY_raylet_start_wait_time_s": "120", "RAY_AUTH_MODE": "disabled"}

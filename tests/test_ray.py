@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_cli
-from procs import free_port, kill_all, procs, with_descendants
+from procs import RAY_TEST_ENV, free_port, kill_all, procs, ray_agent_ports, with_descendants
 
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
@@ -82,7 +82,7 @@ def cluster() -> Iterator[Cluster]:
     env |= {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0"}
     # task states reach the state API within 0.1 s (default 1 s): the fault test must see a task
     # running on the worker while it still runs
-    env |= {"RAY_task_events_report_interval_ms": "100"}
+    env |= {"RAY_task_events_report_interval_ms": "100"} | RAY_TEST_ENV
     c = Cluster(temp_dir, port, f"http://127.0.0.1:{dash}", env, 0)
     try:
         common = ["--num-cpus", "1", "--memory", MEMORY, "--object-store-memory", OBJECT_STORE]
@@ -96,10 +96,11 @@ def cluster() -> Iterator[Cluster]:
             "true",
         ]
         head += ["--ray-client-server-port", str(free_port()), "--temp-dir", str(temp_dir)]
-        head += ["--disable-usage-stats", *common]
+        head += ["--disable-usage-stats", *common, *ray_agent_ports()]
         subprocess.run(head, check=True, capture_output=True, env=env, timeout=300)
         before = _raylets(temp_dir)
         worker = [RAY, "start", "--address", f"127.0.0.1:{port}", "--node-ip-address", "127.0.0.1", *common]
+        worker += ray_agent_ports()
         subprocess.run(worker, check=True, capture_output=True, env=env, timeout=300)
         new = _raylets(temp_dir) - before
         assert len(before) == 1 and len(new) == 1, (before, new)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT
-from procs import free_port, kill_all, procs, with_descendants
+from procs import RAY_TEST_ENV, free_port, kill_all, procs, ray_agent_ports, with_descendants
 
 if str(ROOT) not in sys.path:  # the trainer's own config loader checks best.yaml
     sys.path.insert(0, str(ROOT))
@@ -63,14 +63,6 @@ class Cluster:
         return with_descendants(roots, table)
 
 
-def _agent_ports() -> list[str]:
-    """Fixed ports for a node's agents. With port 0 the raylet waits a fixed 15 s for the dashboard
-    agent to write the port it bound and aborts the node past that, which a loaded 2-core machine
-    misses; with the port given there is nothing to wait for."""
-    flags = ("--dashboard-agent-grpc-port", "--dashboard-agent-listen-port", "--runtime-env-agent-port")
-    return [x for f in (*flags, "--metrics-export-port") for x in (f, str(free_port()))]
-
-
 def _ray_start(cmd: list[str], env: dict[str, str]) -> None:
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -82,10 +74,7 @@ def cluster() -> Iterator[Cluster]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env |= {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0"}
-    # a loaded 2-core machine starts a raylet slowly: wait for it longer than the default 10 s
-    env |= {"RAY_raylet_start_wait_time_s": "120"}
-    # a private cluster on 127.0.0.1: no token (one in ~/.ray would be read by some processes only)
-    env |= {"RAY_AUTH_MODE": "disabled"}
+    env |= RAY_TEST_ENV
     c = Cluster(temp_dir, port, env)
     try:
         common = [
@@ -99,7 +88,7 @@ def cluster() -> Iterator[Cluster]:
         head = [RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port)]
         head += ["--include-dashboard", "false"]  # the driver connects over GCS; no Jobs API needed
         head += ["--ray-client-server-port", str(free_port()), "--temp-dir", str(temp_dir)]
-        _ray_start([*head, "--disable-usage-stats", *common, *_agent_ports()], env)
+        _ray_start([*head, "--disable-usage-stats", *common, *ray_agent_ports()], env)
         _ray_start(
             [
                 RAY,
@@ -109,7 +98,7 @@ def cluster() -> Iterator[Cluster]:
                 "--node-ip-address",
                 "127.0.0.1",
                 *common,
-                *_agent_ports(),
+                *ray_agent_ports(),
             ],
             env,
         )
