@@ -55,6 +55,11 @@ def run_train(args: argparse.Namespace) -> int:
     from llmpipe.tokenizer import Tokenizer
 
     specials = args.special_token or [EOS]
+    print(
+        f"training a byte-level BPE of {args.vocab_size:,} ids on {len(args.inputs)} file(s)",
+        file=sys.stderr,
+        flush=True,
+    )
     tok = Tokenizer.train(
         args.inputs,
         args.vocab_size,
