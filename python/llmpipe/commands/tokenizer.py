@@ -55,11 +55,12 @@ def run_train(args: argparse.Namespace) -> int:
     from llmpipe.tokenizer import Tokenizer
 
     specials = args.special_token or [EOS]
-    print(
-        f"training a byte-level BPE of {args.vocab_size:,} ids on {len(args.inputs)} file(s)",
-        file=sys.stderr,
-        flush=True,
-    )
+    if all(p.is_file() for p in args.inputs):  # else Tokenizer.train says which one is missing
+        print(
+            f"training a byte-level BPE of {args.vocab_size:,} ids on {len(args.inputs)} file(s)",
+            file=sys.stderr,
+            flush=True,
+        )
     tok = Tokenizer.train(
         args.inputs,
         args.vocab_size,
