@@ -167,10 +167,11 @@ def test_sweep_asha_stops_the_worst_and_a_killed_sweep_resumes(
         assert rows[tid]["launches"] == 1, rows[tid]
     assert all(r["status"] in ("completed", "stopped") for r in rows.values()), rows
     by_lr = {r["config"]["optim.lr"]: r for r in rows.values()}
-    # ASHA: the best trials run all 20 steps; at least one of the worst is stopped at a rung before the end
+    # ASHA: the best trial runs all 20 steps; at least one of the worst is stopped at a rung before the
+    # end (which others it stops depends on the order trials reach a rung, so that is not asserted)
     assert by_lr[3.0e-3]["status"] == "completed" and by_lr[3.0e-3]["steps"] == 20
     stopped = [r for r in rows.values() if r["status"] == "stopped"]
-    assert stopped and all(r["config"]["optim.lr"] <= 1.0e-5 for r in stopped), rows
+    assert any(r["config"]["optim.lr"] <= 1.0e-5 for r in stopped), rows
     assert all(r["steps"] < 20 for r in stopped)
     best = results["best"]
     assert best["config"]["optim.lr"] in (3.0e-3, 1.0e-3) and best["val_loss"] < min(
