@@ -3,6 +3,7 @@ against one process computing the same model on the whole global batch. Exits no
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,11 @@ from train.model import Transformer  # noqa: E402
 from train.parallel import build_mesh, init_distributed, resolve_layout  # noqa: E402
 from train.pretrain import build_model  # noqa: E402
 from train.trainer import count_targets, forward_backward  # noqa: E402
+
+
+def _say(line: str) -> None:
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
 def main(shards: str) -> int:
@@ -60,10 +66,11 @@ def main(shards: str) -> int:
             assert p.grad is not None
             rel = float((grads[name] - p.grad).abs().max() / p.grad.abs().max())
             worst = max(worst, rel)
-        print(
+        # one write() per line: both ranks share torchrun's stdout pipe, and print() may split a line
+        _say(
             f"rank {d.rank} {sharding}: mesh {tuple(d.mesh.shape)}, {len(grads)} parameters, worst rel diff {worst:.3g}"
         )
-        print(f"rank {d.rank} {sharding}: sharded init equals unsharded init: {init_equal}")
+        _say(f"rank {d.rank} {sharding}: sharded init equals unsharded init: {init_equal}")
         if not worst <= 1e-5 or not init_equal:
             failures += 1
     dist.destroy_process_group()
