@@ -20,6 +20,7 @@ from llmpipe.errors import ShardError
 
 from train.byte_shards import EOS, VOCAB, byte_tokenizer_json
 from train.config import DataConfig
+from train.data import RunData, verify_notices
 
 SEQ_LEN = 1023  # rows of 1024 uint16 ids: 2 KiB
 
@@ -124,6 +125,9 @@ def test_a_manifest_without_block_checksums_still_loads(shards: Path, tmp_path: 
     ds = ShardDataset(out, "train", verify="blocks")
     assert len(ds) == n
     assert len(ds.notices) == 1 and "no block checksums" in ds.notices[0] and "verify=fast" in ds.notices[0]
+    # the trainer prints it once for the directory, not once per split
+    val = ShardDataset(out, "val", verify="blocks")
+    assert verify_notices(RunData(ds, TokenLoader(ds, 4), {"": val})) == ds.notices == val.notices
     rep = verify_directory(out)
     assert rep.ok and rep.without_blocks == rep.checked_shards == sum(
         len(s["shards"]) for s in m["splits"].values()
