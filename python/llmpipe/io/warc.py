@@ -16,11 +16,9 @@ against ``max_doc_bytes``, so memory is bounded by the largest accepted record, 
 from __future__ import annotations
 
 import gzip
-import os
 import re
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import BinaryIO
 
 from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
@@ -28,6 +26,7 @@ from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 from llmpipe.io.compression import GZIP_MAGIC, compression_of, open_binary
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.extract import decode, is_html
+from llmpipe.io.fs import InputPath
 from llmpipe.io.records import Bad, Doc, Skip
 
 _SKIPPED_TYPES = {  # keyed by int: the record type enum is not hashable
@@ -39,11 +38,11 @@ _SKIPPED_TYPES = {  # keyed by int: the record type enum is not hashable
 _CHUNK = 1 << 20
 
 
-def read_warc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
+def read_warc(path: InputPath, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
     kind = compression_of(path)
     # FastWARC detects plain, gzip and zstd from the bytes of a file object (from a path it goes by the
     # name); other codecs are decompressed in Python first.
-    source: BinaryIO = open(path, "rb") if kind in (None, "gzip", "zstd") else open_binary(path)  # noqa: SIM115
+    source: BinaryIO = path.open("rb") if kind in (None, "gzip", "zstd") else open_binary(path)
     last_pos, n = -1, 0
     # Each result is held back until the stream goes on past its record: a record whose body is never
     # read (a request, metadata, a too-large page) may be the one the file is cut in, and is then
@@ -146,9 +145,9 @@ def _page(
     return Doc(doc_id, decode(body, charset), meta, raw_words=len(body.split()), location=where)
 
 
-def _tail_problem(path: Path, kind: str | None, last_pos: int) -> tuple[bool, str | None]:
+def _tail_problem(path: InputPath, kind: str | None, last_pos: int) -> tuple[bool, str | None]:
     """(is the last record cut short, what is wrong after it): FastWARC stops quietly at a cut."""
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         f.seek(last_pos)
         if kind == "gzip":
             if f.read(2) != GZIP_MAGIC:
@@ -178,7 +177,7 @@ def _tail_problem(path: Path, kind: str | None, last_pos: int) -> tuple[bool, st
         if m is None or length is None:
             return True, f"the record header at byte {last_pos} is cut short"
         end = last_pos + m.end() + int(length.group(1))
-        size = os.fstat(f.fileno()).st_size
+        size = path.stat().st_size
         if size < end:
             return (
                 True,
@@ -198,7 +197,7 @@ def _tail_problem(path: Path, kind: str | None, last_pos: int) -> tuple[bool, st
 _ARC_HEADER = re.compile(rb"^(\S+) (\S+) (\d{14}) (\S*) (\d+)\s*$")
 
 
-def read_arc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
+def read_arc(path: InputPath, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
     """ARC v1 (Internet Archive / early Common Crawl): ``URL IP DATE TYPE LENGTH`` then LENGTH bytes."""
     n = 0
     offset = 0
