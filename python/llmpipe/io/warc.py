@@ -86,7 +86,9 @@ def read_warc(path: Path, cfg: ReadConfig, span: Span | None = None) -> Iterator
                 return
             pending = _warc_record(rec, n, cfg)
     cut, problem = (
-        _tail_problem(path, kind, last_pos) if last_pos >= 0 else (False, "no complete WARC record in the file")
+        _tail_problem(path, kind, last_pos)
+        if last_pos >= 0
+        else (False, "no complete WARC record in the file")
     )
     if pending is not None:
         unread = isinstance(pending, Skip) or (
