@@ -13,11 +13,11 @@ chunk: such a stream cannot be entered in the middle.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from llmpipe.io.compression import compression_of
+from llmpipe.io.fs import InputPath
 
 _BLOCK = 16 << 20
 
@@ -35,7 +35,7 @@ class Span:
     last: int = -1
 
 
-def split(path: Path, fmt: str, chunk_bytes: int) -> list[Span | None]:
+def split(path: InputPath, fmt: str, chunk_bytes: int) -> list[Span | None]:
     """The chunks of ``path``; ``[None]``: the whole file is one chunk."""
     size = path.stat().st_size
     if size <= chunk_bytes:
@@ -51,12 +51,12 @@ def split(path: Path, fmt: str, chunk_bytes: int) -> list[Span | None]:
     return [None]
 
 
-def _line_spans(path: Path, size: int, chunk_bytes: int) -> list[Span | None]:
+def _line_spans(path: InputPath, size: int, chunk_bytes: int) -> list[Span | None]:
     """Cut after the first newline at or past every multiple of ``chunk_bytes``; count lines as we go."""
     spans: list[Span | None] = []
     start, first, lines, pos = 0, 0, 0, 0
     target = chunk_bytes
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         while block := f.read(_BLOCK):
             at = 0
             while pos + len(block) > target:  # a cut falls in this block: at the next newline
@@ -75,8 +75,9 @@ def _line_spans(path: Path, size: int, chunk_bytes: int) -> list[Span | None]:
     return spans
 
 
-def _row_group_spans(path: Path, chunk_bytes: int) -> list[Span | None]:
-    meta = pq.ParquetFile(path).metadata
+def _row_group_spans(path: InputPath, chunk_bytes: int) -> list[Span | None]:
+    with path.open("rb") as f:
+        meta = pq.ParquetFile(f).metadata
     spans: list[Span | None] = []
     start, first, rows, acc = 0, 0, 0, 0
     for g in range(meta.num_row_groups):

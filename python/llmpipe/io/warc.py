@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import re
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, BinaryIO
 
 from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
@@ -30,6 +28,7 @@ from llmpipe.io.chunks import Span
 from llmpipe.io.compression import GZIP_MAGIC, compression_of, open_binary
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.extract import decode, is_html
+from llmpipe.io.fs import InputPath
 from llmpipe.io.records import Bad, Doc, Skip
 
 _SKIPPED_TYPES = {  # keyed by int: the record type enum is not hashable
@@ -41,13 +40,13 @@ _SKIPPED_TYPES = {  # keyed by int: the record type enum is not hashable
 _CHUNK = 1 << 20
 
 
-def read_warc(path: Path, cfg: ReadConfig, span: Span | None = None) -> Iterator[Doc | Bad | Skip]:
+def read_warc(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Iterator[Doc | Bad | Skip]:
     """The records of ``path`` (of its chunk ``span``: the records whose header starts in it; those
     are read exactly as in a whole-file read, the last one past the chunk's end if need be)."""
     kind = compression_of(path)
     # FastWARC detects plain, gzip and zstd from the bytes of a file object (from a path it goes by the
     # name); other codecs are decompressed in Python first.
-    source: BinaryIO = open(path, "rb") if kind in (None, "gzip", "zstd") else open_binary(path)  # noqa: SIM115
+    source: BinaryIO = path.open("rb") if kind in (None, "gzip", "zstd") else open_binary(path)
     last_pos, n = -1, 0
     last = -1  # the number of the chunk's last record (-1: the file's last)
     if span is not None:
@@ -169,9 +168,9 @@ def _page(
     return Doc(doc_id, text, meta, raw_words=len(body.split()), location=where, position=position)
 
 
-def _tail_problem(path: Path, kind: str | None, last_pos: int) -> tuple[bool, str | None]:
+def _tail_problem(path: InputPath, kind: str | None, last_pos: int) -> tuple[bool, str | None]:
     """(is the last record cut short, what is wrong after it): FastWARC stops quietly at a cut."""
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         f.seek(last_pos)
         if kind == "gzip":
             if f.read(2) != GZIP_MAGIC:
@@ -201,7 +200,7 @@ def _tail_problem(path: Path, kind: str | None, last_pos: int) -> tuple[bool, st
         if m is None or length is None:
             return True, f"the record header at byte {last_pos} is cut short"
         end = last_pos + m.end() + int(length.group(1))
-        size = os.fstat(f.fileno()).st_size
+        size = path.stat().st_size
         if size < end:
             return (
                 True,
@@ -221,7 +220,7 @@ def _tail_problem(path: Path, kind: str | None, last_pos: int) -> tuple[bool, st
 _ARC_HEADER = re.compile(rb"^(\S+) (\S+) (\d{14}) (\S*) (\d+)\s*$")
 
 
-def read_arc(path: Path, cfg: ReadConfig, span: Span | None = None) -> Iterator[Doc | Bad | Skip]:
+def read_arc(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Iterator[Doc | Bad | Skip]:
     """ARC v1 (Internet Archive / early Common Crawl): ``URL IP DATE TYPE LENGTH`` then LENGTH bytes.
     ``span``: only the records of that byte range (it starts and ends at records or gzip members)."""
     n = span.first if span is not None else 0
@@ -274,8 +273,8 @@ def read_arc(path: Path, cfg: ReadConfig, span: Span | None = None) -> Iterator[
         yield Bad("truncated_or_corrupt_stream", f"after record {n}", f"{type(e).__name__}: {e}")
 
 
-def _open_range(path: Path, span: Span) -> BinaryIO:
-    raw = io.BufferedReader(_Range(open(path, "rb"), span.start, span.end))  # noqa: SIM115 - owned
+def _open_range(path: InputPath, span: Span) -> BinaryIO:
+    raw = io.BufferedReader(_Range(path.open("rb"), span.start, span.end))
     if compression_of(path) == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     return raw  # type: ignore[return-value]
@@ -296,9 +295,10 @@ class _Range(io.RawIOBase):
         want = min(len(b), self.left)
         if want <= 0:
             return 0
-        got = self.f.readinto(memoryview(b)[:want])  # type: ignore[attr-defined]
-        self.left -= got
-        return got
+        data = self.f.read(want)
+        b[: len(data)] = data
+        self.left -= len(data)
+        return len(data)
 
     def close(self) -> None:
         self.f.close()
@@ -417,7 +417,7 @@ class _RecordWalk:
         return int(arc.group(5)) if arc else None
 
 
-def archive_spans(path: Path, fmt: str, chunk_bytes: int) -> list[Span | None]:
+def archive_spans(path: InputPath, fmt: str, chunk_bytes: int) -> list[Span | None]:
     """Chunks of about ``chunk_bytes`` of a crawl archive, each starting at a record.
 
     A gzip file is cut only between gzip members that also lie between records; finding them takes
@@ -448,12 +448,12 @@ def archive_spans(path: Path, fmt: str, chunk_bytes: int) -> list[Span | None]:
     return spans
 
 
-def _plain_cuts(path: Path, fmt: str) -> list[tuple[int, int, int]]:
+def _plain_cuts(path: InputPath, fmt: str) -> list[tuple[int, int, int]]:
     """(byte, records before, same byte) at every record header of an uncompressed archive."""
     walk = _RecordWalk(fmt)
     cuts: list[tuple[int, int, int]] = []
     size = path.stat().st_size
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         while block := f.read(_MAX_HEADER):
             walk.feed(block)
             cuts += [(at, before, at) for at, before in walk.headers]
@@ -468,7 +468,7 @@ def _plain_cuts(path: Path, fmt: str) -> list[tuple[int, int, int]]:
     return cuts
 
 
-def _gzip_cuts(path: Path, fmt: str) -> list[tuple[int, int, int]]:
+def _gzip_cuts(path: InputPath, fmt: str) -> list[tuple[int, int, int]]:
     """(byte, records before, decompressed bytes before) at every gzip member that starts between
     records."""
     walk = _RecordWalk(fmt)
@@ -476,7 +476,7 @@ def _gzip_cuts(path: Path, fmt: str) -> list[tuple[int, int, int]]:
     member_of_record = 0  # the member the newest record header started in
     at, read, buf = 0, 0, b""
     trouble = -1
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         while True:
             if not buf:
                 buf = f.read(_CHUNK)
