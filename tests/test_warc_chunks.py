@@ -183,3 +183,19 @@ def test_killed_chunked_archive_run_resumes_to_the_same_bytes(
         assert code == -9, point
     _curate(d, out, cfg, "--workers", "2", "--chunk-mb", "0.05")
     assert _tree(out) == _tree(tmp_path / "ref")
+
+
+def test_chunks_of_an_archive_on_another_file_system(archives: dict[str, Path]) -> None:
+    """The same through fsspec (its in-memory file system): cuts found and records read by ranges."""
+    import fsspec
+    from llmpipe.io.fs import RemotePath
+
+    fs = fsspec.filesystem("memory")
+    cfg = ReadConfig()
+    for name in ("wget", "plain.warc", "members.arc.gz", "arc", "corrupt.warc.gz"):
+        fs.pipe(f"/warc-chunks/{name}", archives[name].read_bytes())
+        remote = RemotePath(f"memory://warc-chunks/{name}")
+        spans = split(remote, detect_format(remote), 30000)
+        assert spans == split(archives[name], detect_format(archives[name]), 30000)
+        assert len(spans) > 1, name
+        assert [r for s in spans for r in records(remote, cfg, s)] == list(records(archives[name], cfg)), name

@@ -274,8 +274,9 @@ def read_arc(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Iter
 
 
 def _open_range(path: InputPath, span: Span) -> BinaryIO:
+    gzipped = compression_of(path) == "gzip"
     raw = io.BufferedReader(_Range(path.open("rb"), span.start, span.end))
-    if compression_of(path) == "gzip":
+    if gzipped:
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     return raw  # type: ignore[return-value]
 
