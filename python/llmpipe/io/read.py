@@ -65,7 +65,7 @@ def records(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Itera
     elif fmt in ("warc", "arc"):
         from llmpipe.io import warc  # FastWARC loads only when a crawl archive is read
 
-        yield from (warc.read_warc if fmt == "warc" else warc.read_arc)(path, cfg)
+        yield from (warc.read_warc if fmt == "warc" else warc.read_arc)(path, cfg, span)
     elif fmt == "empty":
         yield Bad("empty_file", "file", "the file has no bytes")
     else:
