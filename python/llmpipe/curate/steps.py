@@ -34,6 +34,7 @@ from llmpipe.data.format import atomic_write_json
 from llmpipe.errors import InputError
 from llmpipe.io.chunks import Span
 from llmpipe.io.config import ReadConfig
+from llmpipe.io.fs import InputPath, as_input
 from llmpipe.io.read import detect_format
 from llmpipe.io.records import DOC_SCHEMA, Bad
 
@@ -133,7 +134,7 @@ def _source_batches(
         read, extract = StageCounts(Read.name), StageCounts(Extract.name)
         counts += [read, extract]
         cfg = CurateConfig.from_mapping(job.config).read
-        yield from read_documents(Path(path), key, cfg, on_bad, read, extract, part.span)
+        yield from read_documents(as_input(path), key, cfg, on_bad, read, extract, part.span)
         return
     assert seg.after is not None
     drops = ListedDrops(_load_drops(str(work.drops(k - 1))))
@@ -146,7 +147,7 @@ def _source_batches(
 
 
 def read_documents(
-    path: Path,
+    path: InputPath,
     source: str,
     cfg: ReadConfig,
     on_bad: Callable[[Bad], None],
@@ -199,7 +200,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
         "counts": [c.to_dict() for c in counts + stage_counts],
         "quarantine": dict(bad.by_reason),  # the records are in work.quarantine(i)
         # an input's format is counted once, by its first chunk
-        "format": detect_format(Path(job.files[job.parts[i].file]))
+        "format": detect_format(as_input(job.files[job.parts[i].file]))
         if k == 0 and job.parts[i].chunk == 0
         else None,
     }
