@@ -94,39 +94,72 @@ fn mulmod(a: u64, b: u64) -> u64 {
     }
 }
 
-/// Prefix hashes of a byte string, for O(1) substring hashes.
-struct Prefix<'p> {
+/// Extend `pw` to BASE^0 .. BASE^n (kept per thread: every document needs a prefix of it).
+fn powers(pw: &mut Vec<u64>, n: usize) {
+    if pw.is_empty() {
+        pw.push(1);
+    }
+    while pw.len() <= n {
+        let last = pw[pw.len() - 1];
+        pw.push(mulmod(last, BASE));
+    }
+}
+
+/// Prefix hashes of a byte string into `h`, for O(1) substring hashes.
+fn prefix(bytes: &[u8], h: &mut Vec<u64>) {
+    h.clear();
+    h.reserve(bytes.len() + 1);
+    h.push(0);
+    let mut last = 0u64;
+    for &b in bytes {
+        let v = mulmod(last, BASE) + b as u64 + 1;
+        last = if v >= MOD { v - MOD } else { v };
+        h.push(last);
+    }
+}
+
+/// The key of bytes `a..b` from prefix hashes `h` and powers `pw`.
+#[inline]
+fn sub(h: &[u64], pw: &[u64], a: usize, b: usize) -> u64 {
+    let x = h[b] + MOD - mulmod(h[a], pw[b - a]);
+    key((if x >= MOD { x - MOD } else { x }, b - a))
+}
+
+/// Buffers reused from one document to the next on a thread (allocating and zeroing them per
+/// document cost more than filling them).
+#[derive(Default)]
+struct Scratch {
+    spaced: String,
+    glued: String,
+    sp_off: Vec<usize>,
+    gl_off: Vec<usize>,
+    cp: Vec<usize>,
+    pw: Vec<u64>,
     h: Vec<u64>,
-    pw: &'p [u64],
+    counts: HashMap<u64, (u32, u32), IdBuild>,
+    unique: HashSet<u64, IdBuild>,
 }
 
-/// BASE^0 .. BASE^n
-fn powers(n: usize) -> Vec<u64> {
-    let mut pw = Vec::with_capacity(n + 1);
-    pw.push(1);
-    for i in 0..n {
-        pw.push(mulmod(pw[i], BASE));
+/// Empty a reused map; one grown far beyond `need` by a long document is shrunk, so that clearing
+/// it does not cost every later short document its old size.
+fn reset<V>(m: &mut HashMap<u64, V, IdBuild>, need: usize) {
+    m.clear();
+    if m.capacity() > 1024 && m.capacity() > 4 * need {
+        m.shrink_to(need);
     }
-    pw
+    m.reserve(need);
 }
 
-impl<'p> Prefix<'p> {
-    fn new(bytes: &[u8], pw: &'p [u64]) -> Self {
-        let mut h = Vec::with_capacity(bytes.len() + 1);
-        h.push(0);
-        let mut last = 0u64;
-        for &b in bytes {
-            let v = mulmod(last, BASE) + b as u64 + 1;
-            last = if v >= MOD { v - MOD } else { v };
-            h.push(last);
-        }
-        Self { h, pw }
+fn reset_set(m: &mut HashSet<u64, IdBuild>, need: usize) {
+    m.clear();
+    if m.capacity() > 1024 && m.capacity() > 4 * need {
+        m.shrink_to(need);
     }
-    #[inline]
-    fn get(&self, a: usize, b: usize) -> u64 {
-        let x = self.h[b] + MOD - mulmod(self.h[a], self.pw[b - a]);
-        key((if x >= MOD { x - MOD } else { x }, b - a))
-    }
+    m.reserve(need);
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// `None` to keep, else datatrove's reason.
@@ -162,13 +195,24 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
     if cfg.top_n_grams.is_empty() && cfg.dup_n_grams.is_empty() {
         return None;
     }
+    SCRATCH.with(|cell| n_grams(cfg, words, &mut cell.borrow_mut(), frac))
+}
+
+/// The n-gram rules (the costly part): most frequent n-grams, then duplicated n-grams.
+fn n_grams(
+    cfg: &GopherRepetitionConfig,
+    words: &[&str],
+    sc: &mut Scratch,
+    frac: impl Fn(usize) -> f64,
+) -> Option<String> {
+    let Scratch { spaced, glued, sp_off, gl_off, cp, pw, h, counts, unique } = sc;
+    spaced.clear();
+    glued.clear();
+    sp_off.clear();
+    gl_off.clear();
+    cp.clear();
     // " ".join(words) and "".join(words) with each word's start offset, and code-point prefix sums
     let nw = words.len();
-    let mut spaced = String::with_capacity(text.len());
-    let mut glued = String::with_capacity(text.len());
-    let mut sp_off = Vec::with_capacity(nw + 1);
-    let mut gl_off = Vec::with_capacity(nw + 1);
-    let mut cp = Vec::with_capacity(nw + 1);
     cp.push(0usize);
     for (i, w) in words.iter().enumerate() {
         if i > 0 {
@@ -183,18 +227,17 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
     sp_off.push(spaced.len() + 1);
     gl_off.push(glued.len());
 
-    let pw = powers(spaced.len());
+    powers(pw, spaced.len());
     if !cfg.top_n_grams.is_empty() {
-        let hs = Prefix::new(spaced.as_bytes(), &pw);
+        prefix(spaced.as_bytes(), h);
         for &(n, t) in &cfg.top_n_grams {
             if n == 0 || nw < n {
                 continue;
             }
             // most_common(1): highest count, ties -> first seen
-            let mut counts: HashMap<u64, (u32, u32), IdBuild> =
-                HashMap::with_capacity_and_hasher(nw, IdBuild::default());
+            reset(counts, nw);
             for i in 0..=nw - n {
-                let key = hs.get(sp_off[i], sp_off[i + n] - 1);
+                let key = sub(h, pw, sp_off[i], sp_off[i + n] - 1);
                 let e = counts.entry(key).or_insert((0, i as u32));
                 e.0 += 1;
             }
@@ -210,16 +253,16 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
         }
     }
     if !cfg.dup_n_grams.is_empty() {
-        let hg = Prefix::new(glued.as_bytes(), &pw);
+        prefix(glued.as_bytes(), h);
         for &(n, t) in &cfg.dup_n_grams {
             if n == 0 {
                 continue;
             }
-            let mut unique: HashSet<u64, IdBuild> = HashSet::with_capacity_and_hasher(nw, IdBuild::default());
+            reset_set(unique, nw);
             let mut repeated = 0usize;
             let mut idx = 0usize;
             while idx + n <= nw {
-                let key = hg.get(gl_off[idx], gl_off[idx + n]);
+                let key = sub(h, pw, gl_off[idx], gl_off[idx + n]);
                 if unique.insert(key) {
                     idx += 1;
                 } else {
