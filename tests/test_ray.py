@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_cli
 from procs import RAY_TEST_ENV, free_port, kill_all, procs, ray_agent_ports, with_descendants
+from s3server import s3_server
 
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
@@ -211,6 +212,34 @@ def test_launcher_entry_script_with_relative_paths(
     )
     assert p.returncode == 0, p.stdout + p.stderr
     _same_tree(local, tmp_path / "shards")
+    nodes = {t["node_id"] for t in _tasks(cluster) if t["task_id"] not in seen and t["state"] == "FINISHED"}
+    assert len(nodes) == 2, nodes
+
+
+def test_job_submit_from_and_to_s3(
+    cluster: Cluster, local_run: tuple[Path, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """Inputs on an S3 server (moto, 127.0.0.1) opened by the tasks on both nodes, --out on it too:
+    the local run's bytes. The credentials reach the tasks through the job's runtime env."""
+    cfg, local = local_run
+    seen = {t["task_id"] for t in _tasks(cluster)}
+    with s3_server() as s3:
+        for n in INPUTS:
+            s3.client.upload_file(str(data_dir / "web" / n), s3.bucket, f"in/{n}")
+        env = json.dumps({"env_vars": s3.env})
+        cmd = [RAY, "job", "submit", "--address", cluster.dashboard, "--working-dir", str(ROOT)]
+        cmd += ["--runtime-env-json", env, "--", "llmpipe", "curate"]
+        cmd += [f"s3://{s3.bucket}/in/{n}" for n in INPUTS]
+        cmd += ["--out", f"s3://{s3.bucket}/out", "--work-dir", str(tmp_path / "staging")]
+        cmd += ["--config", str(cfg), "--ray", "auto", "--quiet"]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=cluster.env, timeout=600)
+        assert p.returncode == 0 and "succeeded" in p.stdout + p.stderr, p.stdout + p.stderr
+        got = s3.download_tree("out", tmp_path / "got")
+    done = ".llmpipe-done.json"  # its fingerprint covers the inputs' mtimes: a store's differ
+    names = sorted(p.name for p in local.iterdir() if p.is_file() and p.name != done)
+    assert names == sorted(p.name for p in got.iterdir() if p.is_file() and p.name != done)
+    for n in names:
+        assert (local / n).read_bytes() == (got / n).read_bytes(), f"{n} differs between local and s3"
     nodes = {t["node_id"] for t in _tasks(cluster) if t["task_id"] not in seen and t["state"] == "FINISHED"}
     assert len(nodes) == 2, nodes
 

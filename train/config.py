@@ -48,7 +48,9 @@ class DataConfig:
     path: Path | None = None  # the shard directory (``--data``)
     batch_size: int = 8  # sequences per rank per micro-batch
     seed: int = 0  # data order
-    verify: Literal["full", "fast", "none"] = "fast"
+    # shard checks at start: blocks = CRC-32 of every 1 MiB block (every byte; old manifests: as fast),
+    # full = sha256 of every byte, fast = size + first/last MiB (misses a byte mid-shard), none
+    verify: Literal["blocks", "full", "fast", "none"] = "blocks"
     prefetch: int = 4
     sources: list[SourceConfig] = field(default_factory=list)  # a weighted mixture instead of ``path``
     stages: list[StageConfig] = field(default_factory=list)  # later mixtures (e.g. anneal on one source)

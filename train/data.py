@@ -42,6 +42,15 @@ def open_train(data: DataConfig) -> ShardDataset | MixedShards:
     return MixedShards(names, sets)
 
 
+def verify_notices(data: RunData) -> list[str]:
+    """The shard checks' notices (e.g. a manifest without block checksums), each directory once."""
+    sets = data.train.datasets if isinstance(data.train, MixedShards) else [data.train]
+    out: list[str] = []
+    for ds in [*sets, *data.val.values()]:
+        out += [n for n in ds.notices if n not in out]
+    return out
+
+
 def mixture_stages(data: DataConfig, schedule: BatchSchedule) -> list[MixStage]:
     """Stage weights in source order, each from the sample position where its step begins."""
     names = [s.name for s in data.sources]

@@ -26,7 +26,7 @@ from llmpipe.plan import Plan, plan_for_run, render_memory
 from train import init_from
 from train.checkpoint import Checkpointer
 from train.config import RunConfig, dump, parse_args, resolve_for_device
-from train.data import build_data, first_directory, open_train
+from train.data import build_data, first_directory, open_train, verify_notices
 from train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
 from train.model import Transformer, _local, count_params
 from train.optim import build_optimizer, build_scheduler
@@ -164,6 +164,9 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         cfg.train.ramp_tokens,
     )
     data = build_data(cfg, d, schedule, train_ds)
+    if d.is_main:
+        for line in verify_notices(data):
+            print(f"note: {line}", flush=True)
     hooks = compression_hooks(cfg)
     model, pipeline = build_parallel_model(cfg, d, hooks)
     if cfg.model.init_from is not None:

@@ -212,6 +212,9 @@ class FastTextModel:
 
 # -- shards (crates/llmpipe-shard, crates/llmpipe-py/src/shard.rs) -------------------------------
 
+def crc32_blocks(data: object, block_bytes: int) -> bytes:
+    """CRC-32 (zlib's) of every ``block_bytes`` piece of a uint8 buffer, in parallel: u32 LE bytes."""
+
 @final
 class BatchStream:
     """Batches of one rank built ahead by a Rust thread: ``next()`` -> (rows, targets, doc_ids) or None."""

@@ -4,11 +4,15 @@
 use std::sync::Arc;
 
 use llmpipe_shard::pack::{Packed, Packer, Packing, Token};
-use llmpipe_shard::{build_batch, masked_targets, BatchOut, Id, Prefetch, Samples, ShardRows, Tokens};
+use llmpipe_shard::{
+    build_batch, crc32_blocks as core_crc32_blocks, masked_targets, BatchOut, Id, Prefetch, Samples,
+    ShardRows, Tokens,
+};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
-use crate::buffers::{buffer, view, Data, IdBuffer, Pool, Pooled};
+use crate::buffers::{buffer, to_bytes, view, Data, IdBuffer, Pool, Pooled};
 use crate::errors::{enter, enter_ok, ConfigError, CoreError, ShardError};
 
 /// The shards' memory, kept alive (and exported by Python) for as long as a stream reads it.
@@ -217,7 +221,24 @@ impl SamplePacker {
     }
 }
 
+/// CRC-32 (zlib's) of every `block_bytes`-byte piece of `data` (a uint8 buffer, e.g. a memory-mapped
+/// shard), in parallel with the GIL released: `4 * ceil(len / block_bytes)` little-endian bytes.
+#[pyfunction]
+fn crc32_blocks<'py>(
+    py: Python<'py>,
+    data: PyBuffer<u8>,
+    block_bytes: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
+    if block_bytes == 0 {
+        return Err(ConfigError::new_err("block_bytes must be positive"));
+    }
+    let d = view(&data, "data")?;
+    let crcs = enter_ok(py, || core_crc32_blocks(d, block_bytes));
+    Ok(to_bytes(py, &crcs))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(crc32_blocks, m)?)?;
     m.add_class::<BatchStream>()?;
     m.add_class::<SamplePacker>()?;
     Ok(())

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from llmpipe.curate.settings import CurateConfig
 from llmpipe.errors import ConfigError
+from llmpipe.io.fs import is_url, local_or_url
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -23,8 +24,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
             "stats.json, report.html and quarantine.jsonl."
         ),
     )
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="input files, directories or glob patterns")
-    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="output shard directory")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="input files, directories or glob patterns; local, or URLs of any fsspec file system (s3://...)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output shard directory, or a URL (s3://bucket/prefix: the run is staged in --work-dir, then uploaded)",
+    )
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="local staging directory for a URL --out (default: one per URL under ~/.cache/llmpipe/staging)",
+    )
     p.add_argument("--config", type=Path, metavar="FILE", help="curate YAML config (see configs/curate/)")
     p.add_argument(
         "--seq-len", type=int, metavar="N", help="tokens per training sample (overrides pack.seq_len)"
@@ -83,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
     progress = False if args.quiet else None  # None: a bar on a terminal, a line now and then in a log
     if args.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    out: Path | str = args.out if is_url(args.out) else Path(local_or_url(args.out))
+    if args.work_dir is not None and not is_url(args.out):
+        raise ConfigError("--work-dir is for a URL --out (a local --out holds its own work directory)")
     pool = PoolExecutor(args.workers, progress=False)  # the run reports its own progress
     executor: Executor = pool
     if args.ray:
@@ -90,13 +110,14 @@ def run(args: argparse.Namespace) -> int:
 
         executor = RayExecutor(args.ray, progress=False)
         # Tasks on other nodes get these paths: they must not depend on the driver's working directory.
-        args.out = args.out.resolve()
-        args.inputs = [str(Path(x).absolute()) for x in args.inputs]
+        out = out.resolve() if isinstance(out, Path) else out
+        args.work_dir = args.work_dir.resolve() if args.work_dir is not None else None
+        args.inputs = [x if is_url(x) else str(Path(local_or_url(x)).absolute()) for x in args.inputs]
     tokenizer = args.tokenizer or (Path(cfg.tokenizer.file) if cfg.tokenizer.file else None)
     try:
         run_curate(
             args.inputs,
-            args.out,
+            out,
             cfg,
             tokenizer_file=tokenizer,
             strict=args.strict,
@@ -104,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
             keep_work=args.keep_work,
             chunk_bytes=int(args.chunk_mb * (1 << 20)),
             progress=progress,
+            staging=args.work_dir,
             log=lambda m: print(m, file=sys.stderr if os.environ.get("LLMPIPE_LOG_STDERR") else sys.stdout),
         )
     finally:

@@ -16,8 +16,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="summarise a shard directory, decode a sample, verify checksums",
         description=(
             "Print the manifest summary of a shard directory written by `llmpipe curate` and decode a "
-            "sample. With --verify, check every shard against the manifest (size, sha256, schema, rows, "
-            "token ranges) and the tokenizer's sha256; exit 1 on any mismatch."
+            "sample. With --verify, check every shard against the manifest (size, sha256, per-block CRC-32 "
+            "naming a damaged byte range, schema, rows, token ranges) and the tokenizer's sha256; exit 1 on "
+            "any mismatch."
         ),
     )
     p.add_argument("directory", type=Path, metavar="DIR", help="shard directory")
@@ -79,7 +80,12 @@ def run(args: argparse.Namespace) -> int:
         out: dict[str, Any] = dict(info)
         if args.verify:
             rep = verify_directory(directory)
-            out["verify"] = {"ok": rep.ok, "problems": rep.problems, "shards": rep.checked_shards}
+            out["verify"] = {
+                "ok": rep.ok,
+                "problems": rep.problems,
+                "shards": rep.checked_shards,
+                "shards_without_block_checksums": rep.without_blocks,
+            }
         print(json.dumps(out, indent=2))
         return 0 if not args.verify or out["verify"]["ok"] else 1
     c = info["counts"]
@@ -105,8 +111,10 @@ def run(args: argparse.Namespace) -> int:
     if report is None:
         return 0
     if report.ok:
+        older = f"; {report.without_blocks} without block checksums" if report.without_blocks else ""
         print(
-            f"verify: OK ({report.checked_shards} shard(s), checksums, schema, rows, token ranges, tokenizer)"
+            f"verify: OK ({report.checked_shards} shard(s), sha256 and block checksums{older}, schema, rows, "
+            "token ranges, tokenizer)"
         )
         return 0
     for p in report.problems:

@@ -17,13 +17,14 @@ import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from llmpipe import __version__
 from llmpipe.curate.executors import Executor, LocalExecutor
 from llmpipe.curate.funnel import Funnel, write_outputs
 from llmpipe.curate.progress import JobProgress
+from llmpipe.curate.remote import RemoteOut, default_staging, remove_staging
 from llmpipe.curate.settings import CurateConfig
 from llmpipe.curate.stage import RunContext
 from llmpipe.curate.stages.pack import Pack
@@ -42,6 +43,7 @@ from llmpipe.data.format import MANIFEST, atomic_write_json, sha256_file
 from llmpipe.errors import InputError
 from llmpipe.io.chunks import split
 from llmpipe.io.discover import discover_inputs
+from llmpipe.io.fs import InputPath, RemotePath, is_url, local_or_url
 from llmpipe.io.read import detect_format
 from llmpipe.lock import DirLock
 
@@ -55,7 +57,7 @@ GROUP_FILES = 64
 
 def run_curate(
     inputs: list[str],
-    out: Path,
+    out: Path | str,
     config: CurateConfig,
     *,
     tokenizer_file: Path | None = None,
@@ -64,25 +66,42 @@ def run_curate(
     keep_work: bool = False,
     chunk_bytes: int = CHUNK_BYTES,
     progress: bool | None = None,
+    staging: Path | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Curate ``inputs`` into token shards in ``out``; returns the stats (also written to stats.json).
 
-    Inputs larger than ``chunk_bytes`` (plain JSONL, Parquet) run as several parts on any worker;
-    the output does not depend on the chunk size or on the executor. ``progress``: one bar on a
-    terminal, one line every 30 s in a log; None: a bar when stderr is a terminal, else the lines."""
+    Inputs and ``out`` may be URLs of any fsspec file system (``s3://bucket/prefix``). A URL ``out``
+    runs in the local directory ``staging`` (default: one kept per URL) and is uploaded when done
+    (``llmpipe.curate.remote``). Inputs larger than ``chunk_bytes`` (plain JSONL, Parquet) run as
+    several parts on any worker; the output does not depend on the chunk size or on the executor.
+    ``progress``: one bar on a terminal, one line every 30 s in a log; None: a bar when stderr is a
+    terminal, else the lines."""
     executor = executor or LocalExecutor()
-    out = Path(out)
+    store = RemoteOut(str(out)) if is_url(str(out)) else None
+    if store is not None:
+        store.check()
+        local = Path(staging) if staging is not None else default_staging(store.url)
+    else:
+        local = Path(local_or_url(str(out)))
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        local.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise InputError(f"--out {out}: cannot create the directory ({e.strerror})") from None
-    with DirLock(out):  # one run per output directory; a second one says who holds it
-        files, skipped = _discover(inputs, out, strict, log)
-        return _curate(
+        what = "--work-dir" if store is not None else "--out"
+        raise InputError(f"{what} {local}: cannot create the directory ({e.strerror})") from None
+    with DirLock(local):  # one run per output directory; a second one says who holds it
+        files, skipped = _discover(inputs, [local, *([store.url] if store else [])], strict, log)
+        keys = source_keys(files)
+        fp = _fingerprint(files, keys, config, tokenizer_file, strict)
+        if store is not None and (done := store.finished(fp)) is not None:
+            log(f"{store.url}: already complete for these inputs and config (delete it to run again)")
+            return done
+        stats = _curate(
             files,
+            keys,
+            fp,
             skipped,
-            out,
+            local,
             config,
             tokenizer_file,
             strict,
@@ -92,10 +111,29 @@ def run_curate(
             progress,
             log,
         )
+        if store is not None:
+            store.publish(local, log)
+    if store is not None and not keep_work:
+        remove_staging(local)
+    return stats
+
+
+def _fingerprint(
+    files: list[InputPath], keys: list[str], config: CurateConfig, tokenizer_file: Path | None, strict: bool
+) -> str:
+    if tokenizer_file is not None and not Path(tokenizer_file).is_file():
+        what = "a directory, not a file" if Path(tokenizer_file).is_dir() else "no such file"
+        raise InputError(f"--tokenizer {tokenizer_file}: {what}")
+    tok_sha = sha256_file(tokenizer_file) if tokenizer_file else None
+    return fingerprint(
+        files, keys, config.to_dict(), {"tokenizer": tok_sha, "strict": strict, "v": __version__}
+    )
 
 
 def _curate(
-    files: list[Path],
+    files: list[InputPath],
+    keys: list[str],
+    fp: str,
     skipped: list[str],
     out: Path,
     config: CurateConfig,
@@ -107,14 +145,6 @@ def _curate(
     progress: bool | None,
     log: Callable[[str], None],
 ) -> dict[str, Any]:
-    keys = source_keys(files)
-    if tokenizer_file is not None and not Path(tokenizer_file).is_file():
-        what = "a directory, not a file" if Path(tokenizer_file).is_dir() else "no such file"
-        raise InputError(f"--tokenizer {tokenizer_file}: {what}")
-    tok_sha = sha256_file(tokenizer_file) if tokenizer_file else None
-    fp = fingerprint(
-        files, keys, config.to_dict(), {"tokenizer": tok_sha, "strict": strict, "v": __version__}
-    )
     if _complete(out, fp):
         log(f"{out}: already complete for these inputs and config (delete it to run again)")
         return json.loads((out / "stats.json").read_text())
@@ -190,10 +220,10 @@ def _curate(
 
 
 def _discover(
-    inputs: list[str], out: Path, strict: bool, log: Callable[[str], None]
-) -> tuple[list[Path], list[str]]:
+    inputs: list[str], outs: list[Path | str], strict: bool, log: Callable[[str], None]
+) -> tuple[list[InputPath], list[str]]:
     """The input files (each once, output directories left out) and what could not be read."""
-    found = discover_inputs(inputs, exclude=[out])
+    found = discover_inputs(inputs, exclude=outs)
     for s in found.excluded:
         log(f"curate: left out {s}")
     for s in found.skipped:
@@ -203,7 +233,7 @@ def _discover(
     return found.files, found.skipped
 
 
-def plan_parts(files: list[Path], chunk_bytes: int) -> tuple[Part, ...]:
+def plan_parts(files: list[InputPath], chunk_bytes: int) -> tuple[Part, ...]:
     """Every input as one part, as chunks of about ``chunk_bytes`` when it is larger, and runs of
     consecutive small inputs as one part of at most ``GROUP_FILES`` files and
     ``min(GROUP_BYTES, chunk_bytes)`` bytes: a step's fixed costs (work files, markers, a task) are
@@ -215,7 +245,7 @@ def plan_parts(files: list[Path], chunk_bytes: int) -> tuple[Part, ...]:
     for f, path in enumerate(files):
         size = path.stat().st_size
         spans = [None] if size <= chunk_bytes else split(path, detect_format(path), chunk_bytes)
-        if len(spans) == 1:
+        if spans == [None]:  # a whole file: it may join the previous part
             last = parts[-1] if parts else None
             if (
                 last is not None
@@ -230,7 +260,7 @@ def plan_parts(files: list[Path], chunk_bytes: int) -> tuple[Part, ...]:
             continue
         for c, span in enumerate(spans):
             # a JSONL chunk knows its bytes; a Parquet chunk (row groups) takes its share of the file
-            share = span.end - span.start if span is not None else size
+            share = span.end - span.start if span is not None and len(spans) > 1 else size
             parts.append(Part(f, span, c, share if share > 0 and share <= size else size // len(spans)))
     return tuple(parts)
 
@@ -240,12 +270,15 @@ def work_fingerprint(fp: str, parts: tuple[Part, ...]) -> str:
     return hashlib.sha256(f"{fp}\0{parts!r}".encode()).hexdigest()
 
 
-def source_keys(files: list[Path]) -> list[str]:
-    """Input names relative to their common directory: stable ids and readable provenance."""
+def source_keys(files: list[InputPath]) -> list[str]:
+    """Input names relative to their common directory: stable ids and readable provenance. A tree of
+    files gets the same keys on a store (``s3://bucket/in/a.jsonl``) as on a disk (``/data/in/a.jsonl``)."""
     if len(files) == 1:
         return [files[0].name]
-    root = Path(os.path.commonpath([str(f.parent) for f in files]))
-    return [str(f.relative_to(root)) for f in files]
+    # a remote file as the path /<protocol>/<bucket>/<key>: one tree with the local ones
+    paths = [PurePosixPath(f"/{f.protocol}/{f.path}") if isinstance(f, RemotePath) else f for f in files]
+    root = os.path.commonpath([str(p.parent) for p in paths])
+    return [str(p.relative_to(root)) for p in paths]
 
 
 def _complete(out: Path, fp: str) -> bool:

@@ -34,6 +34,7 @@ from llmpipe.data.format import atomic_write_json
 from llmpipe.errors import InputError
 from llmpipe.io.chunks import Span
 from llmpipe.io.config import ReadConfig
+from llmpipe.io.fs import InputPath, as_input
 from llmpipe.io.read import detect_format
 from llmpipe.io.records import DOC_SCHEMA, Bad
 
@@ -153,7 +154,7 @@ def _source_batches(
                     raise InputError(f"{path}: {b.location}: {b.reason} ({b.detail}) [--strict]")
                 bad.add(b)
 
-            yield from read_documents(Path(path), key, cfg, on_bad, read, extract, span)
+            yield from read_documents(as_input(path), key, cfg, on_bad, read, extract, span)
         return
     assert seg.after is not None
     drops = ListedDrops(_load_drops(str(work.drops(k - 1))))
@@ -195,7 +196,7 @@ def coalesce(batches: Iterator[pa.RecordBatch], rows: int, nbytes: int) -> Itera
 
 
 def read_documents(
-    path: Path,
+    path: InputPath,
     source: str,
     cfg: ReadConfig,
     on_bad: Callable[[Bad], None],
@@ -249,7 +250,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
         "counts": [c.to_dict() for c in counts + stage_counts],
         "quarantine": dict(bad.by_reason),  # the records are in work.quarantine(i)
         # an input's format is counted once, by its first chunk
-        "formats": [detect_format(Path(job.files[f])) for f, _, c in job.parts[i].pieces() if c == 0]
+        "formats": [detect_format(as_input(job.files[f])) for f, _, c in job.parts[i].pieces() if c == 0]
         if k == 0
         else [],
     }

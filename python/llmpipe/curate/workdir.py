@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmpipe.data.format import atomic_write_json, sha256_file
+from llmpipe.io.fs import InputPath
 
 WORK = ".llmpipe-work"
 FAULT_ENV = "LLMPIPE_FAULT_AFTER"
@@ -48,7 +50,9 @@ def delay_point(name: str) -> None:
         time.sleep(float(seconds))
 
 
-def fingerprint(files: list[Path], keys: list[str], config: dict[str, Any], extra: dict[str, Any]) -> str:
+def fingerprint(
+    files: Sequence[InputPath], keys: list[str], config: dict[str, Any], extra: dict[str, Any]
+) -> str:
     """Changes when an input, the config or a file it names (a quality model, a tokenizer) changes:
     stale work is then discarded. Inputs go by size and mtime; the files the config names, which a
     user may replace at the same path, by the sha256 of their bytes."""

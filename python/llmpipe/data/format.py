@@ -10,6 +10,11 @@ A shard directory holds:
                            stream, then the file footer and trailing magic (see ``dual_ipc_bytes``)
     stats.json, report.html  the curation funnel
 
+Each shard's manifest entry records its size, sha256 (``full`` check), a sha256 of its size and first
+and last MiB (``fast`` check), and ``block_bytes`` + ``block_crc32``: the CRC-32 (zlib's) of every
+``block_bytes``-byte piece of the file (``blocks`` check: every byte, at CRC speed; a mismatch names
+the damaged byte range). Manifests written before block checksums existed lack the last two keys.
+
 Each shard is a table with one row per training sample:
 
     tokens  fixed_size_list<uint16|uint32>[seq_len + 1]   input = tokens[:-1], target = tokens[1:]
@@ -74,6 +79,59 @@ def fast_fingerprint(path: Path) -> str:
             f.seek(max(_FAST_BYTES, size - _FAST_BYTES))
             h.update(f.read())
     return h.hexdigest()
+
+
+BLOCK_BYTES = 1 << 20
+
+
+def block_crc32s(data: Any, block_bytes: int = BLOCK_BYTES) -> np.ndarray:
+    """CRC-32 of each ``block_bytes`` piece of a bytes-like ``data`` (uint32, computed in parallel)."""
+    from llmpipe import _core
+
+    view = np.frombuffer(data, dtype=np.uint8)
+    if not len(view):
+        return np.zeros(0, dtype=np.uint32)
+    return np.frombuffer(_core.crc32_blocks(view, block_bytes), dtype="<u4").astype(np.uint32)
+
+
+def file_block_crc32s(path: Path, block_bytes: int = BLOCK_BYTES) -> np.ndarray:
+    """``block_crc32s`` of a file's bytes, read through a memory map."""
+    if path.stat().st_size == 0:
+        return np.zeros(0, dtype=np.uint32)
+    with pa.memory_map(str(path), "r") as src:
+        return block_crc32s(src.read_buffer(), block_bytes)
+
+
+def damaged_blocks(path: Path, entry: dict[str, Any]) -> list[tuple[int, int]] | None:
+    """Byte ranges ``[start, end)`` of ``path`` whose CRC-32 differs from the manifest entry's
+    ``block_crc32`` (a file of another size differs in its last blocks at least); None when the entry
+    records no block checksums (a manifest written before they existed)."""
+    want = entry.get("block_crc32")
+    block = entry.get("block_bytes")
+    if want is None or block is None:
+        return None
+    size = path.stat().st_size
+    got = file_block_crc32s(path, int(block))
+    want = np.asarray(want, dtype=np.uint32)
+    k = min(len(got), len(want))
+    bad = set(np.flatnonzero(got[:k] != want[:k]).tolist())
+    if len(got) != len(want) or size != int(entry.get("bytes", size)):
+        # cut short or grown: from the last common block on, nothing matches what was written
+        bad |= set(range(max(k - 1, 0), max(len(got), len(want))))
+    end = max(size, int(entry.get("bytes", size)))
+    return [(b * int(block), min((b + 1) * int(block), end)) for b in sorted(bad)]
+
+
+def describe_ranges(ranges: list[tuple[int, int]]) -> str:
+    """``bytes 1048576-2097151`` (inclusive; adjacent blocks merged), with a count of further ranges."""
+    merged: list[list[int]] = []
+    for start, end in sorted(ranges):
+        if merged and merged[-1][1] == start:
+            merged[-1][1] = end
+        else:
+            merged.append([start, end])
+    more = f" and {len(merged) - 1} more range(s)" if len(merged) > 1 else ""
+    return f"bytes {merged[0][0]}-{merged[0][1] - 1}{more}"
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

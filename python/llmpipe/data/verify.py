@@ -13,7 +13,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from llmpipe.data.format import FORMAT_NAME, FORMAT_VERSION, SPLITS, read_manifest, sha256_file
+from llmpipe.data.format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    SPLITS,
+    damaged_blocks,
+    describe_ranges,
+    read_manifest,
+    sha256_file,
+)
 
 
 @dataclass
@@ -23,6 +31,8 @@ class Report:
     problems: list[str] = field(default_factory=list)
     checked_shards: int = 0
     checked_tokens: int = 0
+    #: shards whose manifest entry records no block checksums (written by an older llmpipe)
+    without_blocks: int = 0
 
     @property
     def ok(self) -> bool:
@@ -92,8 +102,14 @@ def _verify_shard(
     size = path.stat().st_size
     if size != entry["bytes"]:
         rep.problems.append(f"{path}: {size} bytes, manifest says {entry['bytes']}")
+    damaged = damaged_blocks(path, entry)  # where the damage is, when the manifest can tell
+    if damaged is None:
+        rep.without_blocks += 1
     if sha256_file(path) != entry["sha256"]:
-        rep.problems.append(f"{path}: sha256 mismatch (corrupted or modified shard)")
+        where = f" at {describe_ranges(damaged)} (block checksums)" if damaged else ""
+        rep.problems.append(f"{path}: sha256 mismatch{where} (corrupted or modified shard)")
+    elif damaged:
+        rep.problems.append(f"{path}: {describe_ranges(damaged)} differ from the manifest's block checksums")
     try:
         with pa.memory_map(str(path), "r") as src:
             reader = ipc.open_file(src)

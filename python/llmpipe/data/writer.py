@@ -13,11 +13,13 @@ import pyarrow as pa
 
 from llmpipe import __version__, _core
 from llmpipe.data.format import (
+    BLOCK_BYTES,
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST,
     TOKENIZER_FILE,
     atomic_write_json,
+    block_crc32s,
     dual_ipc_bytes,
     fast_fingerprint,
     sha256_file,
@@ -153,8 +155,9 @@ class ShardWriter:
             schema=self.schema,
         )
         tmp = path.with_name(f".{name}.tmp-{os.getpid()}")
+        data = dual_ipc_bytes(table, self.schema)
         with open(tmp, "wb") as f:
-            f.write(dual_ipc_bytes(table, self.schema))
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -166,6 +169,8 @@ class ShardWriter:
                 "bytes": path.stat().st_size,
                 "sha256": sha256_file(path),
                 "fast_sha256": fast_fingerprint(path),
+                "block_bytes": BLOCK_BYTES,
+                "block_crc32": block_crc32s(data, BLOCK_BYTES).tolist(),
             }
         )
 

@@ -1,34 +1,41 @@
 """Split one large input into chunks that run (and resume) independently, on any worker.
 
 A chunk of a plain line-based file (JSONL, uncompressed) is a byte range that starts and ends at
-line boundaries; a chunk of a Parquet file is a range of row groups. ``first`` is the number of lines
-(rows) before the chunk, so a record's position, and with it the id of a document without an id of
-its own, is the same whatever the chunk size. Compressed streams, crawl archives and text files are
-one chunk (a gzip or zstd stream cannot be entered in the middle).
+line boundaries; a chunk of a Parquet file is a range of row groups; a chunk of a crawl archive
+(WARC/WET/WAT, ARC) is a byte range that starts at a record: at a gzip member of a ``.warc.gz``
+written one member per record (the Common Crawl convention), or at a record header of a plain
+archive. ``first`` is the number of lines (rows, records) before the chunk, so a record's position,
+and with it the id of a document without an id of its own, is the same whatever the chunk size.
+Compressed JSONL, an archive compressed as one gzip stream (or zstd, bzip2) and text files are one
+chunk: such a stream cannot be entered in the middle.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from llmpipe.io.compression import compression_of
+from llmpipe.io.fs import InputPath
 
 _BLOCK = 16 << 20
 
 
 @dataclass(frozen=True)
 class Span:
-    """Bytes (JSONL) or row groups (Parquet) ``[start, end)`` of one input; ``first`` lines/rows before."""
+    """Bytes (JSONL, archives) or row groups (Parquet) ``[start, end)`` of one input; ``first``
+    lines/rows/records before. Crawl archives only: ``offset``, decompressed bytes before (for
+    locations); ``last``, records before the end (-1: the chunk ends with the file)."""
 
     start: int
     end: int
     first: int
+    offset: int = 0
+    last: int = -1
 
 
-def split(path: Path, fmt: str, chunk_bytes: int) -> list[Span | None]:
+def split(path: InputPath, fmt: str, chunk_bytes: int) -> list[Span | None]:
     """The chunks of ``path``; ``[None]``: the whole file is one chunk."""
     size = path.stat().st_size
     if size <= chunk_bytes:
@@ -37,15 +44,19 @@ def split(path: Path, fmt: str, chunk_bytes: int) -> list[Span | None]:
         return _line_spans(path, size, chunk_bytes)
     if fmt == "parquet":
         return _row_group_spans(path, chunk_bytes)
+    if fmt in ("warc", "arc"):
+        from llmpipe.io.warc import archive_spans
+
+        return archive_spans(path, fmt, chunk_bytes)
     return [None]
 
 
-def _line_spans(path: Path, size: int, chunk_bytes: int) -> list[Span | None]:
+def _line_spans(path: InputPath, size: int, chunk_bytes: int) -> list[Span | None]:
     """Cut after the first newline at or past every multiple of ``chunk_bytes``; count lines as we go."""
     spans: list[Span | None] = []
     start, first, lines, pos = 0, 0, 0, 0
     target = chunk_bytes
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         while block := f.read(_BLOCK):
             at = 0
             while pos + len(block) > target:  # a cut falls in this block: at the next newline
@@ -64,8 +75,9 @@ def _line_spans(path: Path, size: int, chunk_bytes: int) -> list[Span | None]:
     return spans
 
 
-def _row_group_spans(path: Path, chunk_bytes: int) -> list[Span | None]:
-    meta = pq.ParquetFile(path).metadata
+def _row_group_spans(path: InputPath, chunk_bytes: int) -> list[Span | None]:
+    with path.open("rb") as f:
+        meta = pq.ParquetFile(f).metadata
     spans: list[Span | None] = []
     start, first, rows, acc = 0, 0, 0, 0
     for g in range(meta.num_row_groups):

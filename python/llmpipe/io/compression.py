@@ -6,18 +6,19 @@ import bz2
 import gzip
 import io
 import zlib
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import zstandard
+
+from llmpipe.io.fs import InputPath
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 BZ2_MAGIC = b"BZh"
 
 
-def compression_of(path: Path) -> str | None:
-    with open(path, "rb") as f:
+def compression_of(path: InputPath) -> str | None:
+    with path.open("rb") as f:
         head = f.read(4)
     if head.startswith(GZIP_MAGIC):
         return "gzip"
@@ -28,16 +29,32 @@ def compression_of(path: Path) -> str | None:
     return None
 
 
-def open_binary(path: Path) -> BinaryIO:
-    """A streaming binary reader that decompresses transparently."""
+def open_binary(path: InputPath) -> BinaryIO:
+    """A streaming binary reader that decompresses transparently (a local or a remote file)."""
     kind = compression_of(path)
+    raw = path.open("rb")
     if kind == "gzip":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        return _Owning(gzip.GzipFile(fileobj=raw, mode="rb"), raw)
     if kind == "zstd":
-        return io.BufferedReader(_ZstdReader(open(path, "rb")))  # noqa: SIM115 - owned by the reader
+        return io.BufferedReader(_ZstdReader(raw))
     if kind == "bz2":
-        return bz2.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")  # noqa: SIM115
+        return _Owning(bz2.BZ2File(raw, "rb"), raw)
+    return raw
+
+
+class _Owning(io.BufferedReader):
+    """A decompressing reader that also closes the file it reads (gzip and bz2 leave a file object
+    they were given open)."""
+
+    def __init__(self, stream: Any, source: BinaryIO) -> None:
+        super().__init__(stream)
+        self.source = source
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.source.close()
 
 
 class _ZstdReader(io.RawIOBase):
@@ -82,18 +99,18 @@ class _ZstdReader(io.RawIOBase):
         super().close()
 
 
-def peek(path: Path, n: int = 4096) -> bytes:
+def peek(path: InputPath, n: int = 4096) -> bytes:
     """The first ``n`` decompressed bytes, or as many as a truncated stream holds (empty if unreadable)."""
     try:
         kind = compression_of(path)
-        with open(path, "rb") as f:
+        with path.open("rb") as f:
             head = f.read(max(n, 1 << 16))
         if kind == "gzip":
             return zlib.decompressobj(wbits=31).decompress(head, n)
         if kind == "zstd":
             return zstandard.ZstdDecompressor().decompressobj().decompress(head)[:n]
         if kind == "bz2":  # blocks of up to 900 kB: a small head decompresses to nothing
-            with bz2.open(path, "rb") as z:
+            with open_binary(path) as z:
                 return z.read(n)
         return head[:n]
     except (OSError, EOFError, ValueError, zlib.error, zstandard.ZstdError):

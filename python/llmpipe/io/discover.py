@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmpipe.errors import InputError
+from llmpipe.io.fs import InputPath, RemotePath, filesystem, is_url, local_or_url, store_call
 
 IGNORED_SUFFIXES = (".crc", ".tmp", ".lock")
 #: a directory holding one of these is an llmpipe output directory (curate's --out)
@@ -23,7 +24,7 @@ OUTPUT_MARKERS = (".llmpipe-done.json", ".llmpipe-work", ".llmpipe.lock")
 
 @dataclass
 class Discovery:
-    files: list[Path]
+    files: list[InputPath]
     #: "<path>: <why>" for each directory or file that could not be read (a problem to report)
     skipped: list[str] = field(default_factory=list)
     #: "<path>: <why>" for each output directory left out by design
@@ -39,16 +40,28 @@ def is_output_dir(d: Path) -> bool:
     return bool(names.intersection(OUTPUT_MARKERS)) or {"manifest.json", "tokenizer.json"} <= names
 
 
-def discover(inputs: list[str], exclude: list[Path] | None = None) -> list[Path]:
+def discover(inputs: list[str], exclude: list[Path | str] | None = None) -> list[InputPath]:
     """Expand and sort; a missing path or a directory with no files is a clear error."""
     return discover_inputs(inputs, exclude).files
 
 
-def discover_inputs(inputs: list[str], exclude: list[Path] | None = None) -> Discovery:
+def input_order(f: InputPath) -> tuple[int, list[str]]:
+    """Files sort by their path components (``Path`` order), local ones first; a tree of files gets
+    the same order on a store as on a disk."""
+    return (1, f.path.split("/")) if isinstance(f, RemotePath) else (0, list(f.parts))
+
+
+def discover_inputs(inputs: list[str], exclude: list[Path | str] | None = None) -> Discovery:
     if not inputs:
         raise InputError("no input given")
-    walker = _Walker([Path(os.path.realpath(e)) for e in exclude or []])
+    local_exclude = [e for e in exclude or [] if not is_url(e)]
+    walker = _Walker([Path(os.path.realpath(e)) for e in local_exclude])
+    remote = _RemoteWalker([str(e) for e in exclude or [] if is_url(e)])
     for arg in inputs:
+        if is_url(arg):
+            remote.add_arg(arg)
+            continue
+        arg = local_or_url(arg)
         if any(ch in arg for ch in "*?["):
             matches = [Path(m) for m in glob.glob(arg, recursive=True)]
             if not matches:
@@ -68,9 +81,90 @@ def discover_inputs(inputs: list[str], exclude: list[Path] | None = None) -> Dis
             except OSError as e:
                 raise InputError(f"{arg}: cannot read the file ({e.strerror or e})") from None
             walker.add(p)
-    if not walker.files:
+    files: list[InputPath] = [*walker.files, *remote.files]
+    if not files:
         raise InputError("the inputs hold no files")
-    return Discovery(sorted(walker.files), walker.skipped, walker.excluded)
+    return Discovery(
+        sorted(files, key=input_order), walker.skipped + remote.skipped, walker.excluded + remote.excluded
+    )
+
+
+class _RemoteWalker:
+    """Discovery on an fsspec file system: a URL names an object, a prefix (walked) or a glob pattern.
+    Hidden names, llmpipe's temporary files and output prefixes are left out as on a disk."""
+
+    def __init__(self, exclude: list[str]) -> None:
+        self.exclude = [e.rstrip("/") for e in exclude]
+        self.files: set[RemotePath] = set()
+        self.skipped: list[str] = []
+        self.excluded: list[str] = []
+
+    def add_arg(self, arg: str) -> None:
+        fs, path = filesystem(arg)
+        if any(ch in path for ch in "*?["):
+            found = store_call(arg, "list it", lambda: fs.glob(path, detail=True))
+            if not found:
+                raise InputError(f"{arg}: the pattern matches no file")
+            for name, info in sorted(found.items()):
+                if info.get("type") == "directory":
+                    self._walk(fs, name, fs.unstrip_protocol(name))
+                else:
+                    self._add(fs.unstrip_protocol(name), info)
+            return
+        try:
+            info = store_call(arg, "read it", lambda: fs.info(path))
+        except FileNotFoundError as e:
+            why = str(e).strip()
+            detail = f" ({why})" if why and why.rstrip("/") != path.rstrip("/") else ""
+            raise InputError(f"{arg}: no such file or directory{detail}") from None
+        if info.get("type") == "directory":
+            before = len(self.files)
+            self._walk(fs, path, arg)
+            if len(self.files) == before:
+                why = "; ".join(self.skipped + self.excluded)
+                raise InputError(f"{arg}: the directory holds no input files" + (f" ({why})" if why else ""))
+        else:
+            self._add(arg, info)
+
+    def _is_excluded(self, url: str) -> bool:
+        return any(url == e or url.startswith(e + "/") for e in self.exclude)
+
+    def _add(self, url: str, info: dict[str, object]) -> None:
+        if self._is_excluded(url):
+            self.excluded.append(f"{url}: the output directory is not an input")
+        else:
+            self.files.add(RemotePath(url, dict(info)))
+
+    def _walk(self, fs: object, path: str, shown: str) -> None:
+        url = shown.rstrip("/")
+        if self._is_excluded(url):
+            self.excluded.append(f"{url}: the output directory is not an input")
+            return
+        found: dict[str, dict[str, object]] = store_call(
+            shown,
+            "list it",
+            lambda: fs.find(path, detail=True),  # type: ignore[attr-defined]
+        )
+        root = path.rstrip("/")
+        names = {name[len(root) + 1 :]: info for name, info in found.items() if name.startswith(root + "/")}
+        by_dir: dict[str, set[str]] = {}
+        for rel in names:
+            d, _, base = rel.rpartition("/")
+            by_dir.setdefault(d, set()).add(base)
+        outputs = sorted(
+            d
+            for d, files in by_dir.items()
+            if files.intersection(OUTPUT_MARKERS) or {"manifest.json", "tokenizer.json"} <= files
+        )
+        for d in outputs:
+            self.excluded.append(f"{url}/{d}".rstrip("/") + ": an llmpipe output directory is not an input")
+        for rel, info in sorted(names.items()):
+            parts = rel.split("/")
+            if any(_Walker._skip_name(x) for x in parts):
+                continue
+            if any(rel == d or rel.startswith(d + "/") or d == "" for d in outputs):
+                continue
+            self._add(f"{url}/{rel}", info)
 
 
 class _Walker:

@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import BinaryIO
 
 import zstandard
 
 from llmpipe.io.chunks import Span
 from llmpipe.io.compression import open_binary
+from llmpipe.io.fs import InputPath
 from llmpipe.io.records import Bad, Doc
 
 
 def read_jsonl(
-    path: Path,
+    path: InputPath,
     text_field: str = "text",
     id_field: str = "id",
     max_doc_bytes: int = 20_000_000,

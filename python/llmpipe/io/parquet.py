@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmpipe.io.chunks import Span
+from llmpipe.io.fs import InputPath
 from llmpipe.io.records import Bad, Doc
 
 
 def read_parquet(
-    path: Path, text_field: str = "text", id_field: str = "id", span: Span | None = None
+    path: InputPath, text_field: str = "text", id_field: str = "id", span: Span | None = None
 ) -> Iterator[Doc | Bad]:
     """The rows of ``path`` (of its row groups ``span``); a document's position is its row's index."""
+    with path.open("rb") as f:
+        yield from _rows(f, text_field, id_field, span)
+
+
+def _rows(f: BinaryIO, text_field: str, id_field: str, span: Span | None) -> Iterator[Doc | Bad]:
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(f)
     except (pa.ArrowInvalid, OSError) as e:
         yield Bad("unreadable_parquet", "file", str(e))
         return

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow as pa
 
 from llmpipe.io.chunks import Span
 from llmpipe.io.compression import peek
 from llmpipe.io.config import ReadConfig
+from llmpipe.io.fs import InputPath
 from llmpipe.io.jsonl import read_jsonl
 from llmpipe.io.parquet import read_parquet
 from llmpipe.io.records import RAW_SCHEMA, Bad, Doc, Skip
@@ -26,11 +26,11 @@ from llmpipe.io.text import read_text
 HTML_BATCH_BYTES = 1 << 20
 
 
-def detect_format(path: Path) -> str:
+def detect_format(path: InputPath) -> str:
     """One of jsonl, parquet, warc, arc, text, empty, binary."""
     if path.stat().st_size == 0:
         return "empty"
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         if f.read(4) == b"PAR1":
             return "parquet"
     head = peek(path)
@@ -53,7 +53,7 @@ def detect_format(path: Path) -> str:
     return "text"
 
 
-def records(path: Path, cfg: ReadConfig, span: Span | None = None) -> Iterator[Doc | Bad | Skip]:
+def records(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Iterator[Doc | Bad | Skip]:
     """Every record of one input (of its chunk ``span``), by its detected format."""
     fmt = detect_format(path)
     if fmt == "jsonl":
@@ -65,7 +65,7 @@ def records(path: Path, cfg: ReadConfig, span: Span | None = None) -> Iterator[D
     elif fmt in ("warc", "arc"):
         from llmpipe.io import warc  # FastWARC loads only when a crawl archive is read
 
-        yield from (warc.read_warc if fmt == "warc" else warc.read_arc)(path, cfg)
+        yield from (warc.read_warc if fmt == "warc" else warc.read_arc)(path, cfg, span)
     elif fmt == "empty":
         yield Bad("empty_file", "file", "the file has no bytes")
     else:
@@ -73,7 +73,7 @@ def records(path: Path, cfg: ReadConfig, span: Span | None = None) -> Iterator[D
 
 
 def read_input(
-    path: Path, source: str, cfg: ReadConfig, span: Span | None = None
+    path: InputPath, source: str, cfg: ReadConfig, span: Span | None = None
 ) -> Iterator[pa.RecordBatch | Skip | Bad]:
     """Stream one input (one chunk of it): document batches of ``RAW_SCHEMA``, and its skipped and bad
     records, in order.

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 from llmpipe.io.compression import open_binary
+from llmpipe.io.fs import InputPath
 from llmpipe.io.records import Bad, Doc
 
 
-def read_text(path: Path, max_bytes: int) -> Iterator[Doc | Bad]:
+def read_text(path: InputPath, max_bytes: int) -> Iterator[Doc | Bad]:
     try:
         with open_binary(path) as f:
             data = f.read(max_bytes + 1)

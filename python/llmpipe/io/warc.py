@@ -16,18 +16,19 @@ against ``max_doc_bytes``, so memory is bounded by the largest accepted record, 
 from __future__ import annotations
 
 import gzip
-import os
+import io
 import re
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 
+from llmpipe.io.chunks import Span
 from llmpipe.io.compression import GZIP_MAGIC, compression_of, open_binary
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.extract import decode, is_html
+from llmpipe.io.fs import InputPath
 from llmpipe.io.records import Bad, Doc, Skip
 
 _SKIPPED_TYPES = {  # keyed by int: the record type enum is not hashable
@@ -39,12 +40,18 @@ _SKIPPED_TYPES = {  # keyed by int: the record type enum is not hashable
 _CHUNK = 1 << 20
 
 
-def read_warc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
+def read_warc(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Iterator[Doc | Bad | Skip]:
+    """The records of ``path`` (of its chunk ``span``: the records whose header starts in it; those
+    are read exactly as in a whole-file read, the last one past the chunk's end if need be)."""
     kind = compression_of(path)
     # FastWARC detects plain, gzip and zstd from the bytes of a file object (from a path it goes by the
     # name); other codecs are decompressed in Python first.
-    source: BinaryIO = open(path, "rb") if kind in (None, "gzip", "zstd") else open_binary(path)  # noqa: SIM115
+    source: BinaryIO = path.open("rb") if kind in (None, "gzip", "zstd") else open_binary(path)
     last_pos, n = -1, 0
+    last = -1  # the number of the chunk's last record (-1: the file's last)
+    if span is not None:
+        source.seek(span.start)
+        n, last = span.first, span.last
     # Each result is held back until the stream goes on past its record: a record whose body is never
     # read (a request, metadata, a too-large page) may be the one the file is cut in, and is then
     # reported once, as cut, instead of as a skip.
@@ -61,6 +68,10 @@ def read_warc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
                     yield pending
                 yield Bad("truncated_or_corrupt_stream", f"record {n + 1}", f"{type(e).__name__}: {e}")
                 return
+            if n == last:  # the next chunk's first record
+                if pending is not None:
+                    yield pending
+                return
             if pending is not None:
                 yield pending
             n += 1
@@ -74,7 +85,9 @@ def read_warc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
                 return
             pending = _warc_record(rec, n, cfg)
     cut, problem = (
-        _tail_problem(path, kind, last_pos) if n else (False, "no complete WARC record in the file")
+        _tail_problem(path, kind, last_pos)
+        if last_pos >= 0
+        else (False, "no complete WARC record in the file")
     )
     if pending is not None:
         unread = isinstance(pending, Skip) or (
@@ -92,6 +105,7 @@ def read_warc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
 
 
 def _warc_record(rec: WarcRecord, n: int, cfg: ReadConfig) -> Doc | Bad | Skip:
+    """Record number ``n`` (from 1) of the file; a document's position is its record index."""
     where = f"record {n} (byte {rec.stream_pos})"
     rtype = rec.record_type
     if int(rtype) in _SKIPPED_TYPES:
@@ -129,26 +143,34 @@ def _warc_record(rec: WarcRecord, n: int, cfg: ReadConfig) -> Doc | Bad | Skip:
     meta["content_type"] = ctype.split(";", 1)[0].strip().lower()
     if rtype == WarcRecordType.conversion:
         try:
-            return Doc(doc_id, body.decode("utf-8"), {**meta, "record": "conversion"}, location=where)
+            text = body.decode("utf-8")
+            return Doc(doc_id, text, {**meta, "record": "conversion"}, location=where, position=n - 1)
         except UnicodeDecodeError as e:
             return Bad("undecodable_bytes", where, str(e))
-    return _page(doc_id, body, ctype, charset, meta, where)
+    return _page(doc_id, body, ctype, charset, meta, where, n - 1)
 
 
 def _page(
-    doc_id: str | None, body: bytes, ctype: str, charset: str | None, meta: dict[str, str], where: str
+    doc_id: str | None,
+    body: bytes,
+    ctype: str,
+    charset: str | None,
+    meta: dict[str, str],
+    where: str,
+    position: int,
 ) -> Doc | Skip:
     """An HTTP payload: HTML is decoded (its main text is the extract step's job); the rest is skipped."""
     if not is_html(ctype, body):
         return Skip("non_html")
     # raw words: split on ASCII whitespace in the bytes (faster than the str; multi-byte charsets never
     # use those bytes inside a character, so the count differs only by non-ASCII spaces such as NBSP)
-    return Doc(doc_id, decode(body, charset), meta, raw_words=len(body.split()), location=where)
+    text = decode(body, charset)
+    return Doc(doc_id, text, meta, raw_words=len(body.split()), location=where, position=position)
 
 
-def _tail_problem(path: Path, kind: str | None, last_pos: int) -> tuple[bool, str | None]:
+def _tail_problem(path: InputPath, kind: str | None, last_pos: int) -> tuple[bool, str | None]:
     """(is the last record cut short, what is wrong after it): FastWARC stops quietly at a cut."""
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         f.seek(last_pos)
         if kind == "gzip":
             if f.read(2) != GZIP_MAGIC:
@@ -178,7 +200,7 @@ def _tail_problem(path: Path, kind: str | None, last_pos: int) -> tuple[bool, st
         if m is None or length is None:
             return True, f"the record header at byte {last_pos} is cut short"
         end = last_pos + m.end() + int(length.group(1))
-        size = os.fstat(f.fileno()).st_size
+        size = path.stat().st_size
         if size < end:
             return (
                 True,
@@ -198,12 +220,13 @@ def _tail_problem(path: Path, kind: str | None, last_pos: int) -> tuple[bool, st
 _ARC_HEADER = re.compile(rb"^(\S+) (\S+) (\d{14}) (\S*) (\d+)\s*$")
 
 
-def read_arc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
-    """ARC v1 (Internet Archive / early Common Crawl): ``URL IP DATE TYPE LENGTH`` then LENGTH bytes."""
-    n = 0
-    offset = 0
+def read_arc(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Iterator[Doc | Bad | Skip]:
+    """ARC v1 (Internet Archive / early Common Crawl): ``URL IP DATE TYPE LENGTH`` then LENGTH bytes.
+    ``span``: only the records of that byte range (it starts and ends at records or gzip members)."""
+    n = span.first if span is not None else 0
+    offset = span.offset if span is not None else 0
     try:
-        with open_binary(path) as f:
+        with open_binary(path) if span is None else _open_range(path, span) as f:
             while True:
                 line = f.readline(1 << 16)
                 if not line:
@@ -250,6 +273,39 @@ def read_arc(path: Path, cfg: ReadConfig) -> Iterator[Doc | Bad | Skip]:
         yield Bad("truncated_or_corrupt_stream", f"after record {n}", f"{type(e).__name__}: {e}")
 
 
+def _open_range(path: InputPath, span: Span) -> BinaryIO:
+    gzipped = compression_of(path) == "gzip"
+    raw = io.BufferedReader(_Range(path.open("rb"), span.start, span.end))
+    if gzipped:
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw  # type: ignore[return-value]
+
+
+class _Range(io.RawIOBase):
+    """The bytes ``[start, end)`` of a file, as a stream of their own."""
+
+    def __init__(self, f: BinaryIO, start: int, end: int) -> None:
+        self.f = f
+        self.left = end - start
+        f.seek(start)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        want = min(len(b), self.left)
+        if want <= 0:
+            return 0
+        data = self.f.read(want)
+        b[: len(data)] = data
+        self.left -= len(data)
+        return len(data)
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
+
 def _discard(f: BinaryIO, length: int) -> int:
     got = 0
     while got < length and (chunk := f.read(min(_CHUNK, length - got))):
@@ -283,4 +339,181 @@ def _arc_record(
                 body = gzip.decompress(body)
             except (OSError, EOFError, zlib.error) as e:
                 return Bad("undecodable_bytes", where, f"gzip payload: {e}")
-    return _page(None, body, ctype, charset, meta, where)
+    return _page(None, body, ctype, charset, meta, where, n - 1)
+
+
+# -- chunks --------------------------------------------------------------------------------------
+
+_SEPARATORS = b" \t\r\n"
+_CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*(\d+)[ \t]*\r?$")
+_MAX_HEADER = 1 << 16
+_INFLATE_OUT = 1 << 20
+
+
+class _RecordWalk:
+    """Follows the records of an archive's (decompressed) byte stream, fed piece by piece, by their
+    declared lengths (a WARC header's Content-Length, an ARC header line's last field): never by
+    searching the bodies for something that looks like a header."""
+
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+        self.records = 0  # complete record headers seen
+        self.pos = 0  # stream bytes fed so far
+        self.left = 0  # bytes of the current record's body still to come
+        self.head = b""  # the start of a header that is not complete yet
+        self.start = 0  # stream offset of the newest record's header
+        self.broken = False
+        self.headers: list[tuple[int, int]] = []  # (stream offset, records before) of each header
+
+    def between(self) -> bool:
+        """At a record boundary: the stream fed so far ends with a whole record."""
+        return not self.broken and self.left == 0 and not self.head
+
+    def skip(self) -> int:
+        """Declare the rest of the current body read without feeding it (a plain file seeks past it)."""
+        n, self.left = self.left, 0
+        self.pos += n
+        return n
+
+    def feed(self, data: bytes) -> None:
+        i, n = 0, len(data)
+        while i < n and not self.broken:
+            if self.left:
+                take = min(self.left, n - i)
+                self.left -= take
+                i += take
+                continue
+            if not self.head:
+                while i < n and data[i] in _SEPARATORS:
+                    i += 1
+                if i == n:
+                    break
+                self.start = self.pos + i
+            window = self.head + data[i : i + _MAX_HEADER]
+            end = window.find(b"\r\n\r\n" if self.fmt == "warc" else b"\n")
+            if end < 0:  # the header goes on in the next piece
+                self.head = window
+                self.broken = len(window) >= _MAX_HEADER
+                i += min(n - i, _MAX_HEADER)
+                continue
+            sep = 4 if self.fmt == "warc" else 1
+            i += end + sep - len(self.head)
+            length = self._length(window[:end])
+            self.head = b""
+            if length is None:
+                self.broken = True
+                break
+            self.headers.append((self.start, self.records))
+            self.records += 1
+            self.left = length
+        self.pos += n
+
+    def _length(self, header: bytes) -> int | None:
+        if self.fmt == "warc":
+            if not header.startswith(b"WARC/"):
+                return None
+            m = _CONTENT_LENGTH.search(header)
+            return int(m.group(1)) if m else None
+        arc = _ARC_HEADER.match(header)
+        return int(arc.group(5)) if arc else None
+
+
+def archive_spans(path: InputPath, fmt: str, chunk_bytes: int) -> list[Span | None]:
+    """Chunks of about ``chunk_bytes`` of a crawl archive, each starting at a record.
+
+    A gzip file is cut only between gzip members that also lie between records; finding them takes
+    one pass that inflates the file (zlib, no parsing beyond the record headers). A plain file is cut
+    at record headers, found by seeking over each record's declared length. Anything wrong in the
+    file (a cut-short member or record, a header that does not parse, bytes after the last record)
+    ends the cutting before the record it is in: that record and all after it stay in the last chunk,
+    whose reader reports the problem exactly as a one-chunk read does. A file of one gzip stream, or
+    compressed otherwise, is one chunk.
+    """
+    kind = compression_of(path)
+    if kind == "gzip":
+        cuts = _gzip_cuts(path, fmt)
+    elif kind is None:
+        cuts = _plain_cuts(path, fmt)
+    else:
+        return [None]
+    size = path.stat().st_size
+    spans: list[Span | None] = []
+    start, first, offset = 0, 0, 0
+    for at, records, inner in cuts:
+        if at - start >= chunk_bytes and 0 < at < size:
+            spans.append(Span(start, at, first, offset, records))
+            start, first, offset = at, records, inner
+    if not spans:
+        return [None]
+    spans.append(Span(start, size, first, offset))
+    return spans
+
+
+def _plain_cuts(path: InputPath, fmt: str) -> list[tuple[int, int, int]]:
+    """(byte, records before, same byte) at every record header of an uncompressed archive."""
+    walk = _RecordWalk(fmt)
+    cuts: list[tuple[int, int, int]] = []
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        while block := f.read(_MAX_HEADER):
+            walk.feed(block)
+            cuts += [(at, before, at) for at, before in walk.headers]
+            walk.headers.clear()
+            if walk.broken:
+                break
+            if walk.left:
+                f.seek(walk.skip(), 1)
+    if walk.broken or walk.left or walk.head or walk.pos > size:
+        # the newest record is broken or cut short: no cut at or after its header
+        cuts = [c for c in cuts if c[0] < walk.start]
+    return cuts
+
+
+def _gzip_cuts(path: InputPath, fmt: str) -> list[tuple[int, int, int]]:
+    """(byte, records before, decompressed bytes before) at every gzip member that starts between
+    records."""
+    walk = _RecordWalk(fmt)
+    cuts: list[tuple[int, int, int]] = []
+    member_of_record = 0  # the member the newest record header started in
+    at, read, buf = 0, 0, b""
+    trouble = -1
+    with path.open("rb") as f:
+        while True:
+            if not buf:
+                buf = f.read(_CHUNK)
+                read += len(buf)
+                if not buf:
+                    break  # the last member ended with the file
+            if buf[:2] != GZIP_MAGIC:
+                trouble = at  # bytes after the last member
+                break
+            if walk.between():
+                cuts.append((at, walk.records, walk.pos))
+            before = walk.records
+            d = zlib.decompressobj(wbits=31)
+            full = False  # the last call's output hit its limit: more may be pending
+            try:
+                while not d.eof:
+                    if not buf and not full:
+                        buf = f.read(_CHUNK)
+                        read += len(buf)
+                        if not buf:
+                            break
+                    out = d.decompress(buf, _INFLATE_OUT)
+                    full = len(out) == _INFLATE_OUT
+                    buf = d.unused_data if d.eof else d.unconsumed_tail
+                    walk.feed(out)
+                    walk.headers.clear()
+                    if walk.records > before:
+                        member_of_record, before = at, walk.records
+            except zlib.error:
+                pass
+            if not d.eof or walk.broken:
+                trouble = min(at, member_of_record)
+                break
+            at = read - len(buf)
+    if trouble < 0 and not walk.between():
+        trouble = member_of_record  # the file ends inside a record
+    if trouble >= 0:
+        cuts = [c for c in cuts if c[0] < trouble]
+    return cuts

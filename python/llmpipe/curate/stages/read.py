@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -12,6 +11,7 @@ import pyarrow as pa
 from llmpipe.curate.stage import StageCounts, word_counts
 from llmpipe.io.chunks import Span
 from llmpipe.io.config import ReadConfig
+from llmpipe.io.fs import InputPath
 from llmpipe.io.read import read_input
 from llmpipe.io.records import Bad, Skip
 
@@ -32,7 +32,7 @@ class Read:
         self.on_bad = on_bad
 
     def batches(
-        self, path: Path, source: str, counts: StageCounts, span: Span | None = None
+        self, path: InputPath, source: str, counts: StageCounts, span: Span | None = None
     ) -> Iterator[pa.RecordBatch]:
         for item in read_input(path, source, self.cfg, span):
             if isinstance(item, Skip):
