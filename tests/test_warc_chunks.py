@@ -158,7 +158,7 @@ def _parts(stdout: str) -> int:
 def test_curate_archives_same_bytes_for_workers_and_chunks(crawl: tuple[Path, Path], tmp_path: Path) -> None:
     d, cfg = crawl
     _, out = _curate(d, tmp_path / "ref", cfg, "--workers", "1", "--chunk-mb", "1000")
-    assert _parts(out) == 5
+    assert "5 input(s)" in out and _parts(out) <= 5  # no archive split (small ones share a part)
     ref = _tree(tmp_path / "ref")
     assert sum(n.startswith("train-") for n in ref) > 3
     bad = (tmp_path / "ref" / "quarantine.jsonl").read_text()
