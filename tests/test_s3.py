@@ -134,14 +134,60 @@ def test_s3_input_to_local_out(
     assert _tree(out) == local_ref
 
 
-def test_missing_bucket_or_key_is_one_line(inputs: tuple[Path, Path], s3: S3Server, tmp_path: Path) -> None:
+def test_missing_bucket_key_or_credentials_is_one_line(
+    inputs: tuple[Path, Path], s3: S3Server, tmp_path: Path
+) -> None:
     d, cfg = inputs
-    for args, says in (
-        (["s3://no-such-bucket/in", "--out", str(tmp_path / "o")], "bucket does not exist"),
-        ([f"s3://{s3.bucket}/nothing-here", "--out", str(tmp_path / "o")], "no such file or directory"),
-        ([str(d), "--out", "s3://no-such-bucket/out", "--work-dir", str(tmp_path / "w")], "does not exist"),
+    # no credentials anywhere: the environment's and the profile files' are out of reach
+    anonymous = {k: "" for k in s3.env if k != "AWS_ENDPOINT_URL"} | {
+        "AWS_ENDPOINT_URL": s3.env["AWS_ENDPOINT_URL"],
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    src = f"s3://{s3.bucket}/in"
+    for args, env, says in (
+        (["s3://no-such-bucket/in", "--out", str(tmp_path / "o")], s3.env, "bucket does not exist"),
+        ([f"{src}/nothing-here", "--out", str(tmp_path / "o")], s3.env, "no such file or directory"),
+        (
+            [str(d), "--out", "s3://no-such-bucket/out", "--work-dir", str(tmp_path / "w")],
+            s3.env,
+            "does not exist",
+        ),
+        ([src, "--out", str(tmp_path / "o")], anonymous, "NoCredentialsError"),
     ):
-        p = run_cli("curate", *args, "--config", str(cfg), env=s3.env, check=False, timeout=120)
+        p = run_cli("curate", *args, "--config", str(cfg), env=env, check=False, timeout=120)
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1 and says in lines[0], p.stderr
         assert "Traceback" not in p.stderr
+
+
+def test_a_store_failing_mid_read_stops_the_read(
+    inputs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lost connection is not a corrupt file: the readers quarantine the rest of a file on an
+    OSError, so a store's failure is an InputError that stops the run (a re-run resumes)."""
+    from llmpipe.errors import InputError
+    from llmpipe.io import fs
+    from llmpipe.io.jsonl import read_jsonl
+    from llmpipe.io.parquet import read_parquet
+
+    d, _ = inputs
+    monkeypatch.setattr(fs, "BLOCK", 1 << 16)  # many range reads per file
+    with s3_server("llmpipe-flaky") as s3:
+        for k, v in s3.env.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore gives up at once (s3fs still retries)
+        s3.upload_tree(d, "in")
+        url = f"s3://{s3.bucket}/in/"
+        docs, rows = (
+            read_jsonl(fs.RemotePath(url + "web.jsonl")),
+            read_parquet(fs.RemotePath(url + "sub/web.parquet")),
+        )
+        assert next(docs).text and next(rows).text  # reading while the store is up; then it stops
+    with pytest.raises(InputError, match=r"s3://llmpipe-flaky/in/web.jsonl: reading failed"):
+        for _ in docs:
+            pass
+    with pytest.raises(InputError, match=r"s3://llmpipe-flaky/in/sub/web.parquet: reading failed"):
+        for _ in rows:
+            pass

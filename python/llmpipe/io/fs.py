@@ -117,10 +117,50 @@ class RemotePath:
         """A buffered, seekable stream read in ``BLOCK`` ranges (C-speed ``readline``)."""
         if mode != "rb":
             raise ValueError(f"remote inputs are read only, not opened with {mode!r}")
+        size = self.stat().st_size
         raw = store_call(
-            self.url, "open it", lambda: self.fs.open(self.path, "rb", block_size=BLOCK, cache_type="none")
+            self.url,
+            "open it",
+            lambda: self.fs.open(self.path, "rb", block_size=BLOCK, cache_type="none", size=size),
         )
-        return io.BufferedReader(raw, BLOCK)
+        return io.BufferedReader(_StoreReader(self.url, raw), BLOCK)
+
+
+class _StoreReader(io.RawIOBase):
+    """An fsspec file whose failures (a lost connection, expired credentials) are ``InputError``: the
+    readers take an ``OSError`` for a corrupt file and quarantine the rest of it; a store that fails
+    must stop the run instead (a re-run resumes)."""
+
+    def __init__(self, url: str, raw: Any) -> None:
+        self.url = url
+        self.raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return int(self.raw.seek(pos, whence))
+
+    def tell(self) -> int:
+        return int(self.raw.tell())
+
+    def readinto(self, b: Any) -> int:
+        try:
+            data = self.raw.read(len(b))
+        except Exception as e:  # noqa: BLE001 - any failure of the store, said in one line
+            detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise InputError(f"{self.url}: reading failed ({type(e).__name__}: {detail})") from None
+        b[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        try:
+            self.raw.close()
+        finally:
+            super().close()
 
 
 #: an input file: a local path or a file on another file system
