@@ -25,11 +25,155 @@ struct Rules {
     sentence_punct: Vec<String>,
 }
 
+/// One alternative of spaCy's affix patterns with lookaround, as a plain `regex`: the fixed-width
+/// lookbehind and lookahead are matched as ordinary atoms and cut off the match afterwards, so no
+/// backtracking engine runs. (`(?<=[0-9])\+$` becomes `(?:[0-9])(?:\+$)` with one char cut at the front.)
+#[derive(Clone)]
+struct Around {
+    re: regex::Regex,
+    /// characters of lookbehind matched before the token
+    behind: usize,
+    /// characters of positive lookahead matched after the token
+    ahead: usize,
+    /// a negative lookahead, anchored: no match where it matches right after the token
+    not_ahead: Option<regex::Regex>,
+}
+
+/// Number of atoms (a class `[...]`, an escape or one character) in a lookaround body; panics on
+/// anything else (a group or a quantifier would make the width vary).
+fn atoms(p: &str) -> usize {
+    let b: Vec<char> = p.chars().collect();
+    let (mut i, mut n) = (0, 0);
+    while i < b.len() {
+        match b[i] {
+            '[' => {
+                i += 1;
+                while b[i] != ']' {
+                    i += if b[i] == '\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            '\\' => {
+                i += match b[i + 1] {
+                    'u' => 6,
+                    'x' => 4,
+                    _ => 2,
+                };
+            }
+            '(' | ')' | '*' | '+' | '?' | '{' | '|' => {
+                panic!("spaCy rule lookaround is not fixed-width: {p}")
+            }
+            _ => i += 1,
+        }
+        n += 1;
+    }
+    n
+}
+
+/// The body of a group opened at byte `open` (at `(`): (content, index after the closing paren).
+fn group(p: &str, open: usize) -> (&str, usize) {
+    let (mut depth, mut in_class, mut esc) = (0i32, false, false);
+    for (i, c) in p[open..].char_indices() {
+        if esc {
+            esc = false;
+            continue;
+        }
+        match c {
+            '\\' => esc = true,
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '(' if !in_class => depth += 1,
+            ')' if !in_class => {
+                depth -= 1;
+                if depth == 0 {
+                    let body = &p[open..open + i];
+                    let head = body.find([':', '=', '!']).map_or(1, |k| k + 1);
+                    return (&body[head..], open + i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("unbalanced spaCy rule: {p}")
+}
+
+impl Around {
+    fn new(alt: &str) -> Self {
+        let (behind_pat, rest) = match alt.strip_prefix("(?<=") {
+            Some(_) => {
+                let (lb, after) = group(alt, 0);
+                (lb, &alt[after..])
+            }
+            None => ("", alt),
+        };
+        let (mut body, mut ahead_pat, mut not_ahead) = (rest, "", None);
+        for (opener, negative) in [("(?=", false), ("(?!", true)] {
+            if let Some(k) = rest.rfind(opener) {
+                let (la, after) = group(rest, k);
+                assert_eq!(after, rest.len(), "lookahead not at the end of a spaCy rule: {alt}");
+                body = &rest[..k];
+                if negative {
+                    not_ahead = Some(regex_new(&format!("^(?:{la})")));
+                } else {
+                    ahead_pat = la;
+                }
+            }
+        }
+        assert!(
+            !body.contains("(?<") && !body.contains("(?=") && !body.contains("(?!"),
+            "unsupported lookaround in spaCy rule: {alt}"
+        );
+        Around {
+            re: regex_new(&format!("(?:{behind_pat})(?:{body})(?:{ahead_pat})")),
+            behind: atoms(behind_pat),
+            ahead: atoms(ahead_pat),
+            not_ahead,
+        }
+    }
+
+    /// Leftmost token (start, end) at or after `at`; the lookbehind may see text before `at`.
+    fn find_at(&self, s: &str, at: usize) -> Option<(usize, usize)> {
+        let mut from = chars_back(s, at, self.behind);
+        loop {
+            let m = self.re.find_at(s, from)?;
+            let a = chars_fwd(s, m.start(), self.behind);
+            let b = chars_back(s, m.end(), self.ahead);
+            debug_assert!(a >= at);
+            match &self.not_ahead {
+                Some(neg) if neg.is_match(&s[b..]) => from = chars_fwd(s, m.start(), 1),
+                _ => return Some((a, b)),
+            }
+            if from > s.len() || m.start() == s.len() {
+                return None;
+            }
+        }
+    }
+}
+
+/// The byte offset `n` characters before `i` (or 0).
+#[inline]
+fn chars_back(s: &str, i: usize, n: usize) -> usize {
+    s[..i].char_indices().rev().nth(n.wrapping_sub(1)).map_or(if n == 0 { i } else { 0 }, |(k, _)| k)
+}
+
+/// The byte offset `n` characters after `i` (or the end).
+#[inline]
+fn chars_fwd(s: &str, i: usize, n: usize) -> usize {
+    s[i..].char_indices().nth(n).map_or(s.len(), |(k, _)| i + k)
+}
+
+fn regex_new(p: &str) -> regex::Regex {
+    regex::Regex::new(p).unwrap_or_else(|e| panic!("spaCy rule does not compile: {e}"))
+}
+
 /// One of spaCy's affix patterns, split in two for speed: the alternatives without lookaround go
-/// into one `regex` (a DFA, no backtracking), the few with lookaround into one `fancy_regex`.
+/// into one `regex` (a DFA, no backtracking); each one with lookaround is its own [`Around`].
+/// Cloned per thread (see [`Local`]): a `regex` shared by threads serves all but one of them
+/// through its cache pool's slow path.
+#[derive(Clone)]
 struct Split {
     plain: Option<regex::Regex>,
-    fancy: Option<Regex>,
+    around: Vec<Around>,
 }
 
 /// Top-level alternatives of a pattern (aware of escapes, classes and groups).
@@ -59,30 +203,37 @@ fn alternatives(p: &str) -> Vec<&str> {
 
 impl Split {
     fn new(pattern: &str) -> Self {
-        let (mut plain, mut fancy) = (Vec::new(), Vec::new());
+        let (mut plain, mut around) = (Vec::new(), Vec::new());
         for a in alternatives(pattern) {
             if a.contains("(?<=") || a.contains("(?=") || a.contains("(?!") || a.contains("(?<!") {
-                fancy.push(a);
+                around.push(Around::new(a));
             } else {
                 plain.push(a);
             }
         }
-        let plain = (!plain.is_empty()).then(|| {
-            regex::Regex::new(&plain.join("|")).unwrap_or_else(|e| panic!("spaCy rule does not compile: {e}"))
-        });
-        let fancy = (!fancy.is_empty()).then(|| compile(&fancy.join("|")));
-        Split { plain, fancy }
+        let plain = (!plain.is_empty()).then(|| regex_new(&plain.join("|")));
+        Split { plain, around }
+    }
+
+    /// Leftmost match of the lookaround alternatives at or after `at`; at equal starts the first
+    /// alternative wins, as in one backtracking alternation.
+    fn find_around(&self, s: &str, at: usize) -> Option<(usize, usize)> {
+        let mut best: Option<(usize, usize)> = None;
+        for alt in &self.around {
+            if let Some(m) = alt.find_at(s, at) {
+                if best.is_none_or(|b| m.0 < b.0) {
+                    best = Some(m);
+                }
+            }
+        }
+        best
     }
 
     /// Leftmost match at or after `at`: (start, end); at equal starts the plain alternatives win
     /// (in spaCy's English rules they come first in the alternation).
     fn find_at(&self, s: &str, at: usize) -> Option<(usize, usize)> {
         let p = self.plain.as_ref().and_then(|r| r.find_at(s, at)).map(|m| (m.start(), m.end()));
-        let f = self
-            .fancy
-            .as_ref()
-            .and_then(|r| r.find_from_pos(s, at).ok().flatten())
-            .map(|m| (m.start(), m.end()));
+        let f = self.find_around(s, at);
         match (p, f) {
             (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
             (a, b) => a.or(b),
@@ -94,14 +245,24 @@ impl Split {
     }
 }
 
+/// What each thread owns: its copy of the compiled rules and its span cache.
+struct Local {
+    prefix: Split,
+    suffix: Split,
+    infix: Split,
+    url: Regex,
+    /// span -> byte lengths of its tokens (spaCy keeps the same cache)
+    cache: AHashMap<String, Vec<u32>>,
+}
+
 const CACHE_SIZE: usize = 200_000;
 
 /// Longest match (bytes) of spaCy's English suffix rules that use lookbehind (checked in `new`).
 const SUFFIX_TAIL: usize = 16;
 
 thread_local! {
-    /// span -> byte lengths of its tokens (spaCy keeps the same cache)
-    static CACHE: std::cell::RefCell<AHashMap<String, Vec<u32>>> = std::cell::RefCell::new(AHashMap::new());
+    /// this thread's compiled rules and span cache (of the one shared tokenizer)
+    static LOCAL: std::cell::RefCell<Option<Local>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Could any infix alternative match? (all need one of these characters, or a non-ASCII one)
@@ -118,7 +279,8 @@ pub struct EnglishTokenizer {
     prefix: Split,
     suffix: Split,
     infix: Split,
-    url: Regex,
+    /// compiled per thread: `fancy_regex` clones share their inner caches
+    url: String,
     /// special case -> byte lengths of its pieces
     specials: AHashMap<String, Vec<usize>>,
     /// second pass: first affix token -> (affix tokens of a special case, the special case)
@@ -140,7 +302,7 @@ impl EnglishTokenizer {
             prefix: Split::new(&rules.prefix),
             suffix: Split::new(&rules.suffix),
             infix: Split::new(&rules.infix),
-            url: compile(&rules.url),
+            url: rules.url,
             specials,
             merges: AHashMap::new(),
             sentence_punct: rules.sentence_punct.into_iter().collect(),
@@ -149,6 +311,7 @@ impl EnglishTokenizer {
         let mut merges: AHashMap<String, Vec<(Vec<String>, String)>> = AHashMap::new();
         let mut keys: Vec<&String> = tok.specials.keys().collect();
         keys.sort();
+        let local = tok.local();
         for key in keys {
             if key.chars().any(is_space) {
                 continue;
@@ -158,7 +321,7 @@ impl EnglishTokenizer {
                 continue;
             }
             let mut pieces = Vec::new();
-            tok.affixes(key, false, &mut pieces);
+            tok.affixes(&local, key, false, &mut pieces);
             if pieces.len() < 2 {
                 continue;
             }
@@ -175,13 +338,27 @@ impl EnglishTokenizer {
         TOK.get_or_init(EnglishTokenizer::new)
     }
 
+    fn local(&self) -> Local {
+        Local {
+            prefix: self.prefix.clone(),
+            suffix: self.suffix.clone(),
+            infix: self.infix.clone(),
+            url: compile(&self.url),
+            cache: AHashMap::new(),
+        }
+    }
+
     /// Append the words of `text` to `out` (whitespace tokens are dropped, as datatrove does).
     pub fn words<'a>(&self, text: &'a str, out: &mut Vec<&'a str>) {
-        for span in text.split(is_space) {
-            if !span.is_empty() {
-                self.span(span, out);
+        LOCAL.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let local = slot.get_or_insert_with(|| self.local());
+            for span in text.split(is_space) {
+                if !span.is_empty() {
+                    self.span(local, span, out);
+                }
             }
-        }
+        })
     }
 
     /// Convenience: the words of `text` as a new vector.
@@ -205,33 +382,28 @@ impl EnglishTokenizer {
         }
     }
 
-    fn find_prefix(&self, s: &str) -> usize {
+    fn find_prefix(&self, l: &Local, s: &str) -> usize {
         let first = s.chars().next().unwrap_or(' ');
         if first.is_alphanumeric() && !matches!(first, 'U' | 'C' | 'A') {
             return 0;
         }
         // every alternative is anchored with `^`: a match, if any, starts at 0
-        self.prefix.find_at(s, 0).map_or(0, |(a, b)| b - a)
+        l.prefix.find_at(s, 0).map_or(0, |(a, b)| b - a)
     }
 
-    fn find_suffix(&self, s: &str) -> usize {
+    fn find_suffix(&self, l: &Local, s: &str) -> usize {
         let last = s.chars().next_back().unwrap_or(' ');
         if last.is_alphabetic() && !s.contains(['\'', '’']) && !s.bytes().any(|b| b.is_ascii_digit()) {
             return 0;
         }
         // every alternative ends with `$`: the leftmost match runs to the end. The lookbehind ones
         // match at most SUFFIX_TAIL bytes (units, currencies, a period), so they only search the tail.
-        let p = self.suffix.plain.as_ref().and_then(|r| r.find(s)).map(|m| m.start());
+        let p = l.suffix.plain.as_ref().and_then(|r| r.find(s)).map(|m| m.start());
         let mut tail = s.len().saturating_sub(SUFFIX_TAIL);
         while !s.is_char_boundary(tail) {
             tail -= 1;
         }
-        let f = self
-            .suffix
-            .fancy
-            .as_ref()
-            .and_then(|r| r.find_from_pos(s, tail).ok().flatten())
-            .map(|m| m.start());
+        let f = l.suffix.find_around(s, tail).map(|m| m.0);
         match (p, f) {
             (Some(a), Some(b)) => s.len() - a.min(b),
             (Some(a), None) | (None, Some(a)) => s.len() - a,
@@ -239,7 +411,7 @@ impl EnglishTokenizer {
         }
     }
 
-    fn span<'a>(&self, s: &'a str, out: &mut Vec<&'a str>) {
+    fn span<'a>(&self, l: &mut Local, s: &'a str, out: &mut Vec<&'a str>) {
         if self.push_special(s, out) {
             return;
         }
@@ -248,32 +420,24 @@ impl EnglishTokenizer {
             return;
         }
         let base = out.len();
-        let hit = CACHE.with(|c| {
-            let c = c.borrow();
-            let lens = c.get(s)?;
+        if let Some(lens) = l.cache.get(s) {
             let mut at = 0;
             for &n in lens {
                 out.push(&s[at..at + n as usize]);
                 at += n as usize;
             }
-            Some(())
-        });
-        if hit.is_some() {
             return;
         }
-        self.affixes(s, true, out);
+        self.affixes(l, s, true, out);
         if out.len() - base >= 2 {
             self.merge_specials(s, base, out);
         }
         // tokens of a span are contiguous pieces of it, so their lengths say everything
         let lens: Vec<u32> = out[base..].iter().map(|t| t.len() as u32).collect();
-        CACHE.with(|c| {
-            let mut c = c.borrow_mut();
-            if c.len() >= CACHE_SIZE {
-                c.clear();
-            }
-            c.insert(s.to_string(), lens);
-        });
+        if l.cache.len() >= CACHE_SIZE {
+            l.cache.clear();
+        }
+        l.cache.insert(s.to_string(), lens);
     }
 
     /// spaCy's `_apply_special_cases`, within one whitespace-delimited span.
@@ -319,7 +483,7 @@ impl EnglishTokenizer {
     }
 
     /// spaCy's `_split_affixes` + `_attach_tokens` (with or without special cases).
-    fn affixes<'a>(&self, s: &'a str, with_specials: bool, out: &mut Vec<&'a str>) {
+    fn affixes<'a>(&self, l: &Local, s: &'a str, with_specials: bool, out: &mut Vec<&'a str>) {
         let special = |x: &str| with_specials && self.specials.contains_key(x);
         let mut prefixes: Vec<&'a str> = Vec::new();
         let mut suffixes: Vec<&'a str> = Vec::new();
@@ -330,7 +494,7 @@ impl EnglishTokenizer {
                 break;
             }
             last_size = string.len();
-            let pre_len = self.find_prefix(string);
+            let pre_len = self.find_prefix(l, string);
             if pre_len != 0 {
                 let minus_pre = &string[pre_len..];
                 if !minus_pre.is_empty() && special(minus_pre) {
@@ -339,7 +503,7 @@ impl EnglishTokenizer {
                     break;
                 }
             }
-            let suf_len = self.find_suffix(&string[pre_len..]);
+            let suf_len = self.find_suffix(l, &string[pre_len..]);
             if suf_len != 0 {
                 let minus_suf = &string[..string.len() - suf_len];
                 if !minus_suf.is_empty() && special(minus_suf) {
@@ -364,10 +528,10 @@ impl EnglishTokenizer {
         out.extend(prefixes);
         let special_done = !string.is_empty() && with_specials && self.push_special(string, out);
         if !string.is_empty() && !special_done {
-            if string.contains('.') && self.url.is_match(string).unwrap_or(false) {
+            if string.contains('.') && l.url.is_match(string).unwrap_or(false) {
                 out.push(string);
             } else if may_have_infix(string) {
-                self.infixes(string, out);
+                self.infixes(l, string, out);
             } else {
                 out.push(string);
             }
@@ -375,11 +539,11 @@ impl EnglishTokenizer {
         out.extend(suffixes.into_iter().rev());
     }
 
-    fn infixes<'a>(&self, string: &'a str, out: &mut Vec<&'a str>) {
+    fn infixes<'a>(&self, l: &Local, string: &'a str, out: &mut Vec<&'a str>) {
         let mut start = 0;
         let mut at = 0;
         while at <= string.len() {
-            let Some((a, b)) = self.infix.find_at(string, at) else { break };
+            let Some((a, b)) = l.infix.find_at(string, at) else { break };
             at = if b > a { b } else { b + string[b..].chars().next().map_or(1, char::len_utf8) };
             if a == 0 {
                 continue;
@@ -465,6 +629,34 @@ mod tests {
             ("U.S.A.", &["U.S.A."]),
             ("e.g.,", &["e.g.", ","]),
             ("Mr.Smith", &["Mr.", "Smith"]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(t.split(text), want.to_vec(), "{text}");
+        }
+    }
+
+    #[test]
+    fn lookaround_rules_as_plain_regexes() {
+        // expected splits from spacy.blank("en") (3.8.18): each lookbehind, lookahead and the
+        // negative lookahead of the prefix rules, at string edges and next to multi-byte characters
+        let t = EnglishTokenizer::get();
+        let cases: [(&str, &[&str]); 16] = [
+            ("+5", &["+5"]),
+            ("+x", &["+", "x"]),
+            ("(+3)", &["(", "+3", ")"]),
+            ("3+", &["3", "+"]),
+            ("3+4", &["3", "+", "4"]),
+            ("1^2", &["1", "^", "2"]),
+            ("a.B", &["a.", "B"]),
+            ("x.Y.z", &["x.", "Y.z"]),
+            ("a,b", &["a", ",", "b"]),
+            ("a--b", &["a", "--", "b"]),
+            ("naïve—done", &["naïve", "—", "done"]),
+            ("a:b", &["a", ":", "b"]),
+            ("9°F.", &["9", "°", "F", "."]),
+            ("ÀB.", &["ÀB", "."]),
+            ("1.", &["1", "."]),
+            ("10$", &["10", "$"]),
         ];
         for (text, want) in cases {
             assert_eq!(t.split(text), want.to_vec(), "{text}");

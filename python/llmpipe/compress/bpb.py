@@ -42,7 +42,7 @@ def bits_per_byte(
 
     if shards is None:
         raise InputError("no evaluation shards: pass --eval SHARDS")
-    ds = ShardDataset(shards, split, verify="fast")
+    ds = ShardDataset(shards, split, verify="blocks")
     nbytes = token_bytes(shards / TOKENIZER_FILE)
     n = min(max_rows, len(ds))
     if n == 0:

@@ -20,7 +20,7 @@ def calibration_tokens(
         raise InputError(
             "this method needs calibration data: pass --calib SHARDS (a `llmpipe curate` output)"
         )
-    ds = ShardDataset(shards, split, verify="fast")
+    ds = ShardDataset(shards, split, verify="blocks")
     if len(ds) == 0:
         raise InputError(f"{shards}: no {split} samples for calibration")
     rng = np.random.default_rng(seed)

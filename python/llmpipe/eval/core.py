@@ -64,7 +64,7 @@ class Evaluator:
         bytes are those the predicted ids spell, special tokens counting 0."""
         from llmpipe.data import ShardDataset
 
-        ds = ShardDataset(directory, split, verify="fast")
+        ds = ShardDataset(directory, split, verify="blocks")
         lengths = self.lm.byte_lengths
         if lengths is None:
             raise ConfigError(

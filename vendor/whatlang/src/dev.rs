@@ -34,31 +34,22 @@ pub enum RawLangInfo {
 pub fn raw_detect(text: &str) -> RawInfo {
     let script_info = raw_detect_script(text);
 
-    let query = Query {
-        text,
-        filter_list: &FilterList::default(),
-        method: Method::Combined,
-    };
+    let query = Query { text, filter_list: &FilterList::default(), method: Method::Combined };
 
-    let lang_info = script_info
-        .main_script()
-        .map(|script| match script.to_lang_group() {
-            ScriptLangGroup::One(lang) => RawLangInfo::OneScript(lang),
-            ScriptLangGroup::Multi(multi_lang_script) => {
-                let iquery = query.to_internal(multi_lang_script);
-                let combined = combined_raw_detect(&iquery);
-                RawLangInfo::MultiScript(combined)
-            }
-            ScriptLangGroup::Mandarin => {
-                let lang = detect_lang_base_on_mandarin_script(&query, &script_info).lang();
-                RawLangInfo::Mandarin(lang)
-            }
-        });
+    let lang_info = script_info.main_script().map(|script| match script.to_lang_group() {
+        ScriptLangGroup::One(lang) => RawLangInfo::OneScript(lang),
+        ScriptLangGroup::Multi(multi_lang_script) => {
+            let iquery = query.to_internal(multi_lang_script);
+            let combined = combined_raw_detect(&iquery);
+            RawLangInfo::MultiScript(combined)
+        }
+        ScriptLangGroup::Mandarin => {
+            let lang = detect_lang_base_on_mandarin_script(&query, &script_info).lang();
+            RawLangInfo::Mandarin(lang)
+        }
+    });
 
-    RawInfo {
-        script_info,
-        lang_info,
-    }
+    RawInfo { script_info, lang_info }
 }
 
 #[cfg(test)]

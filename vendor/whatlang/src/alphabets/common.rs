@@ -124,9 +124,5 @@ pub fn generic_alphabet_calculate_scores(
         normalized_scores.push((lang, normalized_score));
     }
 
-    RawOutcome {
-        count: max_raw_score,
-        raw_scores,
-        scores: normalized_scores,
-    }
+    RawOutcome { count: max_raw_score, raw_scores, scores: normalized_scores }
 }

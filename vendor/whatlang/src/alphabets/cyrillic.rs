@@ -25,12 +25,7 @@ static CYRILLIC_ALPHABET_LANG_MAP: LazyLock<(Vec<char>, Vec<Vec<Lang>>)> =
     LazyLock::new(|| build_inverted_map(CYRILLIC_ALPHABETS));
 
 pub fn alphabet_calculate_scores(text: &LowercaseText, filter_list: &FilterList) -> RawOutcome {
-    generic_alphabet_calculate_scores(
-        Script::Cyrillic,
-        &CYRILLIC_ALPHABET_LANG_MAP,
-        text,
-        filter_list,
-    )
+    generic_alphabet_calculate_scores(Script::Cyrillic, &CYRILLIC_ALPHABET_LANG_MAP, text, filter_list)
 }
 
 #[cfg(test)]
@@ -44,11 +39,8 @@ mod tests {
     #[test]
     fn test_when_ukrainian_specific_chars_given() {
         let text = LowercaseText::new("Дуже цікаво");
-        let RawOutcome {
-            count,
-            raw_scores,
-            scores,
-        } = alphabet_calculate_scores(&text, &FilterList::default());
+        let RawOutcome { count, raw_scores, scores } =
+            alphabet_calculate_scores(&text, &FilterList::default());
 
         assert_eq!(count, 10);
 

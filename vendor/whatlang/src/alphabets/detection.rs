@@ -43,14 +43,8 @@ pub fn raw_detect(iquery: &InternalQuery) -> RawOutcome {
 }
 
 fn build_mock(langs: Vec<Lang>, filter_list: &FilterList) -> RawOutcome {
-    let filtered_langs = langs
-        .into_iter()
-        .filter(|lang| filter_list.is_allowed(*lang));
+    let filtered_langs = langs.into_iter().filter(|lang| filter_list.is_allowed(*lang));
     let raw_scores = filtered_langs.clone().map(|l| (l, 1)).collect();
     let scores = filtered_langs.map(|l| (l, 1.0)).collect();
-    RawOutcome {
-        count: 1,
-        raw_scores,
-        scores,
-    }
+    RawOutcome { count: 1, raw_scores, scores }
 }

@@ -99,10 +99,7 @@ mod tests {
     use crate::utils::is_stop_char;
 
     // Old naive implementation, that is not very effective but easy to understand
-    fn naive_alphabet_calculate_scores(
-        text: &LowercaseText,
-        filter_list: &FilterList,
-    ) -> RawOutcome {
+    fn naive_alphabet_calculate_scores(text: &LowercaseText, filter_list: &FilterList) -> RawOutcome {
         let mut raw_scores: Vec<(Lang, i32)> = Script::Latin
             .langs()
             .iter()
@@ -113,13 +110,8 @@ mod tests {
         let max_raw_score = text.chars().filter(|&ch| !is_stop_char(ch)).count();
 
         for (lang, score) in &mut raw_scores {
-            let alphabet: Vec<char> = LATIN_ALPHABETS
-                .iter()
-                .find(|(l, _)| l == lang)
-                .unwrap()
-                .1
-                .chars()
-                .collect();
+            let alphabet: Vec<char> =
+                LATIN_ALPHABETS.iter().find(|(l, _)| l == lang).unwrap().1.chars().collect();
 
             for ch in text.chars() {
                 if is_stop_char(ch) {
@@ -150,17 +142,12 @@ mod tests {
             normalized_scores.push((lang, normalized_score));
         }
 
-        RawOutcome {
-            count: max_raw_score,
-            raw_scores,
-            scores: normalized_scores,
-        }
+        RawOutcome { count: max_raw_score, raw_scores, scores: normalized_scores }
     }
 
     #[test]
     fn test_alphabet_calculate_scores_against_harmaja_hauras() {
-        let text =
-            LowercaseText::new("Ja kulkee kylmä hetki pariimme, Olet hauras kuin jää, Ja kulke");
+        let text = LowercaseText::new("Ja kulkee kylmä hetki pariimme, Olet hauras kuin jää, Ja kulke");
         let filter = FilterList::All;
 
         let outcome = alphabet_calculate_scores(&text, &filter);
@@ -168,14 +155,7 @@ mod tests {
         assert_eq!(outcome.raw_scores.len(), 37);
         assert_eq!(outcome.scores.len(), 37);
 
-        let raw_scores_for = |lang: Lang| {
-            outcome
-                .raw_scores
-                .iter()
-                .find(|(l, _)| *l == lang)
-                .unwrap()
-                .1
-        };
+        let raw_scores_for = |lang: Lang| outcome.raw_scores.iter().find(|(l, _)| *l == lang).unwrap().1;
         let scores_for = |lang: Lang| outcome.scores.iter().find(|(l, _)| *l == lang).unwrap().1;
 
         assert_eq!(raw_scores_for(Lang::Fin), 50);
@@ -203,20 +183,9 @@ mod tests {
 
             // We can just compare outcome against naive_outcome, because ordering maybe different,
             // what is acceptable.
-            assert_eq!(
-                outcome.count, naive_outcome.count,
-                "count failed. Text: {}",
-                text
-            );
+            assert_eq!(outcome.count, naive_outcome.count, "count failed. Text: {}", text);
             for (lang, raw_naive_score) in naive_outcome.raw_scores.into_iter() {
-                let lookup_raw_score = |lang| {
-                    outcome
-                        .raw_scores
-                        .iter()
-                        .find(|(l, _)| *l == lang)
-                        .unwrap()
-                        .1
-                };
+                let lookup_raw_score = |lang| outcome.raw_scores.iter().find(|(l, _)| *l == lang).unwrap().1;
                 let raw_score = lookup_raw_score(lang);
                 assert_eq!(
                     raw_score, raw_naive_score,
@@ -225,14 +194,9 @@ mod tests {
                 );
             }
             for (lang, naive_score) in naive_outcome.scores.into_iter() {
-                let lookup_score =
-                    |lang| outcome.scores.iter().find(|(l, _)| *l == lang).unwrap().1;
+                let lookup_score = |lang| outcome.scores.iter().find(|(l, _)| *l == lang).unwrap().1;
                 let score = lookup_score(lang);
-                assert_eq!(
-                    score, naive_score,
-                    "score VS naive_score failed. Lang={}, Text: {}",
-                    lang, text
-                );
+                assert_eq!(score, naive_score, "score VS naive_score failed. Lang={}, Text: {}", lang, text);
             }
         }
     }

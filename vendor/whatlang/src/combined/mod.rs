@@ -55,16 +55,8 @@ pub fn raw_detect(iquery: &InternalQuery) -> RawOutcome {
     let mut scores = Vec::with_capacity(all_langs.len());
 
     for lang in all_langs {
-        let a: f64 = alphabet_scores
-            .iter()
-            .find(|(l, _)| l == &lang)
-            .map(|x| x.1)
-            .unwrap_or(0.0);
-        let t: f64 = trigram_scores
-            .iter()
-            .find(|(l, _)| l == &lang)
-            .map(|x| x.1)
-            .unwrap_or(0.0);
+        let a: f64 = alphabet_scores.iter().find(|(l, _)| l == &lang).map(|x| x.1).unwrap_or(0.0);
+        let t: f64 = trigram_scores.iter().find(|(l, _)| l == &lang).map(|x| x.1).unwrap_or(0.0);
 
         debug_assert!(a >= 0.0);
         debug_assert!(a <= 1.0);
@@ -81,11 +73,7 @@ pub fn raw_detect(iquery: &InternalQuery) -> RawOutcome {
 
     scores.sort_unstable_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Less));
 
-    RawOutcome {
-        scores,
-        alphabet_raw_outcome,
-        trigram_raw_outcome,
-    }
+    RawOutcome { scores, alphabet_raw_outcome, trigram_raw_outcome }
 }
 
 // Function that calculates weight of alphabet score depending on number of characters in the given

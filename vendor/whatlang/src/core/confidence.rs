@@ -21,9 +21,5 @@ pub fn calculate_confidence(highest_score: f64, second_score: f64, count: usize)
     let confident_rate = (3.0 / count as f64) + 0.015;
     let rate = (highest_score - second_score) / second_score;
 
-    if rate > confident_rate {
-        1.0
-    } else {
-        rate / confident_rate
-    }
+    if rate > confident_rate { 1.0 } else { rate / confident_rate }
 }

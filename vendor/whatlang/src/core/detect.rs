@@ -33,11 +33,7 @@ pub fn detect(text: &str) -> Option<Info> {
 }
 
 pub fn detect_with_options(text: &str, options: &Options) -> Option<Info> {
-    let query = Query {
-        text,
-        filter_list: &options.filter_list,
-        method: options.method,
-    };
+    let query = Query { text, filter_list: &options.filter_list, method: options.method };
     detect_by_query(&query)
 }
 
@@ -50,16 +46,11 @@ pub fn detect_by_query(query: &Query) -> Option<Info> {
         ScriptLangGroup::Multi(multi_lang_script) => {
             detect_by_query_based_on_script(query, multi_lang_script)
         }
-        ScriptLangGroup::Mandarin => {
-            Some(detect_lang_base_on_mandarin_script(query, &raw_script_info))
-        }
+        ScriptLangGroup::Mandarin => Some(detect_lang_base_on_mandarin_script(query, &raw_script_info)),
     }
 }
 
-fn detect_by_query_based_on_script(
-    query: &Query,
-    multi_lang_script: MultiLangScript,
-) -> Option<Info> {
+fn detect_by_query_based_on_script(query: &Query, multi_lang_script: MultiLangScript) -> Option<Info> {
     let iquery = query.to_internal(multi_lang_script);
     match query.method {
         Method::Alphabet => alphabets::detect(&iquery),
@@ -70,10 +61,7 @@ fn detect_by_query_based_on_script(
 
 // Sometimes Mandarin can be Japanese.
 // See https://github.com/greyblake/whatlang-rs/pull/45
-pub(crate) fn detect_lang_base_on_mandarin_script(
-    query: &Query,
-    raw_script_info: &RawScriptInfo,
-) -> Info {
+pub(crate) fn detect_lang_base_on_mandarin_script(query: &Query, raw_script_info: &RawScriptInfo) -> Info {
     let (lang, confidence) = if query.filter_list.is_allowed(Lang::Cmn) {
         let mandarin_count = raw_script_info.count(Script::Mandarin);
         let katakana_count = raw_script_info.count(Script::Katakana);

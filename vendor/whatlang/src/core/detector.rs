@@ -73,10 +73,7 @@ mod tests {
     #[test]
     fn test_detect_script() {
         // Russian, Cyrillic
-        assert_eq!(
-            Detector::new().detect_script("Кириллица"),
-            Some(Script::Cyrillic)
-        );
+        assert_eq!(Detector::new().detect_script("Кириллица"), Some(Script::Cyrillic));
     }
 
     #[test]

@@ -12,11 +12,7 @@ pub struct Info {
 
 impl Info {
     pub fn new(script: Script, lang: Lang, confidence: f64) -> Self {
-        Self {
-            script,
-            lang,
-            confidence,
-        }
+        Self { script, lang, confidence }
     }
 
     pub fn lang(&self) -> Lang {
@@ -42,11 +38,7 @@ mod tests {
 
     #[test]
     fn test_is_realiable() {
-        let mut info = Info {
-            script: Script::Greek,
-            lang: Lang::Ell,
-            confidence: 0.0,
-        };
+        let mut info = Info { script: Script::Greek, lang: Lang::Ell, confidence: 0.0 };
         assert_eq!(info.is_reliable(), false);
 
         info.confidence = 1.0;

@@ -9,10 +9,7 @@ pub struct Options {
 
 impl Options {
     pub fn new() -> Self {
-        Self {
-            filter_list: FilterList::All,
-            method: Method::Combined,
-        }
+        Self { filter_list: FilterList::All, method: Method::Combined }
     }
 
     #[cfg(feature = "dev")]

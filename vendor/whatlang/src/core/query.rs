@@ -17,10 +17,6 @@ pub struct InternalQuery<'a, 'b> {
 
 impl<'a, 'b> Query<'a, 'b> {
     pub(crate) fn to_internal(&self, multi_lang_script: MultiLangScript) -> InternalQuery<'a, 'b> {
-        InternalQuery {
-            text: Text::new(self.text),
-            filter_list: self.filter_list,
-            multi_lang_script,
-        }
+        InternalQuery { text: Text::new(self.text), filter_list: self.filter_list, multi_lang_script }
     }
 }

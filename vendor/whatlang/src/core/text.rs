@@ -29,10 +29,7 @@ pub struct Text<'a> {
 
 impl<'a> Text<'a> {
     pub fn new(original_text: &'a str) -> Self {
-        Self {
-            original: original_text,
-            lowercase: RefCell::new(None),
-        }
+        Self { original: original_text, lowercase: RefCell::new(None) }
     }
 
     pub fn lowercase(&self) -> Ref<'_, LowercaseText> {

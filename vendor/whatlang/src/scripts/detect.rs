@@ -109,10 +109,8 @@ pub fn raw_detect_script(text: &str) -> RawScriptInfo {
         }
     }
 
-    let counters: Vec<(Script, usize)> = script_counters
-        .iter()
-        .map(|&(script, _, count)| (script, count))
-        .collect();
+    let counters: Vec<(Script, usize)> =
+        script_counters.iter().map(|&(script, _, count)| (script, count)).collect();
 
     RawScriptInfo::new(counters)
 }
@@ -134,39 +132,18 @@ mod tests {
         // One script
         assert_eq!(detect_script("Hello!"), Some(Script::Latin));
         assert_eq!(detect_script("Привет всем!"), Some(Script::Cyrillic));
-        assert_eq!(
-            detect_script("ქართული ენა მსოფლიო "),
-            Some(Script::Georgian)
-        );
-        assert_eq!(
-            detect_script("県見夜上温国阪題富販"),
-            Some(Script::Mandarin)
-        );
-        assert_eq!(
-            detect_script(" ككل حوالي 1.6، ومعظم الناس "),
-            Some(Script::Arabic)
-        );
+        assert_eq!(detect_script("ქართული ენა მსოფლიო "), Some(Script::Georgian));
+        assert_eq!(detect_script("県見夜上温国阪題富販"), Some(Script::Mandarin));
+        assert_eq!(detect_script(" ككل حوالي 1.6، ومعظم الناس "), Some(Script::Arabic));
         assert_eq!(
             detect_script("हिमालयी वन चिड़िया (जूथेरा सालिमअली) चिड़िया की एक प्रजाति है"),
             Some(Script::Devanagari)
         );
-        assert_eq!(
-            detect_script("היסטוריה והתפתחות של האלפבית העברי"),
-            Some(Script::Hebrew)
-        );
-        assert_eq!(
-            detect_script("የኢትዮጵያ ፌዴራላዊ ዴሞክራሲያዊሪፐብሊክ"),
-            Some(Script::Ethiopic)
-        );
+        assert_eq!(detect_script("היסטוריה והתפתחות של האלפבית העברי"), Some(Script::Hebrew));
+        assert_eq!(detect_script("የኢትዮጵያ ፌዴራላዊ ዴሞክራሲያዊሪፐብሊክ"), Some(Script::Ethiopic));
 
         // Mixed scripts
-        assert_eq!(
-            detect_script("Привет! Текст на русском with some English."),
-            Some(Script::Cyrillic)
-        );
-        assert_eq!(
-            detect_script("Russian word любовь means love."),
-            Some(Script::Latin)
-        );
+        assert_eq!(detect_script("Привет! Текст на русском with some English."), Some(Script::Cyrillic));
+        assert_eq!(detect_script("Russian word любовь means love."), Some(Script::Latin));
     }
 }

@@ -73,15 +73,9 @@ mod tests {
 
     #[test]
     fn test_script_to_lang_group() {
-        assert_eq!(
-            Script::Latin.to_lang_group(),
-            ScriptLangGroup::Multi(MultiLangScript::Latin)
-        );
+        assert_eq!(Script::Latin.to_lang_group(), ScriptLangGroup::Multi(MultiLangScript::Latin));
 
-        assert_eq!(
-            Script::Georgian.to_lang_group(),
-            ScriptLangGroup::One(Lang::Kat)
-        );
+        assert_eq!(Script::Georgian.to_lang_group(), ScriptLangGroup::One(Lang::Kat));
     }
 
     #[test]

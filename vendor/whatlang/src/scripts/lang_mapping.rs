@@ -40,14 +40,7 @@ const LATIN_LANGS: [Lang; 37] = [
     Lang::Lat,
     Lang::Cym,
 ];
-const CYRILLIC_LANGS: [Lang; 6] = [
-    Lang::Rus,
-    Lang::Ukr,
-    Lang::Srp,
-    Lang::Bel,
-    Lang::Bul,
-    Lang::Mkd,
-];
+const CYRILLIC_LANGS: [Lang; 6] = [Lang::Rus, Lang::Ukr, Lang::Srp, Lang::Bel, Lang::Bul, Lang::Mkd];
 const ARABIC_LANGS: [Lang; 3] = [Lang::Ara, Lang::Urd, Lang::Pes];
 const DEVANAGARI_LANGS: [Lang; 3] = [Lang::Hin, Lang::Mar, Lang::Nep];
 const HEBREW_LANGS: [Lang; 2] = [Lang::Heb, Lang::Yid];

@@ -187,12 +187,8 @@ mod tests {
     #[test]
     fn test_langs() {
         // Vec of all langs obtained with script.langs()
-        let script_langs: Vec<Lang> = Script::all()
-            .iter()
-            .map(|script| script.langs())
-            .flatten()
-            .copied()
-            .collect();
+        let script_langs: Vec<Lang> =
+            Script::all().iter().map(|script| script.langs()).flatten().copied().collect();
 
         // Ensure all langs belong at least to one script
         for lang in Lang::all() {

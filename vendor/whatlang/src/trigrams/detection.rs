@@ -1,10 +1,10 @@
 use hashbrown::HashMap;
 
-use super::utils::{TrigramsWithPositions, get_trigrams_with_positions};
-use super::{ARABIC_LANGS, CYRILLIC_LANGS, DEVANAGARI_LANGS, HEBREW_LANGS, LATIN_LANGS};
 #[cfg(test)]
 use super::LangProfile;
 use super::LangProfileList;
+use super::utils::{TrigramsWithPositions, get_trigrams_with_positions};
+use super::{ARABIC_LANGS, CYRILLIC_LANGS, DEVANAGARI_LANGS, HEBREW_LANGS, LATIN_LANGS};
 use super::{MAX_TOTAL_DISTANCE, MAX_TRIGRAM_DISTANCE, Trigram};
 use crate::Lang;
 use crate::core::{FilterList, Info, InternalQuery, Text, calculate_confidence};
@@ -21,11 +21,7 @@ pub struct RawOutcome {
 #[inline]
 pub fn detect(iquery: &InternalQuery) -> Option<Info> {
     let raw_outcome = raw_detect(iquery);
-    let RawOutcome {
-        trigrams_count,
-        scores,
-        ..
-    } = raw_outcome;
+    let RawOutcome { trigrams_count, scores, .. } = raw_outcome;
 
     let mut raw_scores_iter = scores.into_iter();
 
@@ -71,10 +67,7 @@ fn profile_index(list: LangProfileList) -> &'static ProfileIndex {
     static INDEXES: [OnceLock<ProfileIndex>; 5] =
         [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
     let lists = [LATIN_LANGS, CYRILLIC_LANGS, ARABIC_LANGS, DEVANAGARI_LANGS, HEBREW_LANGS];
-    let slot = lists
-        .iter()
-        .position(|l| std::ptr::eq(*l, list))
-        .expect("a profile list of this crate");
+    let slot = lists.iter().position(|l| std::ptr::eq(*l, list)).expect("a profile list of this crate");
     INDEXES[slot].get_or_init(|| {
         let mut index: ProfileIndex = HashMap::new();
         for (li, &(_, trigrams)) in list.iter().enumerate() {
@@ -94,9 +87,7 @@ fn calculate_scores_in_profiles(
 ) -> RawOutcome {
     let mut lang_distances: Vec<(Lang, u32)> = vec![];
 
-    let TrigramsWithPositions {
-        trigram_positions, ..
-    } = get_trigrams_with_positions(&text.lowercase());
+    let TrigramsWithPositions { trigram_positions, .. } = get_trigrams_with_positions(&text.lowercase());
     let unique_trigrams_count = trigram_positions.len();
 
     // llmpipe: for each language, the sum over the text's trigrams found in its profile of
@@ -131,11 +122,7 @@ fn calculate_scores_in_profiles(
         .map(|&(lang, distance)| (lang, distance_to_raw_score(distance, max_dist)))
         .collect();
 
-    RawOutcome {
-        trigrams_count: unique_trigrams_count,
-        scores: raw_scores,
-        raw_distances: lang_distances,
-    }
+    RawOutcome { trigrams_count: unique_trigrams_count, scores: raw_scores, raw_distances: lang_distances }
 }
 
 /// Upstream's distance of one language profile to the text's trigrams (kept as the reference).

@@ -12,15 +12,9 @@ pub struct TrigramsWithPositions {
 
 #[inline]
 pub fn get_trigrams_with_positions(text: &LowercaseText) -> TrigramsWithPositions {
-    let CountResult {
-        total_trigrams,
-        trigram_occurances,
-    } = count(text);
+    let CountResult { total_trigrams, trigram_occurances } = count(text);
     let trigram_positions = trigram_occurances_to_positions(trigram_occurances);
-    TrigramsWithPositions {
-        _total_trigrams: total_trigrams,
-        trigram_positions,
-    }
+    TrigramsWithPositions { _total_trigrams: total_trigrams, trigram_positions }
 }
 
 /// llmpipe: a trigram as one integer, ordered as `Trigram` (characters are below 2^21).
@@ -51,10 +45,7 @@ fn trigram_occurances_to_positions(trigram_occurances: HashMap<u64, u32>) -> Has
     }
     keys.sort_unstable_by(|a, b| b.cmp(a));
 
-    keys.into_iter()
-        .enumerate()
-        .map(|(i, k)| (unpack(k as u64), i as u32))
-        .collect()
+    keys.into_iter().enumerate().map(|(i, k)| (unpack(k as u64), i as u32)).collect()
 }
 
 struct CountResult {
@@ -90,10 +81,7 @@ fn count(text: &LowercaseText) -> CountResult {
         c2 = c3;
     }
 
-    CountResult {
-        total_trigrams,
-        trigram_occurances,
-    }
+    CountResult { total_trigrams, trigram_occurances }
 }
 
 // Convert punctuations and digits to a space.
@@ -109,11 +97,7 @@ fn calculate_initial_hash_capacity(text: &str) -> usize {
     const MAX_INITIAL_HASH_CAPACITY: usize = 2048;
 
     let len = text.len();
-    if len > MAX_INITIAL_HASH_CAPACITY {
-        MAX_INITIAL_HASH_CAPACITY
-    } else {
-        len
-    }
+    if len > MAX_INITIAL_HASH_CAPACITY { MAX_INITIAL_HASH_CAPACITY } else { len }
 }
 
 #[cfg(test)]
@@ -149,10 +133,7 @@ mod tests {
 
     fn assert_count(text: &str, pairs: &[(&str, u32)]) {
         let lowercase_text = LowercaseText::new(text);
-        let CountResult {
-            total_trigrams: _,
-            trigram_occurances,
-        } = count(&lowercase_text);
+        let CountResult { total_trigrams: _, trigram_occurances } = count(&lowercase_text);
         for &(trigram_str, expected_n) in pairs.iter() {
             let chars: Vec<char> = trigram_str.chars().collect();
             let trigram = Trigram(chars[0], chars[1], chars[2]);
@@ -175,24 +156,15 @@ mod tests {
         assert_count("yes", &[(" ye", 1), ("yes", 1), ("es ", 1)]);
         assert_count(
             "Give - IT...",
-            &[
-                (" gi", 1),
-                ("giv", 1),
-                ("ive", 1),
-                ("ve ", 1),
-                (" it", 1),
-                ("it ", 1),
-            ],
+            &[(" gi", 1), ("giv", 1), ("ive", 1), ("ve ", 1), (" it", 1), ("it ", 1)],
         );
     }
 
     #[test]
     fn test_get_trigrams_with_positions() {
         let lowercase_text = LowercaseText::new("xaaaaabbbb    d");
-        let TrigramsWithPositions {
-            _total_trigrams,
-            trigram_positions,
-        } = get_trigrams_with_positions(&lowercase_text);
+        let TrigramsWithPositions { _total_trigrams, trigram_positions } =
+            get_trigrams_with_positions(&lowercase_text);
 
         assert_eq!(trigram_positions[&Trigram('a', 'a', 'a')], 0);
         assert_eq!(trigram_positions[&Trigram('b', 'b', 'b')], 1);
