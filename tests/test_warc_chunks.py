@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from fastwarc.warc import ArchiveIterator, WarcRecordType
-from llmpipe.io.chunks import split
+from llmpipe.errors import InputError
+from llmpipe.io.chunks import Span, split
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.read import detect_format, records
 
@@ -199,3 +200,17 @@ def test_chunks_of_an_archive_on_another_file_system(archives: dict[str, Path]) 
         assert spans == split(archives[name], detect_format(archives[name]), 30000)
         assert len(spans) > 1, name
         assert [r for s in spans for r in records(remote, cfg, s)] == list(records(archives[name], cfg)), name
+
+
+def test_a_chunk_whose_index_disagrees_with_the_records_fails_in_one_line(archives: dict[str, Path]) -> None:
+    """A chunk ends where its index says the next record starts; a record count that does not lead
+    there (a file changed after indexing, or records FastWARC counts otherwise) is an error, never
+    documents read twice or lost."""
+    path = archives["wget"]
+    spans = [s for s in split(path, "warc", 1) if s is not None]
+    cfg = ReadConfig()
+    ok = Span(spans[0].start, spans[2].start, 0, 0, 2)
+    assert len(list(records(path, cfg, ok))) == 2
+    for last in (1, 3):
+        with pytest.raises(InputError, match="does not start the chunk"):
+            list(records(path, cfg, Span(spans[0].start, spans[2].start, 0, 0, last)))

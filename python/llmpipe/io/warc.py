@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 
+from llmpipe.errors import InputError
 from llmpipe.io.chunks import Span
 from llmpipe.io.compression import GZIP_MAGIC, compression_of, open_binary
 from llmpipe.io.config import ReadConfig
@@ -68,8 +69,13 @@ def read_warc(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Ite
                     yield pending
                 yield Bad("truncated_or_corrupt_stream", f"record {n + 1}", f"{type(e).__name__}: {e}")
                 return
-            if n == last:  # the next chunk's first record
-                if pending is not None:
+            if span is not None and last >= 0 and (rec.stream_pos > span.end or n == last):
+                if rec.stream_pos != span.end or n != last:  # the index and FastWARC disagree
+                    raise InputError(
+                        f"{path}: record {n + 1} at byte {rec.stream_pos} does not start the chunk at "
+                        f"byte {span.end} as its index says; curate it whole (a larger --chunk-mb)"
+                    )
+                if pending is not None:  # the next chunk's first record: this chunk is done
                     yield pending
                 return
             if pending is not None:
