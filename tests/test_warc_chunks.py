@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import zlib
 from pathlib import Path
 
@@ -214,3 +215,31 @@ def test_a_chunk_whose_index_disagrees_with_the_records_fails_in_one_line(archiv
     for last in (1, 3):
         with pytest.raises(InputError, match="does not start the chunk"):
             list(records(path, cfg, Span(spans[0].start, spans[2].start, 0, 0, last)))
+
+
+def test_the_index_pass_stops_at_a_member_longer_than_a_chunk(
+    archives: dict[str, Path], tmp_path: Path
+) -> None:
+    """A gzip member longer than a chunk and 16 MiB (a file compressed as one stream, or one stream
+    after a warcinfo member) ends the cutting there, without inflating the rest: the rest is one chunk."""
+    recs = [gzip.decompress(m) for m in _members(archives["wget"].read_bytes())]
+    body = os.urandom(17 << 20)  # incompressible: a member of 17 MiB
+    big = (
+        b"WARC/1.0\r\nWARC-Type: resource\r\nWARC-Record-ID: <urn:uuid:big>\r\n"
+        b"Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
+        % len(body)
+        + body
+        + b"\r\n\r\n"
+    )
+    head = b"".join(gzip.compress(r) for r in recs[:10])
+    path = tmp_path / "big-member.warc.gz"
+    path.write_bytes(
+        head
+        + gzip.compress(big + b"".join(recs[10:20]), compresslevel=1)
+        + b"".join(gzip.compress(r) for r in recs[20:])
+    )
+    spans = split(path, "warc", 1)
+    assert [s.start for s in spans if s is not None] == _record_starts(path)[:10]  # members after it: not cut
+    assert spans[-1] is not None and spans[-1].start < len(head) and spans[-1].end == path.stat().st_size
+    cfg = ReadConfig()
+    assert [r for s in spans for r in records(path, cfg, s)] == list(records(path, cfg))

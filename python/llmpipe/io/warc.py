@@ -437,7 +437,7 @@ def archive_spans(path: InputPath, fmt: str, chunk_bytes: int) -> list[Span | No
     """
     kind = compression_of(path)
     if kind == "gzip":
-        cuts = _gzip_cuts(path, fmt)
+        cuts = _gzip_cuts(path, fmt, chunk_bytes)
     elif kind is None:
         cuts = _plain_cuts(path, fmt)
     else:
@@ -475,9 +475,15 @@ def _plain_cuts(path: InputPath, fmt: str) -> list[tuple[int, int, int]]:
     return cuts
 
 
-def _gzip_cuts(path: InputPath, fmt: str) -> list[tuple[int, int, int]]:
+#: a gzip member longer than this (and than a chunk) ends the index pass: the rest of the file is
+#: one chunk. A file compressed as one stream is then recognised without inflating all of it.
+_LONG_MEMBER = 16 << 20
+
+
+def _gzip_cuts(path: InputPath, fmt: str, chunk_bytes: int) -> list[tuple[int, int, int]]:
     """(byte, records before, decompressed bytes before) at every gzip member that starts between
-    records."""
+    records, up to the first member longer than ``max(chunk_bytes, _LONG_MEMBER)``."""
+    long_member = max(chunk_bytes, _LONG_MEMBER)
     walk = _RecordWalk(fmt)
     cuts: list[tuple[int, int, int]] = []
     member_of_record = 0  # the member the newest record header started in
@@ -512,6 +518,8 @@ def _gzip_cuts(path: InputPath, fmt: str) -> list[tuple[int, int, int]]:
                     walk.headers.clear()
                     if walk.records > before:
                         member_of_record, before = at, walk.records
+                    if not d.eof and read - len(buf) - at > long_member:
+                        break
             except zlib.error:
                 pass
             if not d.eof or walk.broken:
