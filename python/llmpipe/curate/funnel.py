@@ -34,8 +34,7 @@ class Funnel:
             for c in m["counts"]:
                 self.stage(c["name"]).merge(StageCounts.from_dict(c))
             self.quarantine.update(m.get("quarantine", {}))
-            if m.get("format"):
-                self.formats[m["format"]] += 1
+            self.formats.update(m.get("formats", []))  # the formats of the files the part starts
 
     def stage(self, name: str) -> StageCounts:
         """The counts of stage ``name`` (created empty, at the end of the funnel, on first use)."""

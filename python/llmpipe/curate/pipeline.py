@@ -10,11 +10,13 @@ publishing run here. The work directory and completion markers make a killed run
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -48,6 +50,9 @@ from llmpipe.lock import DirLock
 DONE = ".llmpipe-done.json"
 #: inputs larger than this run as several parts (``--chunk-mb``)
 CHUNK_BYTES = 128 << 20
+#: consecutive inputs smaller than this together run as one part, of at most GROUP_FILES files
+GROUP_BYTES = 1 << 20
+GROUP_FILES = 64
 
 
 def run_curate(
@@ -144,8 +149,8 @@ def _curate(
         log(f"{out}: already complete for these inputs and config (delete it to run again)")
         return json.loads((out / "stats.json").read_text())
     (out / DONE).unlink(missing_ok=True)
-    work = WorkDir(out, fp)
     parts = plan_parts(files, chunk_bytes)
+    work = WorkDir(out, work_fingerprint(fp, parts))  # a resumed run with other parts starts over
     job = Job(config.to_dict(), str(work.root), tuple(map(str, files)), tuple(keys), strict, parts)
     stages = stages_of(job)
     segments = segments_of(stages)
@@ -229,18 +234,40 @@ def _discover(
 
 
 def plan_parts(files: list[InputPath], chunk_bytes: int) -> tuple[Part, ...]:
-    """Every input as one part, or as chunks of about ``chunk_bytes`` when it is larger."""
+    """Every input as one part, as chunks of about ``chunk_bytes`` when it is larger, and runs of
+    consecutive small inputs as one part of at most ``GROUP_FILES`` files and
+    ``min(GROUP_BYTES, chunk_bytes)`` bytes: a step's fixed costs (work files, markers, a task) are
+    then paid per part, not per tiny file."""
     if chunk_bytes < 1:
         raise InputError(f"chunk size must be positive, got {chunk_bytes} bytes")
-    parts = []
+    limit, group_files = min(GROUP_BYTES, chunk_bytes), GROUP_FILES
+    parts: list[Part] = []
     for f, path in enumerate(files):
         size = path.stat().st_size
-        spans = split(path, detect_format(path), chunk_bytes)
+        spans = [None] if size <= chunk_bytes else split(path, detect_format(path), chunk_bytes)
+        if spans == [None]:  # a whole file: it may join the previous part
+            last = parts[-1] if parts else None
+            if (
+                last is not None
+                and last.span is None
+                and last.file + last.count == f
+                and last.count < group_files
+                and last.size + size <= limit
+            ):
+                parts[-1] = replace(last, size=last.size + size, count=last.count + 1)
+            else:
+                parts.append(Part(f, None, 0, size))
+            continue
         for c, span in enumerate(spans):
             # a JSONL chunk knows its bytes; a Parquet chunk (row groups) takes its share of the file
             share = span.end - span.start if span is not None and len(spans) > 1 else size
             parts.append(Part(f, span, c, share if share > 0 and share <= size else size // len(spans)))
     return tuple(parts)
+
+
+def work_fingerprint(fp: str, parts: tuple[Part, ...]) -> str:
+    """The run's fingerprint and its plan: the work directory's markers are numbered by part."""
+    return hashlib.sha256(f"{fp}\0{parts!r}".encode()).hexdigest()
 
 
 def source_keys(files: list[InputPath]) -> list[str]:

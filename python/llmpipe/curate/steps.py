@@ -43,12 +43,21 @@ DOCS_SCHEMA = DOC_SCHEMA.append(pa.field("meta", pa.string()))
 
 @dataclass(frozen=True)
 class Part:
-    """One unit of per-input work: a whole input file, or one chunk of a large one."""
+    """One unit of per-input work: a whole input file, one chunk of a large one, or a run of small
+    whole files (``count`` > 1), so per-step costs (work files, markers, tasks) are per part, not per
+    file. Documents, ids and outputs do not depend on how inputs are grouped into parts."""
 
-    file: int  # index into ``Job.files``
+    file: int  # index into ``Job.files`` (the first file of a group)
     span: Span | None  # None: the whole file
     chunk: int = 0  # the chunk's number within its file
     size: int = 0  # bytes of input it covers (for progress)
+    count: int = 1  # whole files ``file .. file + count - 1`` (a group has no span)
+
+    def pieces(self) -> list[tuple[int, Span | None, int]]:
+        """(file, span, chunk) of each input piece of the part, in input order."""
+        if self.count == 1:
+            return [(self.file, self.span, self.chunk)]
+        return [(f, None, 0) for f in range(self.file, self.file + self.count)]
 
 
 @dataclass(frozen=True)
@@ -73,8 +82,18 @@ class Segment:
 
 
 @lru_cache(maxsize=8)
+def _config_for(config_json: str) -> CurateConfig:
+    return CurateConfig.from_mapping(json.loads(config_json))
+
+
+@lru_cache(maxsize=8)
 def _stages_for(config_json: str) -> list[Any]:
-    return CurateConfig.from_mapping(json.loads(config_json)).build_stages()
+    return _config_for(config_json).build_stages()
+
+
+def config_of(job: Job) -> CurateConfig:
+    """The job's config, parsed once per process (not once per part)."""
+    return _config_for(json.dumps(job.config, sort_keys=True))
 
 
 def stages_of(job: Job) -> list[Any]:
@@ -123,18 +142,19 @@ def _source_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Segment 0 reads and extracts the input; a later one starts from the previous one's documents."""
     if k == 0:
-        part = job.parts[i]
-        path, key = job.files[part.file], job.keys[part.file]
-
-        def on_bad(b: Bad) -> None:
-            if job.strict:
-                raise InputError(f"{path}: {b.location}: {b.reason} ({b.detail}) [--strict]")
-            bad.add(b)
-
         read, extract = StageCounts(Read.name), StageCounts(Extract.name)
         counts += [read, extract]
-        cfg = CurateConfig.from_mapping(job.config).read
-        yield from read_documents(as_input(path), key, cfg, on_bad, read, extract, part.span)
+        cfg = config_of(job).read
+        for f, span, _ in job.parts[i].pieces():
+            path, key = job.files[f], job.keys[f]
+            bad.source = key
+
+            def on_bad(b: Bad, path: str = path) -> None:
+                if job.strict:
+                    raise InputError(f"{path}: {b.location}: {b.reason} ({b.detail}) [--strict]")
+                bad.add(b)
+
+            yield from read_documents(as_input(path), key, cfg, on_bad, read, extract, span)
         return
     assert seg.after is not None
     drops = ListedDrops(_load_drops(str(work.drops(k - 1))))
@@ -144,6 +164,35 @@ def _source_batches(
         kept = drops.run(batch, c)
         if kept.num_rows:
             yield kept
+
+
+#: a coalesced batch holds at most this many bytes of text (and ``read.batch_size`` documents)
+COALESCE_BYTES = 16 << 20
+
+
+def coalesce(batches: Iterator[pa.RecordBatch], rows: int, nbytes: int) -> Iterator[pa.RecordBatch]:
+    """The same documents in the same order, small batches (one per tiny input of a part) joined up
+    to ``rows`` documents or ``nbytes`` of text: a stage's call costs once per batch, not per file."""
+    buf: list[pa.RecordBatch] = []
+    n = size = 0
+
+    def flush() -> pa.RecordBatch:
+        joined = buf[0] if len(buf) == 1 else pa.concat_batches(buf)
+        buf.clear()
+        return joined
+
+    for batch in batches:
+        if buf and batch.schema != buf[0].schema:
+            yield flush()
+            n = size = 0
+        buf.append(batch)
+        n += batch.num_rows
+        size += batch.column("text").nbytes
+        if n >= rows or size >= nbytes:
+            yield flush()
+            n = size = 0
+    if buf:
+        yield flush()
 
 
 def read_documents(
@@ -175,11 +224,12 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     delay_point(f"segment {k}")
     seg = segments_of(stages_of(job))[k]
     counts: list[StageCounts] = []
-    bad = QuarantineWriter(work.quarantine(i), job.keys[job.parts[i].file])
+    bad = QuarantineWriter(work.quarantine(i), job.keys[job.parts[i].file])  # source: set per piece
     stage_counts = [StageCounts(s.name) for s in seg.doc_stages]
     docs_out = AtomicParquetWriter(work.docs(k, i))
     keys_out = AtomicParquetWriter(work.keys(k, i)) if seg.ends_with is not None else None
-    for batch in _source_batches(job, work, k, i, seg, counts, bad):
+    rows = config_of(job).read.batch_size
+    for batch in coalesce(_source_batches(job, work, k, i, seg, counts, bad), rows, COALESCE_BYTES):
         for st, c in zip(seg.doc_stages, stage_counts, strict=True):
             batch = st.run(batch, c)
             if batch.num_rows == 0:
@@ -200,9 +250,9 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
         "counts": [c.to_dict() for c in counts + stage_counts],
         "quarantine": dict(bad.by_reason),  # the records are in work.quarantine(i)
         # an input's format is counted once, by its first chunk
-        "format": detect_format(as_input(job.files[job.parts[i].file]))
-        if k == 0 and job.parts[i].chunk == 0
-        else None,
+        "formats": [detect_format(as_input(job.files[f])) for f, _, c in job.parts[i].pieces() if c == 0]
+        if k == 0
+        else [],
     }
     atomic_write_json(marker, result)
     return json.loads(marker.read_text())  # exactly what a resumed run reads: same bytes out
