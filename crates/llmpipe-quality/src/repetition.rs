@@ -105,37 +105,46 @@ fn powers(pw: &mut Vec<u64>, n: usize) {
     }
 }
 
-/// Prefix hashes of a byte string into `h`, for O(1) substring hashes.
-fn prefix(bytes: &[u8], h: &mut Vec<u64>) {
-    h.clear();
-    h.reserve(bytes.len() + 1);
-    h.push(0);
-    let mut last = 0u64;
-    for &b in bytes {
-        let v = mulmod(last, BASE) + b as u64 + 1;
-        last = if v >= MOD { v - MOD } else { v };
-        h.push(last);
+#[inline]
+fn addmod(a: u64, b: u64) -> u64 {
+    let v = a + b;
+    if v >= MOD {
+        v - MOD
+    } else {
+        v
     }
 }
 
-/// The key of bytes `a..b` from prefix hashes `h` and powers `pw`.
+/// The polynomial hash of a byte string (Horner: h = h * BASE + byte + 1). Appending `w` to a
+/// string of hash `h` gives `h * BASE^len(w) + poly(w)`, so the hash of any prefix of a joined word
+/// sequence is known at each word boundary with one step per word; the words' own hashes are
+/// independent of each other, which lets the CPU overlap them.
 #[inline]
-fn sub(h: &[u64], pw: &[u64], a: usize, b: usize) -> u64 {
-    let x = h[b] + MOD - mulmod(h[a], pw[b - a]);
-    key((if x >= MOD { x - MOD } else { x }, b - a))
+fn poly(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0u64, |h, &b| addmod(mulmod(h, BASE), b as u64 + 1))
+}
+
+/// The key of the substring between prefix hashes `ha` (at its start) and `hb` (at its end),
+/// `len` bytes long.
+#[inline]
+fn sub(ha: u64, hb: u64, pw: &[u64], len: usize) -> u64 {
+    let x = hb + MOD - mulmod(ha, pw[len]);
+    key((if x >= MOD { x - MOD } else { x }, len))
 }
 
 /// Buffers reused from one document to the next on a thread (allocating and zeroing them per
 /// document cost more than filling them).
 #[derive(Default)]
 struct Scratch {
-    spaced: String,
-    glued: String,
     sp_off: Vec<usize>,
     gl_off: Vec<usize>,
     cp: Vec<usize>,
     pw: Vec<u64>,
-    h: Vec<u64>,
+    /// prefix hashes of " ".join(words) at each word's start and end
+    hs_start: Vec<u64>,
+    hs_end: Vec<u64>,
+    /// prefix hashes of "".join(words) at each word boundary
+    hg: Vec<u64>,
     counts: HashMap<u64, (u32, u32), IdBuild>,
     unique: HashSet<u64, IdBuild>,
 }
@@ -205,31 +214,41 @@ fn n_grams(
     sc: &mut Scratch,
     frac: impl Fn(usize) -> f64,
 ) -> Option<String> {
-    let Scratch { spaced, glued, sp_off, gl_off, cp, pw, h, counts, unique } = sc;
-    spaced.clear();
-    glued.clear();
-    sp_off.clear();
-    gl_off.clear();
-    cp.clear();
-    // " ".join(words) and "".join(words) with each word's start offset, and code-point prefix sums
+    let Scratch { sp_off, gl_off, cp, pw, hs_start, hs_end, hg, counts, unique } = sc;
+    for v in [&mut *sp_off, &mut *gl_off, &mut *cp] {
+        v.clear();
+    }
+    for v in [&mut *hs_start, &mut *hs_end, &mut *hg] {
+        v.clear();
+    }
+    // " ".join(words) and "".join(words): each word's start offset and the prefix hashes at word
+    // boundaries (the strings themselves are never built), and code-point prefix sums
     let nw = words.len();
+    powers(pw, words.iter().map(|w| w.len() + 1).sum::<usize>());
     cp.push(0usize);
+    hg.push(0);
+    let (mut sp, mut gl, mut hs, mut g) = (0usize, 0usize, 0u64, 0u64);
     for (i, w) in words.iter().enumerate() {
         if i > 0 {
-            spaced.push(' ');
+            hs = addmod(mulmod(hs, BASE), b' ' as u64 + 1);
+            sp += 1;
         }
-        sp_off.push(spaced.len());
-        gl_off.push(glued.len());
-        spaced.push_str(w);
-        glued.push_str(w);
+        sp_off.push(sp);
+        gl_off.push(gl);
+        hs_start.push(hs);
+        let (wh, p) = (poly(w.as_bytes()), pw[w.len()]);
+        hs = addmod(mulmod(hs, p), wh);
+        g = addmod(mulmod(g, p), wh);
+        hs_end.push(hs);
+        hg.push(g);
+        sp += w.len();
+        gl += w.len();
         cp.push(cp[i] + len(w));
     }
-    sp_off.push(spaced.len() + 1);
-    gl_off.push(glued.len());
+    sp_off.push(sp + 1);
+    gl_off.push(gl);
 
-    powers(pw, spaced.len());
     if !cfg.top_n_grams.is_empty() {
-        prefix(spaced.as_bytes(), h);
         for &(n, t) in &cfg.top_n_grams {
             if n == 0 || nw < n {
                 continue;
@@ -237,7 +256,7 @@ fn n_grams(
             // most_common(1): highest count, ties -> first seen
             reset(counts, nw);
             for i in 0..=nw - n {
-                let key = sub(h, pw, sp_off[i], sp_off[i + n] - 1);
+                let key = sub(hs_start[i], hs_end[i + n - 1], pw, sp_off[i + n] - 1 - sp_off[i]);
                 let e = counts.entry(key).or_insert((0, i as u32));
                 e.0 += 1;
             }
@@ -253,7 +272,6 @@ fn n_grams(
         }
     }
     if !cfg.dup_n_grams.is_empty() {
-        prefix(glued.as_bytes(), h);
         for &(n, t) in &cfg.dup_n_grams {
             if n == 0 {
                 continue;
@@ -262,7 +280,7 @@ fn n_grams(
             let mut repeated = 0usize;
             let mut idx = 0usize;
             while idx + n <= nw {
-                let key = sub(h, pw, gl_off[idx], gl_off[idx + n]);
+                let key = sub(hg[idx], hg[idx + n], pw, gl_off[idx + n] - gl_off[idx]);
                 if unique.insert(key) {
                     idx += 1;
                 } else {
