@@ -70,31 +70,52 @@ fn atoms(p: &str) -> usize {
     n
 }
 
-/// The body of a group opened at byte `open` (at `(`): (content, index after the closing paren).
-fn group(p: &str, open: usize) -> (&str, usize) {
+/// Walk the characters of a pattern that are outside classes and escapes: `f(byte index, char,
+/// group depth after it)` until `f` returns false.
+fn walk(p: &str, mut f: impl FnMut(usize, char, i32) -> bool) {
     let (mut depth, mut in_class, mut esc) = (0i32, false, false);
-    for (i, c) in p[open..].char_indices() {
+    for (i, c) in p.char_indices() {
         if esc {
             esc = false;
             continue;
         }
         match c {
-            '\\' => esc = true,
-            '[' if !in_class => in_class = true,
-            ']' if in_class => in_class = false,
-            '(' if !in_class => depth += 1,
-            ')' if !in_class => {
-                depth -= 1;
-                if depth == 0 {
-                    let body = &p[open..open + i];
-                    let head = body.find([':', '=', '!']).map_or(1, |k| k + 1);
-                    return (&body[head..], open + i + 1);
-                }
+            '\\' => {
+                esc = true;
+                continue;
             }
+            '[' if !in_class => {
+                in_class = true;
+                continue;
+            }
+            ']' if in_class => {
+                in_class = false;
+                continue;
+            }
+            _ if in_class => continue,
+            '(' => depth += 1,
+            ')' => depth -= 1,
             _ => {}
         }
+        if !f(i, c, depth) {
+            return;
+        }
     }
-    panic!("unbalanced spaCy rule: {p}")
+}
+
+/// The body of a group opened at byte `open` (at `(`): (content, index after the closing paren).
+fn group(p: &str, open: usize) -> (&str, usize) {
+    let mut close = None;
+    walk(&p[open..], |i, c, depth| {
+        if c == ')' && depth == 0 {
+            close = Some(i);
+        }
+        close.is_none()
+    });
+    let i = close.unwrap_or_else(|| panic!("unbalanced spaCy rule: {p}"));
+    let body = &p[open..open + i];
+    let head = body.find([':', '=', '!']).map_or(1, |k| k + 1);
+    (&body[head..], open + i + 1)
 }
 
 impl Around {
@@ -178,25 +199,14 @@ struct Split {
 
 /// Top-level alternatives of a pattern (aware of escapes, classes and groups).
 fn alternatives(p: &str) -> Vec<&str> {
-    let (mut out, mut depth, mut in_class, mut esc, mut start) = (Vec::new(), 0i32, false, false, 0);
-    for (i, c) in p.char_indices() {
-        if esc {
-            esc = false;
-            continue;
+    let (mut out, mut start) = (Vec::new(), 0);
+    walk(p, |i, c, depth| {
+        if c == '|' && depth == 0 {
+            out.push(&p[start..i]);
+            start = i + 1;
         }
-        match c {
-            '\\' => esc = true,
-            '[' if !in_class => in_class = true,
-            ']' if in_class => in_class = false,
-            '(' if !in_class => depth += 1,
-            ')' if !in_class => depth -= 1,
-            '|' if !in_class && depth == 0 => {
-                out.push(&p[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
+        true
+    });
     out.push(&p[start..]);
     out
 }
