@@ -72,12 +72,13 @@ class Writer(DiskWriter):
         file_handler.write(json.dumps(document) + "\\n")
 
 
-inp, work, workers, tasks = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-LocalPipelineExecutor([
-    Reader(inp, glob_pattern="**/*.jsonl"),
-    GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(), FineWebQualityFilter(),
-    Writer(f"{work}/kept"),
-], tasks=tasks, workers=workers, logging_dir=f"{work}/logs", skip_completed=False).run()
+if __name__ == "__main__":  # datatrove's worker pool (forkserver) imports this module again
+    inp, work, workers, tasks = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    LocalPipelineExecutor([
+        Reader(inp, glob_pattern="**/*.jsonl"),
+        GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(), FineWebQualityFilter(),
+        Writer(f"{work}/kept"),
+    ], tasks=tasks, workers=workers, logging_dir=f"{work}/logs", skip_completed=False).run()
 """
 
 
