@@ -68,10 +68,12 @@ class Cluster:
         }
         return with_descendants(roots, table)
 
-    def submit(self, out: Path, cfg: Path, data: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    def submit(
+        self, out: Path, cfg: Path, data: Path, *extra: str, curate: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
         cmd = [RAY, "job", "submit", "--address", self.dashboard, "--working-dir", str(ROOT), *extra]
         cmd += ["--", "llmpipe", "curate", *[str(data / n) for n in INPUTS]]
-        cmd += ["--out", str(out), "--config", str(cfg), "--ray", "auto", "--quiet"]
+        cmd += ["--out", str(out), "--config", str(cfg), "--ray", "auto", "--quiet", *curate]
         return subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=600)
 
 
@@ -191,6 +193,20 @@ def test_job_submit_matches_local(
     assert done.get("near_dedup groups", 0) >= 3, done
     assert done.get("near_dedup edges", 0) == 2, done
     assert done.get("exact_dedup groups", 0) >= 1, done
+
+
+def test_job_submit_in_small_chunks_matches_local(
+    cluster: Cluster, local_run: tuple[Path, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """Cut into small chunks (the WARC between gzip members, the ARC and plain JSONL at records and
+    lines), the Ray run still writes the bytes of the local run of whole files."""
+    cfg, local = local_run
+    out = tmp_path / "shards"
+    p = cluster.submit(out, cfg, data_dir / "web", curate=("--chunk-mb", "0.05"))
+    assert p.returncode == 0 and "succeeded" in p.stdout + p.stderr, p.stdout + p.stderr
+    _same_tree(local, out)
+    parts = re.search(r"input\(s\) in (\d+) part\(s\)", p.stdout + p.stderr)
+    assert parts is not None and int(parts.group(1)) > len(INPUTS) + 8, p.stdout  # WARC and ARC: several each
 
 
 def test_launcher_entry_script_with_relative_paths(

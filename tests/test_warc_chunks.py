@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import zlib
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
 from fastwarc.warc import ArchiveIterator, WarcRecordType
-from llmpipe.io.chunks import split
+from llmpipe.errors import InputError
+from llmpipe.io.chunks import Span, split
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.read import detect_format, records
+from llmpipe.io.records import Bad
 
 CONFIG = (
     "pack:\n  seq_len: 64\n  samples_per_shard: 100\n  val_fraction: 0.05\n"
@@ -90,6 +93,15 @@ def archives(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[s
         arc_recs.append(arc[pos:end])
         pos = end
     put("members.arc.gz", b"".join(gzip.compress(r) for r in arc_recs))
+    lines = gzip.decompress((web / "cc-main-2019-30-extracted.jsonl.gz").read_bytes()).splitlines(
+        keepends=True
+    )
+    lines = [
+        x for i, line in enumerate(lines[:300]) for x in ([line, b"{not json\n"] if i % 40 == 0 else [line])
+    ]
+    put(
+        "cat.jsonl.gz", b"".join(gzip.compress(b"".join(lines[i : i + 20])) for i in range(0, len(lines), 20))
+    )
     put("cut.arc", (web / "cc-2008-sample.arc").read_bytes()[:-5000])
     return files
 
@@ -144,7 +156,7 @@ def _curate(
 @pytest.fixture(scope="module")
 def crawl(tmp_path_factory: pytest.TempPathFactory, archives: dict[str, Path]) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("crawl")
-    for name in ("wget", "cc", "plain.warc", "members.arc.gz", "corrupt.warc.gz"):
+    for name in ("wget", "cc", "plain.warc", "members.arc.gz", "corrupt.warc.gz", "cat.jsonl.gz"):
         (d / archives[name].name).write_bytes(archives[name].read_bytes())
     cfg = d.parent / "cfg.yaml"
     cfg.write_text(CONFIG)
@@ -158,7 +170,7 @@ def _parts(stdout: str) -> int:
 def test_curate_archives_same_bytes_for_workers_and_chunks(crawl: tuple[Path, Path], tmp_path: Path) -> None:
     d, cfg = crawl
     _, out = _curate(d, tmp_path / "ref", cfg, "--workers", "1", "--chunk-mb", "1000")
-    assert "5 input(s)" in out and _parts(out) <= 5  # no archive split (small ones share a part)
+    assert "6 input(s)" in out and _parts(out) <= 6  # no input split (small ones share a part)
     ref = _tree(tmp_path / "ref")
     assert sum(n.startswith("train-") for n in ref) > 3
     bad = (tmp_path / "ref" / "quarantine.jsonl").read_text()
@@ -166,7 +178,7 @@ def test_curate_archives_same_bytes_for_workers_and_chunks(crawl: tuple[Path, Pa
     for workers, chunk_mb in (("2", "1000"), ("2", "0.05"), ("1", "0.1"), ("2", "0.3")):
         out_dir = tmp_path / f"w{workers}-c{chunk_mb}"
         _, out = _curate(d, out_dir, cfg, "--workers", workers, "--chunk-mb", chunk_mb)
-        assert _parts(out) > 5 or chunk_mb == "1000", out
+        assert _parts(out) > 6 or chunk_mb == "1000", out
         assert _tree(out_dir) == ref, (workers, chunk_mb)
 
 
@@ -176,7 +188,7 @@ def test_killed_chunked_archive_run_resumes_to_the_same_bytes(
     d, cfg = crawl
     _curate(d, tmp_path / "ref", cfg, "--workers", "1", "--chunk-mb", "1000")
     out = tmp_path / "out"
-    for point in ("segment 0#4 committed", "segment 1#9"):
+    for point in ("segment 0#4 committed", "segment 1#12"):
         code, _ = _curate(
             d, out, cfg, "--workers", "2", "--chunk-mb", "0.05", env={"LLMPIPE_FAULT_AFTER": point}
         )
@@ -199,3 +211,85 @@ def test_chunks_of_an_archive_on_another_file_system(archives: dict[str, Path]) 
         assert spans == split(archives[name], detect_format(archives[name]), 30000)
         assert len(spans) > 1, name
         assert [r for s in spans for r in records(remote, cfg, s)] == list(records(archives[name], cfg)), name
+
+
+def test_a_chunk_whose_index_disagrees_with_the_records_fails_in_one_line(archives: dict[str, Path]) -> None:
+    """A chunk ends where its index says the next record starts; a record count that does not lead
+    there (a file changed after indexing, or records FastWARC counts otherwise) is an error, never
+    documents read twice or lost."""
+    path = archives["wget"]
+    spans = [s for s in split(path, "warc", 1) if s is not None]
+    cfg = ReadConfig()
+    ok = Span(spans[0].start, spans[2].start, 0, 0, 2)
+    assert len(list(records(path, cfg, ok))) == 2
+    for last in (1, 3):
+        with pytest.raises(InputError, match="does not start the chunk"):
+            list(records(path, cfg, Span(spans[0].start, spans[2].start, 0, 0, last)))
+
+
+def test_the_index_pass_stops_at_a_member_longer_than_a_chunk(
+    archives: dict[str, Path], tmp_path: Path
+) -> None:
+    """A gzip member longer than a chunk and 16 MiB (a file compressed as one stream, or one stream
+    after a warcinfo member) ends the cutting there, without inflating the rest: the rest is one chunk."""
+    recs = [gzip.decompress(m) for m in _members(archives["wget"].read_bytes())]
+    body = os.urandom(17 << 20)  # incompressible: a member of 17 MiB
+    big = (
+        b"WARC/1.0\r\nWARC-Type: resource\r\nWARC-Record-ID: <urn:uuid:big>\r\n"
+        b"Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
+        % len(body)
+        + body
+        + b"\r\n\r\n"
+    )
+    head = b"".join(gzip.compress(r) for r in recs[:10])
+    path = tmp_path / "big-member.warc.gz"
+    path.write_bytes(
+        head
+        + gzip.compress(big + b"".join(recs[10:20]), compresslevel=1)
+        + b"".join(gzip.compress(r) for r in recs[20:])
+    )
+    spans = split(path, "warc", 1)
+    assert [s.start for s in spans if s is not None] == _record_starts(path)[:10]  # members after it: not cut
+    assert spans[-1] is not None and spans[-1].start < len(head) and spans[-1].end == path.stat().st_size
+    cfg = ReadConfig()
+    assert [r for s in spans for r in records(path, cfg, s)] == list(records(path, cfg))
+
+
+def test_gzip_jsonl_of_many_members_is_cut_between_members_at_lines(
+    tmp_path: Path, archives: dict[str, Path]
+) -> None:
+    """A JSONL of gzip members (files joined with ``cat``) is cut at members that start a line, counted
+    by gzip's own reading; members that start inside a line, a broken stream and one stream stay whole."""
+    path = archives["cat.jsonl.gz"]
+    members = _members(path.read_bytes())
+    cfg = ReadConfig()
+    whole = list(records(path, cfg))
+    assert any(r.reason == "invalid_json" for r in whole if isinstance(r, Bad))
+    for chunk_bytes in (1, 20000, 100000):
+        spans = split(path, "jsonl", chunk_bytes)
+        assert len(spans) == (len(members) if chunk_bytes == 1 else len(spans)) > 1
+        assert [r for s in spans for r in records(path, cfg, s)] == whole, chunk_bytes
+    raw = b"".join(gzip.decompress(m) for m in members)
+    at = [
+        raw.index(b"\n", n) + 1 for n in range(5000, len(raw) - 5000, 7919)
+    ]  # some cuts right after a newline
+    cuts = sorted({*at, *range(3000, len(raw), 9001)})  # most inside lines
+    pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
+    bgz = tmp_path / "blocks.jsonl.gz"
+    bgz.write_bytes(b"".join(gzip.compress(p) for p in pieces))
+    spans = split(bgz, "jsonl", 1)
+    starts = {s.start for s in spans if s is not None}
+    offsets = [0]
+    for p in pieces:
+        offsets.append(offsets[-1] + len(gzip.compress(p)))
+    line_starts = {
+        o for o, done in zip(offsets, [0, *cuts], strict=False) if done == 0 or raw[done - 1 : done] == b"\n"
+    }
+    assert starts == line_starts and len(starts) > 5
+    assert [r for s in spans for r in records(bgz, cfg, s)] == list(records(bgz, cfg))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(path.read_bytes()[:-300])
+    assert split(cut, "jsonl", 1) == [None]
+    one = tmp_path / "one.jsonl.gz"
+    one.write_bytes(gzip.compress(raw))
+    assert split(one, "jsonl", 1) == [None]

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import sys
 from collections.abc import Sequence
 
-from llmpipe import __version__
-from llmpipe.commands import (
+# numpy's OpenBLAS starts a thread per core that spins between calls; no command here does BLAS work
+# that would pay for it (torch has its own pool). Before numpy loads, and overridable.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from llmpipe import __version__  # noqa: E402
+from llmpipe.commands import (  # noqa: E402
     ablate,
     curate,
     eval,
@@ -23,7 +28,7 @@ from llmpipe.commands import (
     sweep,
     tokenizer,
 )
-from llmpipe.errors import LlmpipeError
+from llmpipe.errors import LlmpipeError  # noqa: E402
 
 #: the machine's, not llmpipe's: disk or quota full, read-only or unwritable storage
 ENVIRONMENT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}

@@ -16,6 +16,7 @@ pub mod fasttext;
 pub mod fineweb;
 pub mod gopher;
 pub mod lang;
+pub mod memo;
 pub mod pii;
 pub mod pycompat;
 pub mod repetition;
@@ -146,16 +147,19 @@ pub fn evaluate_batch(cfg: &HeuristicsConfig, texts: &[&str], all_reasons: bool)
     texts.par_iter().map(|t| evaluate(cfg, t, all_reasons)).collect()
 }
 
-/// Gopher quality over a batch: `None` keeps, else datatrove's reason.
+/// Gopher quality over a batch: `None` keeps, else datatrove's reason. (The three filters share the
+/// words of texts through [`memo`].)
 pub fn gopher_quality_batch(cfg: &GopherQualityConfig, texts: &[&str]) -> Vec<Option<&'static str>> {
     let tok = EnglishTokenizer::get();
-    texts.par_iter().map(|t| gopher::gopher_quality(cfg, t, &tok.split(t))).collect()
+    memo::next_batch();
+    texts.par_iter().map(|t| gopher::gopher_quality(cfg, t, &memo::words(tok, t))).collect()
 }
 
 /// Gopher repetition over a batch.
 pub fn gopher_repetition_batch(cfg: &GopherRepetitionConfig, texts: &[&str]) -> Vec<Option<String>> {
     let tok = EnglishTokenizer::get();
-    texts.par_iter().map(|t| repetition::gopher_repetition(cfg, t, &tok.split(t))).collect()
+    memo::next_batch();
+    texts.par_iter().map(|t| repetition::gopher_repetition(cfg, t, &memo::words(tok, t))).collect()
 }
 
 /// C4 over a batch: the drop reason or the cleaned text.
@@ -167,7 +171,8 @@ pub fn c4_batch(cfg: &C4Config, texts: &[&str]) -> Vec<C4Outcome> {
 /// FineWeb over a batch.
 pub fn fineweb_batch(cfg: &FineWebConfig, texts: &[&str]) -> Vec<Option<&'static str>> {
     let tok = EnglishTokenizer::get();
-    texts.par_iter().map(|t| fineweb::fineweb(cfg, t, tok.split(t).len())).collect()
+    memo::next_batch();
+    texts.par_iter().map(|t| fineweb::fineweb(cfg, t, memo::words(tok, t).len())).collect()
 }
 
 /// Language of each text: (ISO 639-3 code, confidence).

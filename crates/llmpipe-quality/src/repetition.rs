@@ -94,39 +94,81 @@ fn mulmod(a: u64, b: u64) -> u64 {
     }
 }
 
-/// Prefix hashes of a byte string, for O(1) substring hashes.
-struct Prefix<'p> {
-    h: Vec<u64>,
-    pw: &'p [u64],
+/// Extend `pw` to BASE^0 .. BASE^n (kept per thread: every document needs a prefix of it).
+fn powers(pw: &mut Vec<u64>, n: usize) {
+    if pw.is_empty() {
+        pw.push(1);
+    }
+    while pw.len() <= n {
+        let last = pw[pw.len() - 1];
+        pw.push(mulmod(last, BASE));
+    }
 }
 
-/// BASE^0 .. BASE^n
-fn powers(n: usize) -> Vec<u64> {
-    let mut pw = Vec::with_capacity(n + 1);
-    pw.push(1);
-    for i in 0..n {
-        pw.push(mulmod(pw[i], BASE));
+#[inline]
+fn addmod(a: u64, b: u64) -> u64 {
+    let v = a + b;
+    if v >= MOD {
+        v - MOD
+    } else {
+        v
     }
-    pw
 }
 
-impl<'p> Prefix<'p> {
-    fn new(bytes: &[u8], pw: &'p [u64]) -> Self {
-        let mut h = Vec::with_capacity(bytes.len() + 1);
-        h.push(0);
-        let mut last = 0u64;
-        for &b in bytes {
-            let v = mulmod(last, BASE) + b as u64 + 1;
-            last = if v >= MOD { v - MOD } else { v };
-            h.push(last);
-        }
-        Self { h, pw }
+/// The polynomial hash of a byte string (Horner: h = h * BASE + byte + 1). Appending `w` to a
+/// string of hash `h` gives `h * BASE^len(w) + poly(w)`, so the hash of any prefix of a joined word
+/// sequence is known at each word boundary with one step per word; the words' own hashes are
+/// independent of each other, which lets the CPU overlap them.
+#[inline]
+fn poly(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0u64, |h, &b| addmod(mulmod(h, BASE), b as u64 + 1))
+}
+
+/// The key of the substring between prefix hashes `ha` (at its start) and `hb` (at its end),
+/// `len` bytes long.
+#[inline]
+fn sub(ha: u64, hb: u64, pw: &[u64], len: usize) -> u64 {
+    let x = hb + MOD - mulmod(ha, pw[len]);
+    key((if x >= MOD { x - MOD } else { x }, len))
+}
+
+/// Buffers reused from one document to the next on a thread (allocating and zeroing them per
+/// document cost more than filling them).
+#[derive(Default)]
+struct Scratch {
+    sp_off: Vec<usize>,
+    gl_off: Vec<usize>,
+    cp: Vec<usize>,
+    pw: Vec<u64>,
+    /// prefix hashes of " ".join(words) at each word's start and end
+    hs_start: Vec<u64>,
+    hs_end: Vec<u64>,
+    /// prefix hashes of "".join(words) at each word boundary
+    hg: Vec<u64>,
+    counts: HashMap<u64, (u32, u32), IdBuild>,
+    unique: HashSet<u64, IdBuild>,
+}
+
+/// Empty a reused map; one grown far beyond `need` by a long document is shrunk, so that clearing
+/// it does not cost every later short document its old size.
+fn reset<V>(m: &mut HashMap<u64, V, IdBuild>, need: usize) {
+    m.clear();
+    if m.capacity() > 1024 && m.capacity() > 4 * need {
+        m.shrink_to(need);
     }
-    #[inline]
-    fn get(&self, a: usize, b: usize) -> u64 {
-        let x = self.h[b] + MOD - mulmod(self.h[a], self.pw[b - a]);
-        key((if x >= MOD { x - MOD } else { x }, b - a))
+    m.reserve(need);
+}
+
+fn reset_set(m: &mut HashSet<u64, IdBuild>, need: usize) {
+    m.clear();
+    if m.capacity() > 1024 && m.capacity() > 4 * need {
+        m.shrink_to(need);
     }
+    m.reserve(need);
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// `None` to keep, else datatrove's reason.
@@ -162,39 +204,59 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
     if cfg.top_n_grams.is_empty() && cfg.dup_n_grams.is_empty() {
         return None;
     }
-    // " ".join(words) and "".join(words) with each word's start offset, and code-point prefix sums
+    SCRATCH.with(|cell| n_grams(cfg, words, &mut cell.borrow_mut(), frac))
+}
+
+/// The n-gram rules (the costly part): most frequent n-grams, then duplicated n-grams.
+fn n_grams(
+    cfg: &GopherRepetitionConfig,
+    words: &[&str],
+    sc: &mut Scratch,
+    frac: impl Fn(usize) -> f64,
+) -> Option<String> {
+    let Scratch { sp_off, gl_off, cp, pw, hs_start, hs_end, hg, counts, unique } = sc;
+    for v in [&mut *sp_off, &mut *gl_off, &mut *cp] {
+        v.clear();
+    }
+    for v in [&mut *hs_start, &mut *hs_end, &mut *hg] {
+        v.clear();
+    }
+    // " ".join(words) and "".join(words): each word's start offset and the prefix hashes at word
+    // boundaries (the strings themselves are never built), and code-point prefix sums
     let nw = words.len();
-    let mut spaced = String::with_capacity(text.len());
-    let mut glued = String::with_capacity(text.len());
-    let mut sp_off = Vec::with_capacity(nw + 1);
-    let mut gl_off = Vec::with_capacity(nw + 1);
-    let mut cp = Vec::with_capacity(nw + 1);
+    powers(pw, words.iter().map(|w| w.len() + 1).sum::<usize>());
     cp.push(0usize);
+    hg.push(0);
+    let (mut sp, mut gl, mut hs, mut g) = (0usize, 0usize, 0u64, 0u64);
     for (i, w) in words.iter().enumerate() {
         if i > 0 {
-            spaced.push(' ');
+            hs = addmod(mulmod(hs, BASE), b' ' as u64 + 1);
+            sp += 1;
         }
-        sp_off.push(spaced.len());
-        gl_off.push(glued.len());
-        spaced.push_str(w);
-        glued.push_str(w);
+        sp_off.push(sp);
+        gl_off.push(gl);
+        hs_start.push(hs);
+        let (wh, p) = (poly(w.as_bytes()), pw[w.len()]);
+        hs = addmod(mulmod(hs, p), wh);
+        g = addmod(mulmod(g, p), wh);
+        hs_end.push(hs);
+        hg.push(g);
+        sp += w.len();
+        gl += w.len();
         cp.push(cp[i] + len(w));
     }
-    sp_off.push(spaced.len() + 1);
-    gl_off.push(glued.len());
+    sp_off.push(sp + 1);
+    gl_off.push(gl);
 
-    let pw = powers(spaced.len());
     if !cfg.top_n_grams.is_empty() {
-        let hs = Prefix::new(spaced.as_bytes(), &pw);
         for &(n, t) in &cfg.top_n_grams {
             if n == 0 || nw < n {
                 continue;
             }
             // most_common(1): highest count, ties -> first seen
-            let mut counts: HashMap<u64, (u32, u32), IdBuild> =
-                HashMap::with_capacity_and_hasher(nw, IdBuild::default());
+            reset(counts, nw);
             for i in 0..=nw - n {
-                let key = hs.get(sp_off[i], sp_off[i + n] - 1);
+                let key = sub(hs_start[i], hs_end[i + n - 1], pw, sp_off[i + n] - 1 - sp_off[i]);
                 let e = counts.entry(key).or_insert((0, i as u32));
                 e.0 += 1;
             }
@@ -210,16 +272,15 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
         }
     }
     if !cfg.dup_n_grams.is_empty() {
-        let hg = Prefix::new(glued.as_bytes(), &pw);
         for &(n, t) in &cfg.dup_n_grams {
             if n == 0 {
                 continue;
             }
-            let mut unique: HashSet<u64, IdBuild> = HashSet::with_capacity_and_hasher(nw, IdBuild::default());
+            reset_set(unique, nw);
             let mut repeated = 0usize;
             let mut idx = 0usize;
             while idx + n <= nw {
-                let key = hg.get(gl_off[idx], gl_off[idx + n]);
+                let key = sub(hg[idx], hg[idx + n], pw, gl_off[idx + n] - gl_off[idx]);
                 if unique.insert(key) {
                     idx += 1;
                 } else {

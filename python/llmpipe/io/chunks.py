@@ -6,7 +6,8 @@ line boundaries; a chunk of a Parquet file is a range of row groups; a chunk of 
 written one member per record (the Common Crawl convention), or at a record header of a plain
 archive. ``first`` is the number of lines (rows, records) before the chunk, so a record's position,
 and with it the id of a document without an id of its own, is the same whatever the chunk size.
-Compressed JSONL, an archive compressed as one gzip stream (or zstd, bzip2) and text files are one
+A gzip JSONL of several members (gzip files joined with ``cat``) is cut between members that start
+a line. A JSONL or archive compressed as one gzip stream (or zstd, bzip2) and text files are one
 chunk: such a stream cannot be entered in the middle.
 """
 
@@ -42,6 +43,13 @@ def split(path: InputPath, fmt: str, chunk_bytes: int) -> list[Span | None]:
         return [None]
     if fmt == "jsonl" and compression_of(path) is None:
         return _line_spans(path, size, chunk_bytes)
+    if fmt == "jsonl" and compression_of(path) == "gzip":
+        from llmpipe.io.members import LineWalk, gzip_cuts
+
+        # a broken stream stays whole: how many lines before the error a reader recovers depends
+        # on where it started
+        cuts = gzip_cuts(path, LineWalk(), chunk_bytes, cut_before_trouble=False)
+        return spans_at(cuts, size, chunk_bytes)
     if fmt == "parquet":
         return _row_group_spans(path, chunk_bytes)
     if fmt in ("warc", "arc"):
@@ -49,6 +57,21 @@ def split(path: InputPath, fmt: str, chunk_bytes: int) -> list[Span | None]:
 
         return archive_spans(path, fmt, chunk_bytes)
     return [None]
+
+
+def spans_at(cuts: list[tuple[int, int, int]], size: int, chunk_bytes: int) -> list[Span | None]:
+    """Chunks of about ``chunk_bytes`` from candidate cuts ``(byte, records before, decompressed
+    bytes before)``, in order."""
+    spans: list[Span | None] = []
+    start, first, offset = 0, 0, 0
+    for at, records, inner in cuts:
+        if at - start >= chunk_bytes and 0 < at < size:
+            spans.append(Span(start, at, first, offset, records))
+            start, first, offset = at, records, inner
+    if not spans:
+        return [None]
+    spans.append(Span(start, size, first, offset))
+    return spans
 
 
 def _line_spans(path: InputPath, size: int, chunk_bytes: int) -> list[Span | None]:

@@ -10,8 +10,9 @@ from typing import BinaryIO
 import zstandard
 
 from llmpipe.io.chunks import Span
-from llmpipe.io.compression import open_binary
+from llmpipe.io.compression import compression_of, open_binary
 from llmpipe.io.fs import InputPath
+from llmpipe.io.members import open_range
 from llmpipe.io.records import Bad, Doc
 
 
@@ -22,15 +23,20 @@ def read_jsonl(
     max_doc_bytes: int = 20_000_000,
     span: Span | None = None,
 ) -> Iterator[Doc | Bad]:
-    """The records of ``path`` (of its byte range ``span``: a plain file cut at line boundaries).
+    """The records of ``path`` (of its byte range ``span``: a plain file cut at line boundaries, or
+    gzip members that start lines).
     A document's position is its line's index in the file."""
     # A line may hold escapes (ASCII-only JSON doubles CJK text); longer lines are never held whole.
     limit = 2 * max_doc_bytes + 65536
     lineno = span.first if span is not None else 0
-    left = span.end - span.start if span is not None else -1  # bytes of the span still to read
+    # a span of a gzip file is a range of whole members, read to its end; of a plain file, bytes
+    members = span is not None and compression_of(path) == "gzip"
+    left = span.end - span.start if span is not None and not members else -1  # bytes still to read
     try:
-        with open_binary(path) as f:
-            if span is not None:
+        with (
+            open_range(path, span.start, span.end) if span is not None and members else open_binary(path) as f
+        ):
+            if span is not None and not members:
                 f.seek(span.start)
             while left != 0 and (raw := f.readline(limit + 1)):
                 left -= len(raw) if left > 0 else 0

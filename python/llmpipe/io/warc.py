@@ -16,19 +16,20 @@ against ``max_doc_bytes``, so memory is bounded by the largest accepted record, 
 from __future__ import annotations
 
 import gzip
-import io
 import re
 import zlib
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 
-from llmpipe.io.chunks import Span
+from llmpipe.errors import InputError
+from llmpipe.io.chunks import Span, spans_at
 from llmpipe.io.compression import GZIP_MAGIC, compression_of, open_binary
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.extract import decode, is_html
 from llmpipe.io.fs import InputPath
+from llmpipe.io.members import gzip_cuts, open_range
 from llmpipe.io.records import Bad, Doc, Skip
 
 _SKIPPED_TYPES = {  # keyed by int: the record type enum is not hashable
@@ -68,8 +69,13 @@ def read_warc(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Ite
                     yield pending
                 yield Bad("truncated_or_corrupt_stream", f"record {n + 1}", f"{type(e).__name__}: {e}")
                 return
-            if n == last:  # the next chunk's first record
-                if pending is not None:
+            if span is not None and last >= 0 and (rec.stream_pos > span.end or n == last):
+                if rec.stream_pos != span.end or n != last:  # the index and FastWARC disagree
+                    raise InputError(
+                        f"{path}: record {n + 1} at byte {rec.stream_pos} does not start the chunk at "
+                        f"byte {span.end} as its index says; curate it whole (a larger --chunk-mb)"
+                    )
+                if pending is not None:  # the next chunk's first record: this chunk is done
                     yield pending
                 return
             if pending is not None:
@@ -226,7 +232,7 @@ def read_arc(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Iter
     n = span.first if span is not None else 0
     offset = span.offset if span is not None else 0
     try:
-        with open_binary(path) if span is None else _open_range(path, span) as f:
+        with open_binary(path) if span is None else open_range(path, span.start, span.end) as f:
             while True:
                 line = f.readline(1 << 16)
                 if not line:
@@ -273,39 +279,6 @@ def read_arc(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Iter
         yield Bad("truncated_or_corrupt_stream", f"after record {n}", f"{type(e).__name__}: {e}")
 
 
-def _open_range(path: InputPath, span: Span) -> BinaryIO:
-    gzipped = compression_of(path) == "gzip"
-    raw = io.BufferedReader(_Range(path.open("rb"), span.start, span.end))
-    if gzipped:
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    return raw  # type: ignore[return-value]
-
-
-class _Range(io.RawIOBase):
-    """The bytes ``[start, end)`` of a file, as a stream of their own."""
-
-    def __init__(self, f: BinaryIO, start: int, end: int) -> None:
-        self.f = f
-        self.left = end - start
-        f.seek(start)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        want = min(len(b), self.left)
-        if want <= 0:
-            return 0
-        data = self.f.read(want)
-        b[: len(data)] = data
-        self.left -= len(data)
-        return len(data)
-
-    def close(self) -> None:
-        self.f.close()
-        super().close()
-
-
 def _discard(f: BinaryIO, length: int) -> int:
     got = 0
     while got < length and (chunk := f.read(min(_CHUNK, length - got))):
@@ -347,7 +320,6 @@ def _arc_record(
 _SEPARATORS = b" \t\r\n"
 _CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*(\d+)[ \t]*\r?$")
 _MAX_HEADER = 1 << 16
-_INFLATE_OUT = 1 << 20
 
 
 class _RecordWalk:
@@ -355,8 +327,9 @@ class _RecordWalk:
     declared lengths (a WARC header's Content-Length, an ARC header line's last field): never by
     searching the bodies for something that looks like a header."""
 
-    def __init__(self, fmt: str) -> None:
+    def __init__(self, fmt: str, keep_headers: bool = False) -> None:
         self.fmt = fmt
+        self.keep_headers = keep_headers
         self.records = 0  # complete record headers seen
         self.pos = 0  # stream bytes fed so far
         self.left = 0  # bytes of the current record's body still to come
@@ -368,6 +341,9 @@ class _RecordWalk:
     def between(self) -> bool:
         """At a record boundary: the stream fed so far ends with a whole record."""
         return not self.broken and self.left == 0 and not self.head
+
+    def may_end(self) -> bool:
+        return self.between()
 
     def skip(self) -> int:
         """Declare the rest of the current body read without feeding it (a plain file seeks past it)."""
@@ -403,7 +379,8 @@ class _RecordWalk:
             if length is None:
                 self.broken = True
                 break
-            self.headers.append((self.start, self.records))
+            if self.keep_headers:
+                self.headers.append((self.start, self.records))
             self.records += 1
             self.left = length
         self.pos += n
@@ -431,27 +408,17 @@ def archive_spans(path: InputPath, fmt: str, chunk_bytes: int) -> list[Span | No
     """
     kind = compression_of(path)
     if kind == "gzip":
-        cuts = _gzip_cuts(path, fmt)
+        cuts = gzip_cuts(path, _RecordWalk(fmt), chunk_bytes)
     elif kind is None:
         cuts = _plain_cuts(path, fmt)
     else:
         return [None]
-    size = path.stat().st_size
-    spans: list[Span | None] = []
-    start, first, offset = 0, 0, 0
-    for at, records, inner in cuts:
-        if at - start >= chunk_bytes and 0 < at < size:
-            spans.append(Span(start, at, first, offset, records))
-            start, first, offset = at, records, inner
-    if not spans:
-        return [None]
-    spans.append(Span(start, size, first, offset))
-    return spans
+    return spans_at(cuts, path.stat().st_size, chunk_bytes)
 
 
 def _plain_cuts(path: InputPath, fmt: str) -> list[tuple[int, int, int]]:
     """(byte, records before, same byte) at every record header of an uncompressed archive."""
-    walk = _RecordWalk(fmt)
+    walk = _RecordWalk(fmt, keep_headers=True)
     cuts: list[tuple[int, int, int]] = []
     size = path.stat().st_size
     with path.open("rb") as f:
@@ -466,54 +433,4 @@ def _plain_cuts(path: InputPath, fmt: str) -> list[tuple[int, int, int]]:
     if walk.broken or walk.left or walk.head or walk.pos > size:
         # the newest record is broken or cut short: no cut at or after its header
         cuts = [c for c in cuts if c[0] < walk.start]
-    return cuts
-
-
-def _gzip_cuts(path: InputPath, fmt: str) -> list[tuple[int, int, int]]:
-    """(byte, records before, decompressed bytes before) at every gzip member that starts between
-    records."""
-    walk = _RecordWalk(fmt)
-    cuts: list[tuple[int, int, int]] = []
-    member_of_record = 0  # the member the newest record header started in
-    at, read, buf = 0, 0, b""
-    trouble = -1
-    with path.open("rb") as f:
-        while True:
-            if not buf:
-                buf = f.read(_CHUNK)
-                read += len(buf)
-                if not buf:
-                    break  # the last member ended with the file
-            if buf[:2] != GZIP_MAGIC:
-                trouble = at  # bytes after the last member
-                break
-            if walk.between():
-                cuts.append((at, walk.records, walk.pos))
-            before = walk.records
-            d = zlib.decompressobj(wbits=31)
-            full = False  # the last call's output hit its limit: more may be pending
-            try:
-                while not d.eof:
-                    if not buf and not full:
-                        buf = f.read(_CHUNK)
-                        read += len(buf)
-                        if not buf:
-                            break
-                    out = d.decompress(buf, _INFLATE_OUT)
-                    full = len(out) == _INFLATE_OUT
-                    buf = d.unused_data if d.eof else d.unconsumed_tail
-                    walk.feed(out)
-                    walk.headers.clear()
-                    if walk.records > before:
-                        member_of_record, before = at, walk.records
-            except zlib.error:
-                pass
-            if not d.eof or walk.broken:
-                trouble = min(at, member_of_record)
-                break
-            at = read - len(buf)
-    if trouble < 0 and not walk.between():
-        trouble = member_of_record  # the file ends inside a record
-    if trouble >= 0:
-        cuts = [c for c in cuts if c[0] < trouble]
     return cuts
