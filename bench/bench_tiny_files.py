@@ -72,12 +72,13 @@ class Writer(DiskWriter):
         file_handler.write(json.dumps(document) + "\\n")
 
 
-inp, work, workers, tasks = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-LocalPipelineExecutor([
-    Reader(inp, glob_pattern="**/*.jsonl"),
-    GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(), FineWebQualityFilter(),
-    Writer(f"{work}/kept"),
-], tasks=tasks, workers=workers, logging_dir=f"{work}/logs", skip_completed=False).run()
+if __name__ == "__main__":  # datatrove's worker pool (forkserver) imports this module again
+    inp, work, workers, tasks = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    LocalPipelineExecutor([
+        Reader(inp, glob_pattern="**/*.jsonl"),
+        GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(), FineWebQualityFilter(),
+        Writer(f"{work}/kept"),
+    ], tasks=tasks, workers=workers, logging_dir=f"{work}/logs", skip_completed=False).run()
 """
 
 
@@ -143,11 +144,10 @@ def main() -> None:
             f"{'workers':>7} {'side':>20} {'wall s':>7} {'CPU s':>7} {'wall ms/file':>12} {'CPU ms/file':>11}"
         )
 
-        def row(w: int, side: str, wall: float, cpu: float) -> None:
+        def row(w: int, side: str, wall: float, cpu: float | None) -> None:
             n = args.files
-            print(
-                f"{w:>7} {side:>20} {wall:>7.1f} {cpu:>7.1f} {1e3 * wall / n:>12.2f} {1e3 * cpu / n:>11.2f}"
-            )
+            cpu_s, cpu_ms = (f"{cpu:.1f}", f"{1e3 * cpu / n:.2f}") if cpu is not None else ("-", "-")
+            print(f"{w:>7} {side:>20} {wall:>7.1f} {cpu_s:>7} {1e3 * wall / n:>12.2f} {cpu_ms:>11}")
 
         for w in (int(x) for x in args.workers.split(",")):
             out = tmp / "out"
@@ -163,12 +163,12 @@ def main() -> None:
             work = tmp / "dt"
             shutil.rmtree(work, ignore_errors=True)
             peer = measure([sys.executable, str(dt), str(corpus), str(work), str(w), str(w)])
-            row(w, "datatrove", *peer)
+            # datatrove's pool of several workers runs under a forkserver whose children the
+            # rusage of this process tree does not reach: its CPU time is known with one worker only
+            row(w, "datatrove", peer[0], peer[1] if w == 1 else None)
             ours = res["llmpipe"]
-            print(
-                f"   llmpipe speed-up over datatrove per file: wall {peer[0] / ours[0]:.2f}x, "
-                f"CPU {peer[1] / ours[1]:.2f}x"
-            )
+            cpu = f", CPU {peer[1] / ours[1]:.2f}x" if w == 1 else ""
+            print(f"   llmpipe speed-up over datatrove per file: wall {peer[0] / ours[0]:.2f}x{cpu}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
