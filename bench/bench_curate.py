@@ -46,22 +46,25 @@ from datatrove.pipeline.dedup import MinhashDedupSignature, MinhashDedupBuckets,
 from datatrove.pipeline.dedup.minhash import MinhashConfig
 from datatrove.utils.hashing import HashConfig
 
-inp, work, workers, tasks = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-cfg = MinhashConfig(hash_config=HashConfig(precision=64), num_buckets=14, hashes_per_bucket=8, n_grams=5)
-kw = dict(workers=workers, logging_dir=f"{work}/logs", skip_completed=False)
-LocalPipelineExecutor([
-    JsonlReader(inp),
-    GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(), FineWebQualityFilter(),
-    JsonlWriter(f"{work}/kept"),
-    MinhashDedupSignature(output_folder=f"{work}/sigs", config=cfg),
-], tasks=tasks, **kw).run()
-LocalPipelineExecutor([MinhashDedupBuckets(input_folder=f"{work}/sigs", output_folder=f"{work}/buckets", config=cfg)],
-                      tasks=cfg.num_buckets, **kw).run()
-LocalPipelineExecutor([MinhashDedupCluster(input_folder=f"{work}/buckets", output_folder=f"{work}/remove", config=cfg)],
-                      tasks=1, **kw).run()
-LocalPipelineExecutor([JsonlReader(f"{work}/kept"),
-                       MinhashDedupFilter(input_folder=f"{work}/remove"), JsonlWriter(f"{work}/out")],
-                      tasks=tasks, **kw).run()
+if __name__ == "__main__":  # the worker pool may import this script again
+    # "fork": the workers are this process's children, so the CPU they use is in its rusage
+    # (under the default forkserver it is not)
+    inp, work, workers, tasks = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    cfg = MinhashConfig(hash_config=HashConfig(precision=64), num_buckets=14, hashes_per_bucket=8, n_grams=5)
+    kw = dict(workers=workers, logging_dir=f"{work}/logs", skip_completed=False, start_method="fork")
+    LocalPipelineExecutor([
+        JsonlReader(inp),
+        GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(), FineWebQualityFilter(),
+        JsonlWriter(f"{work}/kept"),
+        MinhashDedupSignature(output_folder=f"{work}/sigs", config=cfg),
+    ], tasks=tasks, **kw).run()
+    LocalPipelineExecutor([MinhashDedupBuckets(input_folder=f"{work}/sigs", output_folder=f"{work}/buckets", config=cfg)],
+                          tasks=cfg.num_buckets, **kw).run()
+    LocalPipelineExecutor([MinhashDedupCluster(input_folder=f"{work}/buckets", output_folder=f"{work}/remove", config=cfg)],
+                          tasks=1, **kw).run()
+    LocalPipelineExecutor([JsonlReader(f"{work}/kept"),
+                           MinhashDedupFilter(input_folder=f"{work}/remove"), JsonlWriter(f"{work}/out")],
+                          tasks=tasks, **kw).run()
 """
 
 
