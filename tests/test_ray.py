@@ -183,13 +183,14 @@ def test_job_submit_matches_local(
     # the per-input steps really ran on both nodes
     nodes = {t["node_id"] for t in _tasks(cluster) if t["state"] == "FINISHED"}
     assert len(nodes) == 2, nodes
-    # near dedup's partition phases ran as cluster tasks: shuffle per input, groups per partition,
-    # edges per worker CPU (2); the exact dedup group-by too; only the union-find ran on the driver
+    # near dedup's partition phases ran as cluster tasks: shuffle per part that kept documents (small
+    # inputs share a part; one segment-0 task per part), groups per partition, edges per worker CPU
+    # (2); the exact dedup group-by too; only the union-find ran on the driver
     done: dict[str, int] = {}
     for t in _tasks(cluster):
         if t["state"] == "FINISHED":
             done[str(t["name"])] = done.get(str(t["name"]), 0) + 1
-    assert done.get("near_dedup shuffle", 0) >= len(INPUTS) - 1, done
+    assert 2 <= done.get("near_dedup shuffle", 0) <= done.get("segment 0", 0), done
     assert done.get("near_dedup groups", 0) >= 3, done
     assert done.get("near_dedup edges", 0) == 2, done
     assert done.get("exact_dedup groups", 0) >= 1, done
