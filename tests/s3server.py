@@ -1,8 +1,9 @@
 """A real S3-compatible server for tests: moto's server mode on a free port of 127.0.0.1 (its HTTP API,
-reached through botocore/s3fs like any S3 endpoint), with one bucket."""
+reached through botocore/s3fs like any S3 endpoint), with one bucket, empty at start."""
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,6 +54,10 @@ def s3_server(bucket: str = "llmpipe-test") -> Iterator[S3Server]:
         "AWS_DEFAULT_REGION": "us-east-1",
     }
     try:
+        # moto keeps one store per process: a server started after another in the same test process
+        # would see its buckets and objects (CI: test_ray's inputs showed up in test_s3's listing)
+        reset = urllib.request.Request(f"{env['AWS_ENDPOINT_URL']}/moto-api/reset", method="POST")
+        urllib.request.urlopen(reset, timeout=30).close()
         client = boto3.client(
             "s3",
             endpoint_url=env["AWS_ENDPOINT_URL"],
