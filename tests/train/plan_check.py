@@ -8,6 +8,7 @@ also hooks modules' backward, which the pipeline's stage-wise ``autograd.grad`` 
 
 from __future__ import annotations
 
+import os
 import sys
 import weakref
 from pathlib import Path
@@ -85,7 +86,10 @@ def main(shards: str, config: str, *overrides: str) -> int:
         cfg, world_size=d.world_size, local_world_size=d.world_size, seq_len=ds.seq_len, device_memory_gb=80,
         dp_replicate=lay.dp_replicate, dp_shard=lay.dp_shard,
     )  # fmt: skip
-    print(f"rank {d.rank}: measured {measured} estimated {int(plan.total_gb * 1e9)}", flush=True)
+    # one write(): both ranks share torchrun's stdout pipe, and print() may split a line
+    line = f"rank {d.rank}: measured {measured} estimated {int(plan.total_gb * 1e9)}\n"
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), line.encode())
     dist.destroy_process_group()
     return 0
 
