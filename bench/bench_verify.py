@@ -31,20 +31,9 @@ MODES = ("none", "fast", "blocks", "full")
 
 
 def write_shards(out: Path, tokens: np.ndarray, copies: int, seq_len: int) -> int:
-    from llmpipe.data import ShardWriter
+    from train.byte_shards import byte_shard_writer
 
-    from train.byte_shards import EOS, VOCAB, byte_tokenizer_json
-
-    out.mkdir(parents=True)
-    (out / "tokenizer.json").write_text(byte_tokenizer_json())
-    w = ShardWriter(
-        out,
-        seq_len=seq_len,
-        vocab_size=VOCAB,
-        eos_id=EOS,
-        tokenizer_file=out / "tokenizer.json",
-        val_fraction=0,
-    )
+    w = byte_shard_writer(out, seq_len=seq_len, val_fraction=0)
     for _ in range(copies):
         w.add_documents([tokens])
     w.close()

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import run_cli
-from llmpipe.data import ShardDataset, ShardWriter, TokenLoader
+from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.data.format import BLOCK_BYTES
 from llmpipe.data.verify import verify_directory
 from llmpipe.errors import ShardError
 
-from train.byte_shards import EOS, VOCAB, byte_tokenizer_json
+from train.byte_shards import byte_shard_writer
 from train.config import DataConfig
 from train.data import RunData, verify_notices
 
@@ -31,17 +31,7 @@ def shards(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     with gzip.open(data_dir / "reference" / "gcide.dict.gz", "rb") as f:
         raw = f.read(5 << 20)
     out = tmp_path_factory.mktemp("blocks") / "shards"
-    out.mkdir()
-    (out / "tokenizer.json").write_text(byte_tokenizer_json())
-    w = ShardWriter(
-        out,
-        seq_len=SEQ_LEN,
-        vocab_size=VOCAB,
-        eos_id=EOS,
-        tokenizer_file=out / "tokenizer.json",
-        samples_per_shard=2048,
-        val_fraction=0.01,
-    )
+    w = byte_shard_writer(out, seq_len=SEQ_LEN, samples_per_shard=2048, val_fraction=0.01)
     w.add_documents([np.frombuffer(raw, dtype=np.uint8).astype(np.uint16)])
     w.close()
     return out

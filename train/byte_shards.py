@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,6 +48,15 @@ def byte_tokenizer_json() -> str:
     return str(tok.to_str())
 
 
+def byte_shard_writer(out: Path, *, seq_len: int, **options: Any) -> ShardWriter:
+    """A ``ShardWriter`` for byte tokens into ``out`` (created), with the byte tokenizer beside it."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json").write_text(byte_tokenizer_json())
+    return ShardWriter(
+        out, seq_len=seq_len, vocab_size=VOCAB, eos_id=EOS, tokenizer_file=out / "tokenizer.json", **options
+    )
+
+
 def write_byte_shards(
     text_file: Path, out: Path, *, seq_len: int = 64, max_chars: int | None = None, val_fraction: float = 0.05
 ) -> Path:
@@ -54,14 +64,9 @@ def write_byte_shards(
     if max_chars is not None:
         text = text[:max_chars]
     docs = [p.strip() for p in text.split("\n\n") if p.strip()]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tokenizer.json").write_text(byte_tokenizer_json())
-    w = ShardWriter(
+    w = byte_shard_writer(
         out,
         seq_len=seq_len,
-        vocab_size=VOCAB,
-        eos_id=EOS,
-        tokenizer_file=out / "tokenizer.json",
         samples_per_shard=4096,
         val_fraction=val_fraction,
         provenance={"source": str(text_file), "tokenizer": "utf-8 bytes"},
