@@ -46,3 +46,26 @@ def run_cli(
             f"llmpipe {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
         )
     return proc
+
+
+def write_crawl_inputs(d: Path, data_dir: Path, parquet: str = "web.parquet") -> None:
+    """Real crawl text in three formats under ``d``: a plain JSONL (~2.5 MB) with bad lines between good
+    ones, a Parquet file of many row groups (no ids: positions make them) at ``parquet``, and a gzip WARC."""
+    import gzip
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lines = gzip.decompress(
+        (data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz").read_bytes()
+    ).splitlines()
+    with open(d / "web.jsonl", "wb") as f:
+        for i, line in enumerate(lines):
+            f.write(line + b"\n")
+            if i % 50 == 0:
+                f.write(b"\n{not json\n")  # bad lines between good ones: positions must not shift
+    rows = [json.loads(x) for x in lines[:400]]
+    (d / parquet).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"text": [r["text"] for r in rows]}), d / parquet, row_group_size=25)
+    (d / "crawl.warc.gz").write_bytes((data_dir / "web" / "wget-crawl-0000.warc.gz").read_bytes())

@@ -3,17 +3,14 @@ outputs are compared byte for byte with a run on the same files on local disk.""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli
+from conftest import run_cli, write_crawl_inputs
 from s3server import S3Server, s3_server
 
 CONFIG = (
@@ -34,20 +31,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, s3: S3Serve
     """Real crawl text as a plain JSONL (with bad lines), a Parquet file of many row groups in a
     sub-directory and a gzip WARC, on local disk and uploaded under s3://BUCKET/in/."""
     d = tmp_path_factory.mktemp("in")
-    lines = gzip.decompress(
-        (data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz").read_bytes()
-    ).splitlines()
-    with open(d / "web.jsonl", "wb") as f:
-        for i, line in enumerate(lines):
-            f.write(line + b"\n")
-            if i % 50 == 0:
-                f.write(b"\n{not json\n")
-    rows = [json.loads(x) for x in lines[:400]]
-    (d / "sub").mkdir()
-    pq.write_table(
-        pa.table({"text": [r["text"] for r in rows]}), d / "sub" / "web.parquet", row_group_size=25
-    )
-    (d / "crawl.warc.gz").write_bytes((data_dir / "web" / "wget-crawl-0000.warc.gz").read_bytes())
+    write_crawl_inputs(d, data_dir, parquet="sub/web.parquet")
     s3.upload_tree(d, "in")
     cfg = d.parent / "cfg.yaml"
     cfg.write_text(CONFIG)

@@ -10,10 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli
+from conftest import run_cli, write_crawl_inputs
 
 CONFIG = (
     "pack:\n  seq_len: 128\n  samples_per_shard: 300\n  val_fraction: 0.05\n"
@@ -29,18 +27,7 @@ def _tree(out: Path) -> dict[str, str]:
 def inputs(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, Path]:
     """A plain JSONL (~2.5 MB) and a Parquet file of many row groups, both from real crawl text, and a WARC."""
     d = tmp_path_factory.mktemp("in")
-    lines = gzip.decompress(
-        (data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz").read_bytes()
-    ).splitlines()
-    with open(d / "web.jsonl", "wb") as f:
-        for i, line in enumerate(lines):
-            f.write(line + b"\n")
-            if i % 50 == 0:
-                f.write(b"\n{not json\n")  # bad lines between good ones: positions must not shift
-    rows = [json.loads(x) for x in lines[:400]]
-    table = pa.table({"text": [r["text"] for r in rows]})  # no ids: positions make them
-    pq.write_table(table, d / "web.parquet", row_group_size=25)
-    (d / "crawl.warc.gz").write_bytes((data_dir / "web" / "wget-crawl-0000.warc.gz").read_bytes())
+    write_crawl_inputs(d, data_dir)
     cfg = d.parent / "cfg.yaml"
     cfg.write_text(CONFIG)
     return d, cfg
