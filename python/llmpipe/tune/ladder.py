@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from llmpipe.config import from_dict, load_yaml
 from llmpipe.errors import ConfigError, InputError
 from llmpipe.plan import ModelShape
 from llmpipe.tune.scaling import ChinchillaFit, compute_optimal, fit_chinchilla, isoflop_minima
-from llmpipe.tune.sweep import AshaConfig, SweepConfig, check_data
+from llmpipe.tune.sweep import AshaConfig, SweepConfig, load_runs_file
 
 
 @dataclass
@@ -51,12 +50,7 @@ class LadderConfig:
 
 
 def load_ladder(path: Path, out: Path | None = None) -> LadderConfig:
-    cfg = from_dict(LadderConfig, load_yaml(path), str(path))
-    if out is not None:
-        cfg.out = out
-    if cfg.data is None or cfg.out is None:
-        raise ConfigError(f"{path}: data and out are required (out may also come from --out)")
-    check_data(cfg.data, path)
+    cfg = load_runs_file(LadderConfig, path, out)
     if len(cfg.sizes) < 3 or len(cfg.steps) < 1:
         raise ConfigError(f"{path}: a ladder needs at least 3 sizes and 1 budget (steps)")
     if any(s < 1 for s in cfg.steps) or cfg.flops <= 0:

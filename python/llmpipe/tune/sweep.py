@@ -16,7 +16,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from llmpipe.config import from_dict, load_yaml
 from llmpipe.errors import ConfigError, InputError, LlmpipeError
@@ -54,12 +54,7 @@ class SweepConfig:
 
 
 def load_sweep(path: Path, out: Path | None = None) -> SweepConfig:
-    cfg = from_dict(SweepConfig, load_yaml(path), str(path))
-    if out is not None:
-        cfg.out = out
-    if cfg.data is None or cfg.out is None:
-        raise ConfigError(f"{path}: data and out are required (out may also come from --out)")
-    check_data(cfg.data, path)
+    cfg = load_runs_file(SweepConfig, path, out)
     if cfg.metric == "val_bpb" and cfg.bytes_per_token <= 0:
         raise ConfigError(f"{path}: metric val_bpb needs bytes_per_token (1.0 for byte-level shards)")
     if cfg.nproc < 1 or cfg.num_samples < 1:
@@ -67,10 +62,25 @@ def load_sweep(path: Path, out: Path | None = None) -> SweepConfig:
     return cfg
 
 
-def check_data(data: Path, where: Path) -> None:
-    """Every trial would fail on a directory that holds no shards: say so before Ray starts."""
-    if not (data / "manifest.json").is_file():
-        raise InputError(f"{where}: data {data} is not a shard directory written by `llmpipe curate`")
+class _RunsFile(Protocol):
+    data: Path | None
+    out: Path | None
+
+
+RunsFile = TypeVar("RunsFile", bound=_RunsFile)
+
+
+def load_runs_file(cls: type[RunsFile], path: Path, out: Path | None) -> RunsFile:
+    """A sweep or ladder file: typed, ``out`` from ``--out`` if given, data and out required, and data a
+    shard directory (every trial would fail on one that holds no shards: say so before Ray starts)."""
+    cfg = from_dict(cls, load_yaml(path), str(path))
+    if out is not None:
+        cfg.out = out
+    if cfg.data is None or cfg.out is None:
+        raise ConfigError(f"{path}: data and out are required (out may also come from --out)")
+    if not (cfg.data / "manifest.json").is_file():
+        raise InputError(f"{path}: data {cfg.data} is not a shard directory written by `llmpipe curate`")
+    return cfg
 
 
 def trainer_script(cfg: SweepConfig) -> Path:
