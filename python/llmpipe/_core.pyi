@@ -145,6 +145,29 @@ class UnionFind:
 def clean_texts(offsets: object, data: object, form: str = "NFC") -> tuple[IdBuffer, IdBuffer, int]:
     """The normalize stage's cleaning of an Arrow string column: new (int64 offsets, data), rows changed."""
 
+def parse_jsonl_block(
+    block: object,
+    first: int,
+    text_field: str,
+    id_field: str,
+    id_prefix: str,
+    max_doc_bytes: int,
+    max_line_bytes: int,
+) -> tuple[
+    IdBuffer,
+    IdBuffer,
+    IdBuffer,
+    IdBuffer,
+    IdBuffer,
+    IdBuffer,
+    IdBuffer,
+    list[tuple[int, int, int, int]],
+    int,
+]:
+    """The documents of a block of whole JSON lines: (positions, text offsets, text, id offsets, ids,
+    meta offsets, meta) as int64 / Arrow string buffers (int32 offsets), the lines left to the Python
+    reader as (line, start, end, documents before), and the block's line count."""
+
 def word_counts(offsets: object, data: object) -> bytes:
     """``len(text.split())`` per row of an Arrow string column (int64 offsets, data): u32 LE bytes."""
 

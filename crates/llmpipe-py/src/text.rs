@@ -1,6 +1,7 @@
 //! Text normalisation and 128-bit content hashes, whole batches at a time.
 
 use llmpipe_text::clean::{clean_arrow, Form};
+use llmpipe_text::jsonl::{parse_block, Fields};
 use llmpipe_text::{content_hash, count_words_arrow, normalize, Normalization};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
@@ -81,7 +82,54 @@ fn clean_texts(
     Ok((buffer(Data::I64(offs)), buffer(Data::U8(out)), changed))
 }
 
+/// The columns of one block of a JSON Lines file, from `parse_block`.
+type JsonlBlock = (
+    IdBuffer,
+    IdBuffer,
+    IdBuffer,
+    IdBuffer,
+    IdBuffer,
+    IdBuffer,
+    IdBuffer,
+    Vec<(usize, usize, usize, usize)>,
+    usize,
+);
+
+/// The documents of a block of whole JSON lines (llmpipe_text::jsonl): `(positions, text_offsets,
+/// text, id_offsets, ids, meta_offsets, meta, fallback, lines)`, Arrow string columns with int32
+/// offsets; `fallback` holds `(line, start, end, documents before)` of each line left to the
+/// Python reader.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn parse_jsonl_block(
+    py: Python<'_>,
+    block: PyBuffer<u8>,
+    first: i64,
+    text_field: &str,
+    id_field: &str,
+    id_prefix: &str,
+    max_doc_bytes: usize,
+    max_line_bytes: usize,
+) -> PyResult<JsonlBlock> {
+    let data = view(&block, "block")?;
+    let fields = Fields { text: text_field, id: id_field, id_prefix, first, max_doc_bytes, max_line_bytes };
+    let b = enter_ok(py, || parse_block(data, &fields));
+    let fallback = b.fallback.iter().map(|f| (f.line, f.start, f.end, f.docs_before)).collect();
+    Ok((
+        buffer(Data::I64(b.positions)),
+        buffer(Data::I32(b.text_offsets)),
+        buffer(Data::U8(b.text)),
+        buffer(Data::I32(b.id_offsets)),
+        buffer(Data::U8(b.ids)),
+        buffer(Data::I32(b.meta_offsets)),
+        buffer(Data::U8(b.meta)),
+        fallback,
+        b.lines,
+    ))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(parse_jsonl_block, m)?)?;
     m.add_function(wrap_pyfunction!(clean_texts, m)?)?;
     m.add_function(wrap_pyfunction!(word_counts, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_batch, m)?)?;

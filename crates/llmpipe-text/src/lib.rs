@@ -3,6 +3,7 @@
 //! Nothing here knows about Python; the binding crate calls these on whole batches.
 
 pub mod clean;
+pub mod jsonl;
 
 use unicode_normalization::UnicodeNormalization;
 use xxhash_rust::xxh3::xxh3_128_with_seed;

@@ -16,9 +16,9 @@ from llmpipe.io.chunks import Span
 from llmpipe.io.compression import peek
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.fs import InputPath
-from llmpipe.io.jsonl import read_jsonl
+from llmpipe.io.jsonl import BLOCK_BYTES, read_jsonl, read_jsonl_blocks
 from llmpipe.io.parquet import read_parquet
-from llmpipe.io.records import RAW_SCHEMA, Bad, Doc, Skip
+from llmpipe.io.records import RAW_SCHEMA, Bad, Doc, DocRun, Skip
 from llmpipe.io.text import read_text
 
 #: a batch is handed on at ``batch_size`` documents, or at this many bytes of HTML: web pages arrive
@@ -53,10 +53,20 @@ def detect_format(path: InputPath) -> str:
     return "text"
 
 
-def records(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Iterator[Doc | Bad | Skip]:
-    """Every record of one input (of its chunk ``span``), by its detected format."""
+def records(
+    path: InputPath, cfg: ReadConfig, span: Span | None = None, *, jsonl_block: int = 0, id_prefix: str = ""
+) -> Iterator[Doc | DocRun | Bad | Skip]:
+    """Every record of one input (of its chunk ``span``), by its detected format.
+
+    ``jsonl_block`` > 0: JSONL is read that many bytes at a time by the compiled fast path, the
+    documents of plain lines in runs (``DocRun``) with ids prefixed by ``id_prefix``; 0: line by line.
+    """
     fmt = detect_format(path)
-    if fmt == "jsonl":
+    if fmt == "jsonl" and jsonl_block > 0:
+        yield from read_jsonl_blocks(
+            path, cfg.text_field, cfg.id_field, cfg.max_doc_bytes, span, jsonl_block, id_prefix
+        )
+    elif fmt == "jsonl":
         yield from read_jsonl(path, cfg.text_field, cfg.id_field, cfg.max_doc_bytes, span)
     elif fmt == "parquet":
         yield from read_parquet(path, cfg.text_field, cfg.id_field, span)
@@ -73,25 +83,41 @@ def records(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Itera
 
 
 def read_input(
-    path: InputPath, source: str, cfg: ReadConfig, span: Span | None = None
+    path: InputPath, source: str, cfg: ReadConfig, span: Span | None = None, *, jsonl_block: int = BLOCK_BYTES
 ) -> Iterator[pa.RecordBatch | Skip | Bad]:
     """Stream one input (one chunk of it): document batches of ``RAW_SCHEMA``, and its skipped and bad
     records, in order.
 
     A document's id is ``<source>/<id from the record, or its position>``; a record id seen before in
     the same chunk gets ``#<position>``. Positions are line or row indices where the reader gives
-    them (so ids do not depend on the chunk size), else record counts.
+    them (so ids do not depend on the chunk size), else record counts. ``jsonl_block``: see
+    ``records`` (0 reads JSONL line by line in Python; the result is the same).
     """
     batch = _Batch(source)
     count = 0
     seen: set[str] = set()
-    for rec in records(path, cfg, span):
+    for rec in records(path, cfg, span, jsonl_block=jsonl_block, id_prefix=f"{source}/"):
+        if isinstance(rec, DocRun):
+            ids = _unique_ids(rec, seen)
+            count += len(rec)
+            at = 0
+            while at < len(rec):
+                take = min(len(rec) - at, cfg.batch_size - len(batch))
+                batch.add_run(ids, rec, at, take)
+                at += take
+                if len(batch) >= cfg.batch_size:
+                    yield batch.take()
+            continue
         if not isinstance(rec, Doc):
             yield rec
             continue
         pos = rec.position if rec.position is not None else count
+        meta = json.dumps(rec.meta, ensure_ascii=False, sort_keys=True, default=str) if rec.meta else ""
         try:
             size = len(rec.text.encode("utf-8"))
+            for s in (rec.id or "", meta):  # an id or metadata Arrow could not hold
+                if not s.isascii():
+                    s.encode("utf-8")
         except UnicodeEncodeError as e:  # lone surrogates from JSON escapes
             snippet = rec.text[:200].encode("utf-8", "replace").decode()
             yield Bad("undecodable_bytes", rec.location or f"record {pos}", str(e), snippet)
@@ -106,7 +132,7 @@ def read_input(
         if doc_id in seen:
             doc_id = f"{doc_id}#{pos}"
         seen.add(doc_id)
-        batch.add(doc_id, rec, pos, size)
+        batch.add(doc_id, rec, pos, size, meta)
         count += 1
         if len(batch) >= cfg.batch_size or batch.html_bytes >= HTML_BATCH_BYTES:
             yield batch.take()
@@ -114,12 +140,31 @@ def read_input(
         yield batch.take()
 
 
+def _unique_ids(run: DocRun, seen: set[str]) -> pa.StringArray:
+    """The run's ids, a repeat (of an id earlier in the chunk) with ``#<position>``; adds them to ``seen``."""
+    ids = run.ids.to_pylist()
+    if len(set(ids)) == len(ids) and seen.isdisjoint(ids):  # the usual case, at C speed
+        seen.update(ids)
+        return run.ids
+    out: list[str] = []
+    for doc_id, pos in zip(ids, run.positions.to_pylist(), strict=True):
+        if doc_id in seen:
+            doc_id = f"{doc_id}#{pos}"
+        seen.add(doc_id)
+        out.append(doc_id)
+    return pa.array(out, pa.string())
+
+
 class _Batch:
-    """The columns of the documents read since the last batch was handed on."""
+    """The columns of the documents read since the last batch was handed on: Python values of
+    documents read one at a time, and Arrow slices of runs."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self._reset()
+        self.pieces: list[pa.RecordBatch] = []
+        self.piece_rows = 0
+        self.runs = False  # a piece is a slice of a run
 
     def _reset(self) -> None:
         self.ids: list[str] = []
@@ -130,32 +175,68 @@ class _Batch:
         self.html_bytes = 0
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.ids) + self.piece_rows
 
-    def add(self, doc_id: str, rec: Doc, pos: int, size: int) -> None:
+    def add(self, doc_id: str, rec: Doc, pos: int, size: int, meta: str) -> None:
+        """One document (``meta``: its metadata as JSON, "" if none)."""
         self.ids.append(doc_id)
         self.texts.append(rec.text)
         self.positions.append(pos)
-        self.metas.append(
-            json.dumps(rec.meta, ensure_ascii=False, sort_keys=True, default=str) if rec.meta else ""
-        )
+        self.metas.append(meta)
         if rec.raw_words is None:
             self.raw_words.append(-1)
         else:
             self.raw_words.append(rec.raw_words)
             self.html_bytes += size
 
+    def add_run(self, ids: pa.StringArray, run: DocRun, start: int, n: int) -> None:
+        """Documents ``start:start + n`` of a run (``ids``: its final ids)."""
+        self._flush()
+        self.pieces.append(
+            pa.RecordBatch.from_arrays(
+                [
+                    ids.slice(start, n),
+                    run.texts.slice(start, n),
+                    pa.array([self.source] * n, pa.string()),
+                    run.positions.slice(start, n),
+                    run.metas.slice(start, n),
+                    pa.array([-1] * n, pa.int64()),
+                ],
+                schema=RAW_SCHEMA,
+            )
+        )
+        self.piece_rows += n
+        self.runs = True
+
+    def _flush(self) -> None:
+        """The documents added one at a time become a piece."""
+        if not self.ids:
+            return
+        n = len(self.ids)
+        self.pieces.append(
+            pa.RecordBatch.from_arrays(
+                [
+                    pa.array(self.ids, pa.string()),
+                    pa.array(self.texts, pa.string()),
+                    pa.array([self.source] * n, pa.string()),
+                    pa.array(self.positions, pa.int64()),
+                    pa.array(self.metas, pa.string()),
+                    pa.array(self.raw_words, pa.int64()),
+                ],
+                schema=RAW_SCHEMA,
+            )
+        )
+        self.piece_rows += n
+        self._reset()
+
     def take(self) -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array(self.ids, pa.string()),
-                pa.array(self.texts, pa.string()),
-                pa.array([self.source] * len(self.ids), pa.string()),
-                pa.array(self.positions, pa.int64()),
-                pa.array(self.metas, pa.string()),
-                pa.array(self.raw_words, pa.int64()),
-            ],
+        """The batch, its columns in new buffers (a run's slice does not keep its block alive)."""
+        self._flush()
+        pieces, runs = self.pieces, self.runs
+        self.pieces, self.piece_rows, self.runs = [], 0, False
+        if len(pieces) == 1 and not runs:
+            return pieces[0]
+        return pa.RecordBatch.from_arrays(
+            [pa.concat_arrays([p.column(i) for p in pieces]) for i in range(len(RAW_SCHEMA))],
             schema=RAW_SCHEMA,
         )
-        self._reset()
-        return batch

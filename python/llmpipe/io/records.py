@@ -36,6 +36,21 @@ class Doc:
 
 
 @dataclass(slots=True)
+class DocRun:
+    """Documents of consecutive records read in one go (JSONL's fast path), as Arrow columns: ids
+    already ``<source>/<id from the record, or its position>`` (before the repeat check), texts,
+    positions and metadata as ``RAW_SCHEMA`` holds them."""
+
+    ids: pa.StringArray
+    texts: pa.StringArray
+    positions: pa.Int64Array
+    metas: pa.StringArray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(slots=True)
 class Skip:
     """A well-formed record that holds no document (a WARC request, a non-HTML response ...).
 
