@@ -196,9 +196,7 @@ pub fn count_words_arrow(offsets: &[i64], data: &[u8]) -> Result<Vec<u32>, Strin
 /// How many bytes of `data` equal `byte` (a newline count of a file block: the compiler turns the
 /// loop into vector compares, many times `bytes.count` in Python).
 pub fn count_byte(data: &[u8], byte: u8) -> usize {
-    data.chunks(4096)
-        .map(|c| c.iter().fold(0u32, |n, &b| n + u32::from(b == byte)) as usize)
-        .sum()
+    data.chunks(4096).map(|c| c.iter().fold(0u32, |n, &b| n + u32::from(b == byte)) as usize).sum()
 }
 
 #[cfg(test)]
