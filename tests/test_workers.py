@@ -10,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import run_cli, write_crawl_inputs
+from llmpipe.curate.pipeline import CHUNK_BYTES, MIN_CHUNK_BYTES, auto_chunk_bytes, plan_parts
+from llmpipe.io.fs import as_input
 
 CONFIG = (
     "pack:\n  seq_len: 128\n  samples_per_shard: 300\n  val_fraction: 0.05\n"
@@ -71,8 +74,36 @@ def test_killed_chunked_run_resumes_to_the_same_bytes(inputs: tuple[Path, Path],
     for point in ("segment 0#3 committed", "segment 1#5"):
         code = _curate(d, out, cfg, "--workers", "2", "--chunk-mb", "0.3", env={"LLMPIPE_FAULT_AFTER": point})
         assert code == -9, point
-    _curate(d, out, cfg, "--workers", "2", "--chunk-mb", "0.3")
+    # the re-run leaves --chunk-mb and --workers to the defaults: it resumes on the killed run's parts
+    # (the automatic size would make one part per input here), and the workers' finished parts stay
+    marker = next((out / ".llmpipe-work").rglob("*.json*"))
+    before = marker.stat().st_mtime_ns
+    p = run_cli("curate", str(d), "--out", str(out), "--config", str(cfg), "--workers", "1")
+    assert int(p.stdout.split(" in ")[1].split(" part")[0]) > 6, p.stdout
     assert _tree(out) == _tree(tmp_path / "ref")
+    assert not marker.exists() or marker.stat().st_mtime_ns == before
+
+
+def test_automatic_chunks_are_even(inputs: tuple[Path, Path]) -> None:
+    """Without --chunk-mb a run aims at 4 parts per worker, and a large input is cut into equal
+    chunks: a short last chunk would leave a worker idle at the end of the run."""
+    assert auto_chunk_bytes(400_000_000, 2) == 50_000_000
+    assert auto_chunk_bytes(10_000_000, 8) == MIN_CHUNK_BYTES
+    assert auto_chunk_bytes(10**12, 2) == CHUNK_BYTES
+    d, _ = inputs
+    jsonl, parquet = d / "web.jsonl", d / "web.parquet"
+    size = jsonl.stat().st_size
+    longest = max(map(len, jsonl.read_bytes().splitlines()))
+    parts = plan_parts([as_input(jsonl)], int(size * 0.4))  # before: chunks of 40%, 40% and 20%
+    assert [p.chunk for p in parts] == [0, 1, 2]
+    assert all(abs(p.size - size / 3) <= longest for p in parts), [p.size for p in parts]
+    assert sum(p.size for p in parts) == size
+    # Parquet goes by whole row groups, shared out by their uncompressed bytes
+    meta = pq.read_metadata(parquet)
+    group = [meta.row_group(g).total_byte_size for g in range(meta.num_row_groups)]
+    spans = [p.span for p in plan_parts([as_input(parquet)], int(parquet.stat().st_size * 0.4))]
+    shares = [sum(group[s.start : s.end]) for s in spans if s is not None]
+    assert len(shares) == 3 and all(abs(x - sum(group) / 3) <= max(group) for x in shares), shares
 
 
 def _peak_rss_mb(cmd: list[str]) -> float:

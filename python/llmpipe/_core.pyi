@@ -145,6 +145,9 @@ class UnionFind:
 def clean_texts(offsets: object, data: object, form: str = "NFC") -> tuple[IdBuffer, IdBuffer, int]:
     """The normalize stage's cleaning of an Arrow string column: new (int64 offsets, data), rows changed."""
 
+def count_bytes(data: object, byte: int) -> int:
+    """How many bytes of a buffer (bytes, memoryview, numpy uint8) equal ``byte``."""
+
 def parse_jsonl_block(
     block: object,
     first: int,

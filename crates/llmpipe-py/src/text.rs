@@ -2,7 +2,7 @@
 
 use llmpipe_text::clean::{clean_arrow, Form};
 use llmpipe_text::jsonl::{parse_block, Fields};
-use llmpipe_text::{content_hash, count_words_arrow, normalize, Normalization};
+use llmpipe_text::{content_hash, count_byte, count_words_arrow, normalize, Normalization};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
@@ -128,8 +128,16 @@ fn parse_jsonl_block(
     ))
 }
 
+/// How many bytes of a buffer (bytes, memoryview, numpy) equal `byte`: one call per file block.
+#[pyfunction]
+fn count_bytes(py: Python<'_>, data: PyBuffer<u8>, byte: u8) -> PyResult<usize> {
+    let d = view(&data, "data")?;
+    Ok(enter_ok(py, || count_byte(d, byte)))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_jsonl_block, m)?)?;
+    m.add_function(wrap_pyfunction!(count_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(clean_texts, m)?)?;
     m.add_function(wrap_pyfunction!(word_counts, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_batch, m)?)?;

@@ -71,9 +71,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--chunk-mb",
         type=float,
-        default=128.0,
+        default=None,
         metavar="MB",
-        help="split plain JSONL and Parquet inputs larger than this into parts (default 128)",
+        help="split inputs larger than this into parts (JSONL, Parquet, crawl archives; default: the "
+        "input bytes over 4 parts per worker, between 16 and 128 MB)",
     )
     p.add_argument("--keep-work", action="store_true", help="keep the intermediate work directory")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             strict=args.strict,
             executor=executor,
             keep_work=args.keep_work,
-            chunk_bytes=int(args.chunk_mb * (1 << 20)),
+            chunk_bytes=None if args.chunk_mb is None else int(args.chunk_mb * (1 << 20)),
             progress=progress,
             staging=args.work_dir,
             log=lambda m: print(m, file=sys.stderr if os.environ.get("LLMPIPE_LOG_STDERR") else sys.stdout),

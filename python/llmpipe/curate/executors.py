@@ -67,12 +67,16 @@ class PoolExecutor:
         self.workers = workers
         self.progress = progress
         self._pool: ProcessPoolExecutor | None = None
+        self._warming: list[Future[Any]] = []
 
-    def map(
-        self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str, done: Done | None = None
-    ) -> list[Any]:
-        if len(args) <= 1 or self.workers == 1:
-            return LocalExecutor(self.progress).map(fn, args, desc, done)
+    def start(self) -> None:
+        """Start the workers now, each importing the curate steps, while this process plans the run
+        (a spawned interpreter takes about half a second to import them)."""
+        if self.workers > 1:
+            pool = self._started()
+            self._warming = [pool.submit(_warm) for _ in range(self.workers)]
+
+    def _started(self) -> ProcessPoolExecutor:
         if self._pool is None:
             threads = max(1, (os.cpu_count() or 1) // self.workers)
             self._pool = ProcessPoolExecutor(
@@ -81,7 +85,18 @@ class PoolExecutor:
                 initializer=_start_worker,
                 initargs=(threads,),
             )
-        futures: list[Future[Any]] = [self._pool.submit(fn, *a) for a in args]
+        return self._pool
+
+    def map(
+        self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str, done: Done | None = None
+    ) -> list[Any]:
+        if len(args) <= 1 or self.workers == 1:
+            return LocalExecutor(self.progress).map(fn, args, desc, done)
+        pool = self._started()
+        for w in self._warming:  # a worker that failed to start says so here
+            w.result()
+        self._warming = []
+        futures: list[Future[Any]] = [pool.submit(fn, *a) for a in args]
         out = []
         try:
             if done is not None:
@@ -107,6 +122,10 @@ def _start_worker(threads: int) -> None:
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the worker first uses the Rust core
     os.environ[WORKER_ENV] = "1"
     _die_with_parent()
+
+
+def _warm() -> None:
+    import llmpipe.curate.steps  # noqa: F401  (pyarrow, the stages and the Rust core)
 
 
 def _die_with_parent() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from llmpipe import __version__
-from llmpipe.curate.executors import Executor, LocalExecutor
+from llmpipe.curate.executors import Executor, LocalExecutor, executor_workers
 from llmpipe.curate.funnel import Funnel, write_outputs
 from llmpipe.curate.progress import JobProgress
 from llmpipe.curate.remote import RemoteOut, default_staging, remove_staging
@@ -41,15 +41,21 @@ from llmpipe.curate.steps import (
 from llmpipe.curate.workdir import WorkDir, fault_point, fingerprint
 from llmpipe.data.format import MANIFEST, atomic_write_json, sha256_file
 from llmpipe.errors import InputError
-from llmpipe.io.chunks import split
+from llmpipe.io.chunks import Span, split
 from llmpipe.io.discover import discover_inputs
 from llmpipe.io.fs import InputPath, RemotePath, is_url, local_or_url
 from llmpipe.io.read import detect_format
 from llmpipe.lock import DirLock
 
 DONE = ".llmpipe-done.json"
-#: inputs larger than this run as several parts (``--chunk-mb``)
+#: the automatic chunk size (``--chunk-mb`` not given) lies between these: inputs larger than the
+#: chunk size run as several parts
 CHUNK_BYTES = 128 << 20
+MIN_CHUNK_BYTES = 16 << 20
+#: the automatic chunk size aims at this many parts per worker: the last parts to finish then leave
+#: the other workers idle for a small share of the run (one part per worker leaves half of them idle
+#: for up to half of it when the parts differ in size or speed)
+PARTS_PER_WORKER = 4
 #: consecutive inputs smaller than this together run as one part, of at most GROUP_FILES files
 GROUP_BYTES = 1 << 20
 GROUP_FILES = 64
@@ -64,7 +70,7 @@ def run_curate(
     strict: bool = False,
     executor: Executor | None = None,
     keep_work: bool = False,
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_bytes: int | None = None,
     progress: bool | None = None,
     staging: Path | None = None,
     log: Callable[[str], None] = print,
@@ -73,8 +79,10 @@ def run_curate(
 
     Inputs and ``out`` may be URLs of any fsspec file system (``s3://bucket/prefix``). A URL ``out``
     runs in the local directory ``staging`` (default: one kept per URL) and is uploaded when done
-    (``llmpipe.curate.remote``). Inputs larger than ``chunk_bytes`` (plain JSONL, Parquet) run as
-    several parts on any worker; the output does not depend on the chunk size or on the executor.
+    (``llmpipe.curate.remote``). Inputs larger than ``chunk_bytes`` (JSONL, Parquet, crawl archives)
+    run as several parts on any worker; the output does not depend on the chunk size or on the
+    executor. ``chunk_bytes`` None: ``auto_chunk_bytes`` for the executor's workers, or the size a
+    killed run of the same job used (so it resumes whatever ``--workers`` is now).
     ``progress``: one bar on a terminal, one line every 30 s in a log; None: a bar when stderr is a
     terminal, else the lines."""
     executor = executor or LocalExecutor()
@@ -141,7 +149,7 @@ def _curate(
     strict: bool,
     executor: Executor,
     keep_work: bool,
-    chunk_bytes: int,
+    chunk_bytes: int | None,
     progress: bool | None,
     log: Callable[[str], None],
 ) -> dict[str, Any]:
@@ -149,8 +157,15 @@ def _curate(
         log(f"{out}: already complete for these inputs and config (delete it to run again)")
         return json.loads((out / "stats.json").read_text())
     (out / DONE).unlink(missing_ok=True)
+    total = sum(f.stat().st_size for f in files)
+    if chunk_bytes is None:
+        chunk_bytes = WorkDir.planned_chunk(out, fp) or auto_chunk_bytes(total, executor_workers(executor))
+    start = getattr(executor, "start", None)
+    if start is not None and (total > chunk_bytes or (len(files) > 1 and total > GROUP_BYTES)):
+        start()  # several parts ahead: the workers start up while the parts are planned
     parts = plan_parts(files, chunk_bytes)
-    work = WorkDir(out, work_fingerprint(fp, parts))  # a resumed run with other parts starts over
+    # a resumed run with other parts starts over
+    work = WorkDir(out, work_fingerprint(fp, parts), {"run": fp, "chunk_bytes": chunk_bytes})
     job = Job(config.to_dict(), str(work.root), tuple(map(str, files)), tuple(keys), strict, parts)
     stages = stages_of(job)
     segments = segments_of(stages)
@@ -233,8 +248,16 @@ def _discover(
     return found.files, found.skipped
 
 
+def auto_chunk_bytes(total: int, workers: int) -> int:
+    """The chunk size for ``total`` bytes of input on ``workers`` workers: ``PARTS_PER_WORKER`` parts
+    per worker, within ``[MIN_CHUNK_BYTES, CHUNK_BYTES]`` (a part's fixed costs stay small, and one
+    part's work files and dedup state stay bounded)."""
+    return max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, -(-total // (PARTS_PER_WORKER * max(1, workers)))))
+
+
 def plan_parts(files: list[InputPath], chunk_bytes: int) -> tuple[Part, ...]:
-    """Every input as one part, as chunks of about ``chunk_bytes`` when it is larger, and runs of
+    """Every input as one part, as equal chunks of at most about ``chunk_bytes`` when it is larger
+    (400 MB at 128 MB: four of 100 MB, not three of 128 and one of 16), and runs of
     consecutive small inputs as one part of at most ``GROUP_FILES`` files and
     ``min(GROUP_BYTES, chunk_bytes)`` bytes: a step's fixed costs (work files, markers, a task) are
     then paid per part, not per tiny file."""
@@ -244,7 +267,10 @@ def plan_parts(files: list[InputPath], chunk_bytes: int) -> tuple[Part, ...]:
     parts: list[Part] = []
     for f, path in enumerate(files):
         size = path.stat().st_size
-        spans = [None] if size <= chunk_bytes else split(path, detect_format(path), chunk_bytes)
+        if size <= chunk_bytes:
+            spans: list[Span | None] = [None]
+        else:  # size / ceil(size / chunk_bytes), rounded up
+            spans = split(path, detect_format(path), -(-size // -(-size // chunk_bytes)))
         if spans == [None]:  # a whole file: it may join the previous part
             last = parts[-1] if parts else None
             if (

@@ -88,7 +88,9 @@ def config_files(config: Any) -> list[Path]:
 class WorkDir:
     """The paths of a run's intermediate results under ``OUT/.llmpipe-work`` (one place names them all)."""
 
-    def __init__(self, out: Path, fp: str) -> None:
+    def __init__(self, out: Path, fp: str, plan: dict[str, Any] | None = None) -> None:
+        """Open (or start) the work directory of the run with work fingerprint ``fp``; ``plan`` is
+        kept beside it (``planned_chunk`` reads it back)."""
         self.root = out / WORK
         stamp = self.root / "fingerprint.json"
         if self.root.exists():
@@ -100,7 +102,17 @@ class WorkDir:
                 shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
         if not stamp.exists():
-            atomic_write_json(stamp, {"fingerprint": fp})
+            atomic_write_json(stamp, {"fingerprint": fp, **(plan or {})})
+
+    @staticmethod
+    def planned_chunk(out: Path, run: str) -> int | None:
+        """The chunk size an earlier, unfinished run of the same job (fingerprint ``run``) planned."""
+        try:
+            plan = json.loads((out / WORK / "fingerprint.json").read_text())
+        except (OSError, ValueError):
+            return None
+        size = plan.get("chunk_bytes") if plan.get("run") == run else None
+        return size if isinstance(size, int) and size > 0 else None
 
     @classmethod
     def open(cls, root: Path) -> WorkDir:
