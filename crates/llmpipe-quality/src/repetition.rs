@@ -83,7 +83,12 @@ const BASE: u64 = 1_000_003;
 
 #[inline]
 fn mulmod(a: u64, b: u64) -> u64 {
-    let p = (a as u128) * (b as u128);
+    reduce((a as u128) * (b as u128))
+}
+
+/// `p mod MOD` for `p < 2^122`.
+#[inline]
+fn reduce(p: u128) -> u64 {
     let lo = (p as u64) & MOD;
     let hi = (p >> 61) as u64;
     let s = lo + hi;
@@ -118,10 +123,18 @@ fn addmod(a: u64, b: u64) -> u64 {
 /// The polynomial hash of a byte string (Horner: h = h * BASE + byte + 1). Appending `w` to a
 /// string of hash `h` gives `h * BASE^len(w) + poly(w)`, so the hash of any prefix of a joined word
 /// sequence is known at each word boundary with one step per word; the words' own hashes are
-/// independent of each other, which lets the CPU overlap them.
+/// independent of each other, which lets the CPU overlap them. Eight bytes take one Horner step of
+/// BASE^8 (their eight products with `pw` are independent: one multiply's latency per 8 bytes
+/// instead of per byte); `pw` holds BASE^0..=BASE^8 at least.
 #[inline]
-fn poly(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0u64, |h, &b| addmod(mulmod(h, BASE), b as u64 + 1))
+fn poly(bytes: &[u8], pw: &[u64]) -> u64 {
+    let mut chunks = bytes.chunks_exact(8);
+    let mut h = 0u64;
+    for c in &mut chunks {
+        let s: u128 = c.iter().zip(pw[..8].iter().rev()).map(|(&b, &p)| (b as u128 + 1) * p as u128).sum();
+        h = addmod(mulmod(h, pw[8]), reduce(s));
+    }
+    chunks.remainder().iter().fold(h, |h, &b| addmod(mulmod(h, BASE), b as u64 + 1))
 }
 
 /// The key of the substring between prefix hashes `ha` (at its start) and `hb` (at its end),
@@ -147,6 +160,54 @@ struct Scratch {
     hg: Vec<u64>,
     counts: HashMap<u64, (u32, u32), IdBuild>,
     unique: HashSet<u64, IdBuild>,
+    /// the n-gram keys of one size, and a small table of how often each key's slot was hit
+    keys: Vec<u64>,
+    seen: Seen,
+}
+
+/// A prefilter for the n-gram passes: counts (saturating at 2) per slot of a table 16 times the
+/// number of keys. A key whose slot was hit once occurs once in the document, so it can neither be
+/// found again nor be the most frequent n-gram unless every n-gram occurs once: only the others
+/// (a few percent of the n-grams of size 4 and up in prose) go through the hash set or map. The
+/// table stays in cache and is emptied by visiting the keys again.
+#[derive(Default)]
+struct Seen {
+    slots: Vec<u8>,
+    shift: u32,
+}
+
+impl Seen {
+    fn fill(&mut self, keys: &[u64]) {
+        let bits = (keys.len().max(64) * 16).next_power_of_two().trailing_zeros();
+        if self.slots.len() < 1 << bits {
+            self.slots.resize(1 << bits, 0);
+        }
+        self.shift = 64 - bits;
+        let (slots, shift) = (&mut self.slots[..1 << bits], self.shift);
+        for &k in keys {
+            let v = &mut slots[slot(k, shift)];
+            *v = (*v + 1).min(2);
+        }
+    }
+
+    /// The table as a test "may this key occur twice?" (false: it is the only one of its value).
+    #[inline]
+    fn view(&self) -> impl Fn(u64) -> bool + '_ {
+        let (slots, shift) = (&self.slots[..1 << (64 - self.shift)], self.shift);
+        move |key| slots[slot(key, shift)] > 1
+    }
+
+    fn clear(&mut self, keys: &[u64]) {
+        let (slots, shift) = (&mut self.slots[..1 << (64 - self.shift)], self.shift);
+        for &k in keys {
+            slots[slot(k, shift)] = 0;
+        }
+    }
+}
+
+#[inline]
+fn slot(key: u64, shift: u32) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
 }
 
 /// Empty a reused map; one grown far beyond `need` by a long document is shrunk, so that clearing
@@ -214,7 +275,7 @@ fn n_grams(
     sc: &mut Scratch,
     frac: impl Fn(usize) -> f64,
 ) -> Option<String> {
-    let Scratch { sp_off, gl_off, cp, pw, hs_start, hs_end, hg, counts, unique } = sc;
+    let Scratch { sp_off, gl_off, cp, pw, hs_start, hs_end, hg, counts, unique, keys, seen } = sc;
     for v in [&mut *sp_off, &mut *gl_off, &mut *cp] {
         v.clear();
     }
@@ -224,7 +285,7 @@ fn n_grams(
     // " ".join(words) and "".join(words): each word's start offset and the prefix hashes at word
     // boundaries (the strings themselves are never built), and code-point prefix sums
     let nw = words.len();
-    powers(pw, words.iter().map(|w| w.len() + 1).sum::<usize>());
+    powers(pw, words.iter().map(|w| w.len() + 1).sum::<usize>().max(8));
     cp.push(0usize);
     hg.push(0);
     let (mut sp, mut gl, mut hs, mut g) = (0usize, 0usize, 0u64, 0u64);
@@ -236,7 +297,7 @@ fn n_grams(
         sp_off.push(sp);
         gl_off.push(gl);
         hs_start.push(hs);
-        let (wh, p) = (poly(w.as_bytes()), pw[w.len()]);
+        let (wh, p) = (poly(w.as_bytes(), pw), pw[w.len()]);
         hs = addmod(mulmod(hs, p), wh);
         g = addmod(mulmod(g, p), wh);
         hs_end.push(hs);
@@ -248,49 +309,66 @@ fn n_grams(
     sp_off.push(sp + 1);
     gl_off.push(gl);
 
-    if !cfg.top_n_grams.is_empty() {
-        for &(n, t) in &cfg.top_n_grams {
-            if n == 0 || nw < n {
-                continue;
-            }
-            // most_common(1): highest count, ties -> first seen
-            reset(counts, nw);
-            for i in 0..=nw - n {
-                let key = sub(hs_start[i], hs_end[i + n - 1], pw, sp_off[i + n] - 1 - sp_off[i]);
+    for &(n, t) in &cfg.top_n_grams {
+        if n == 0 || nw < n {
+            continue;
+        }
+        // most_common(1): highest count, ties -> first seen; an n-gram that occurs once counts only
+        // when every one does, and then the first one wins
+        keys.clear();
+        keys.resize(nw - n + 1, 0);
+        for (i, k) in keys.iter_mut().enumerate() {
+            *k = sub(hs_start[i], hs_end[i + n - 1], pw, sp_off[i + n] - 1 - sp_off[i]);
+        }
+        seen.fill(keys);
+        reset(counts, 64);
+        let repeated = seen.view();
+        for (i, &key) in keys.iter().enumerate() {
+            if repeated(key) {
                 let e = counts.entry(key).or_insert((0, i as u32));
                 e.0 += 1;
             }
-            let (_, &(c, first)) = counts
-                .iter()
-                .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then(b.1 .1.cmp(&a.1 .1)))
-                .expect("non-empty");
-            let f = first as usize;
-            let ngram_chars = cp[f + n] - cp[f] + (n - 1);
-            if frac(ngram_chars * c as usize) > t {
-                return Some(format!("top_{n}_gram"));
-            }
+        }
+        drop(repeated);
+        seen.clear(keys);
+        let (c, first) = counts
+            .values()
+            .filter(|v| v.0 > 1)
+            .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+            .map_or((1, 0), |&(c, first)| (c, first));
+        let f = first as usize;
+        let ngram_chars = cp[f + n] - cp[f] + (n - 1);
+        if frac(ngram_chars * c as usize) > t {
+            return Some(format!("top_{n}_gram"));
         }
     }
-    if !cfg.dup_n_grams.is_empty() {
-        for &(n, t) in &cfg.dup_n_grams {
-            if n == 0 {
-                continue;
+    for &(n, t) in &cfg.dup_n_grams {
+        if n == 0 {
+            continue;
+        }
+        // datatrove's walk: a repeated n-gram counts its characters and skips ahead n words; only
+        // n-grams that may occur twice need the set (the others are never found again)
+        keys.clear();
+        keys.resize((nw + 1).saturating_sub(n), 0);
+        for (i, k) in keys.iter_mut().enumerate() {
+            *k = sub(hg[i], hg[i + n], pw, gl_off[i + n] - gl_off[i]);
+        }
+        seen.fill(keys);
+        reset_set(unique, 64);
+        let (mut repeated, mut idx, twice) = (0usize, 0usize, seen.view());
+        while idx < keys.len() {
+            let key = keys[idx];
+            if !twice(key) || unique.insert(key) {
+                idx += 1;
+            } else {
+                repeated += cp[idx + n] - cp[idx];
+                idx += n;
             }
-            reset_set(unique, nw);
-            let mut repeated = 0usize;
-            let mut idx = 0usize;
-            while idx + n <= nw {
-                let key = sub(hg[idx], hg[idx + n], pw, gl_off[idx + n] - gl_off[idx]);
-                if unique.insert(key) {
-                    idx += 1;
-                } else {
-                    repeated += cp[idx + n] - cp[idx];
-                    idx += n;
-                }
-            }
-            if frac(repeated) > t {
-                return Some(format!("duplicated_{n}_n_grams"));
-            }
+        }
+        drop(twice);
+        seen.clear(keys);
+        if frac(repeated) > t {
+            return Some(format!("duplicated_{n}_n_grams"));
         }
     }
     None
@@ -323,6 +401,104 @@ fn split_runs(s: &str, k: usize) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// datatrove's n-gram rules on joined strings, the plain way: the oracle of the hashed and
+    /// prefiltered passes.
+    fn reference(cfg: &GopherRepetitionConfig, text: &str, words: &[&str]) -> Option<String> {
+        let text_len = len(text) as f64;
+        for &(n, t) in &cfg.top_n_grams {
+            if n == 0 || words.len() < n {
+                continue;
+            }
+            let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
+            for (i, g) in words.windows(n).enumerate() {
+                counts.entry(g.join(" ")).or_insert((0, i)).0 += 1;
+            }
+            let (g, (c, _)) =
+                counts.iter().max_by(|a, b| a.1 .0.cmp(&b.1 .0).then(b.1 .1.cmp(&a.1 .1))).unwrap();
+            if (len(g) * c) as f64 / text_len > t {
+                return Some(format!("top_{n}_gram"));
+            }
+        }
+        for &(n, t) in &cfg.dup_n_grams {
+            if n == 0 {
+                continue;
+            }
+            let (mut unique, mut repeated, mut idx) = (HashSet::new(), 0, 0);
+            while idx + n <= words.len() {
+                let g = words[idx..idx + n].concat();
+                if unique.contains(&g) {
+                    repeated += len(&g);
+                    idx += n;
+                } else {
+                    unique.insert(g);
+                    idx += 1;
+                }
+            }
+            if repeated as f64 / text_len > t {
+                return Some(format!("duplicated_{n}_n_grams"));
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn n_gram_passes_match_the_plain_rules() {
+        // words that glue into the same strings ("ab" + "c" == "a" + "bc"), and a small vocabulary,
+        // so that n-grams repeat at every size
+        let vocab =
+            ["a", "b", "ab", "c", "bc", "abc", "abcdefgh", "ijk", "abcdefghijk", "日本語のテキスト", "x"];
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |m: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % m as u64) as usize
+        };
+        let mut checked = 0;
+        for doc in 0..400 {
+            let nw = next(if doc % 4 == 0 { 12 } else { 400 });
+            let k = 2 + next(vocab.len() - 1); // how many distinct words this document uses
+            let words: Vec<&str> = (0..nw).map(|_| vocab[next(k)]).collect();
+            let text = words.join(" ");
+            for n in 1..=10 {
+                for t in [0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8] {
+                    let top = GopherRepetitionConfig {
+                        dup_line_frac: None,
+                        dup_para_frac: None,
+                        dup_line_char_frac: None,
+                        dup_para_char_frac: None,
+                        top_n_grams: vec![(n, t)],
+                        dup_n_grams: vec![],
+                    };
+                    let dup = GopherRepetitionConfig {
+                        top_n_grams: vec![],
+                        dup_n_grams: vec![(n, t)],
+                        ..top.clone()
+                    };
+                    for cfg in [top, dup] {
+                        let got = gopher_repetition(&cfg, &text, &words);
+                        assert_eq!(got, reference(&cfg, &text, &words), "{cfg:?} {words:?}");
+                        checked += usize::from(got.is_some());
+                    }
+                }
+            }
+            let cfg = GopherRepetitionConfig::default();
+            assert_eq!(gopher_repetition(&cfg, &text, &words), reference(&cfg, &text, &words));
+        }
+        assert!(checked > 10_000, "{checked}"); // the thresholds were crossed, not only kept
+    }
+
+    #[test]
+    fn eight_bytes_at_a_time_is_horner() {
+        let mut pw = Vec::new();
+        powers(&mut pw, 64);
+        let text: Vec<u8> = (0..64u32).map(|i| (i * 37 % 256) as u8).collect();
+        for n in 0..=64 {
+            let horner = text[..n].iter().fold(0u64, |h, &b| addmod(mulmod(h, BASE), b as u64 + 1));
+            assert_eq!(poly(&text[..n], &pw), horner, "{n}");
+        }
+    }
 
     #[test]
     fn split_like_re() {
