@@ -27,7 +27,7 @@ words (``tokens_unit = "words"`` in stats.json); the tokenize stage reports real
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,14 +43,39 @@ EXAMPLE_CHARS = 300
 
 
 def word_counts(batch: pa.RecordBatch) -> np.ndarray:
-    """Words per document, ``len(text.split())`` (the funnel's token unit before BPE); one Rust call."""
+    """Words per document, ``len(text.split())`` (the funnel's token unit before BPE); one Rust call,
+    or none when a stage already counted this text column (``remember_words``)."""
     if batch.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
+    text = batch.column("text")
+    key = _text_key(text)
+    for _held, k, words in _COUNTED:
+        if k == key:
+            return words
     from llmpipe import _core
     from llmpipe.buffers import string_buffers
 
-    offsets, data = string_buffers(batch.column("text"))
-    return np.frombuffer(_core.word_counts(offsets, data), dtype=np.uint32).astype(np.int64)
+    offsets, data = string_buffers(text)
+    words = np.frombuffer(_core.word_counts(offsets, data), dtype=np.uint32).astype(np.int64)
+    remember_words(batch, words)
+    return words
+
+
+#: the last text columns counted, with their counts: each stage counts the words of the batch the
+#: previous one handed on, and a filter knows them already (the kept rows of what it counted). The
+#: columns are held, so their buffers' addresses (the key) cannot be reused while they are here.
+_COUNTED: deque[tuple[pa.Array, tuple[int, ...], np.ndarray]] = deque(maxlen=2)
+
+
+def _text_key(text: pa.Array) -> tuple[int, ...]:
+    return (text.offset, len(text), *(b.address if b is not None else 0 for b in text.buffers()))
+
+
+def remember_words(batch: pa.RecordBatch, words: np.ndarray) -> None:
+    """``words`` are the word counts of ``batch``'s text column (``word_counts`` returns them)."""
+    if batch.num_rows and len(words) == batch.num_rows:
+        text = batch.column("text")
+        _COUNTED.append((text, _text_key(text), words))
 
 
 @dataclass
@@ -163,6 +188,8 @@ def apply_reasons(
     kept = batch.filter(pa.array(keep))
     counts.docs_out += kept.num_rows
     counts.tokens_out += int(out_words[keep].sum())
+    if words_out is None and "text" in kept.schema.names:  # the next stage counts these words again
+        remember_words(kept, words_in[keep])
     return kept
 
 
@@ -256,6 +283,8 @@ class Mapper(DocStage):
         mine = np.fromiter((r is not None for r in given), dtype=bool, count=len(given))
         words_in = np.where(mine, before, after)  # a drop for emptiness takes the (zero) words after
         kept = apply_reasons(m.batch, reasons, counts, words_in, words_out=after)
+        if kept.num_rows < m.batch.num_rows:
+            remember_words(kept, after[np.fromiter((r is None for r in reasons), bool, len(reasons))])
         counts.tokens_in += int(before.sum() - words_in.sum())  # tokens in: the words before, all rows
         counts.modified += m.changed
         counts.counters.update(m.counters)
