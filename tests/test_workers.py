@@ -6,8 +6,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -82,6 +84,57 @@ def test_killed_chunked_run_resumes_to_the_same_bytes(inputs: tuple[Path, Path],
     assert int(p.stdout.split(" in ")[1].split(" part")[0]) > 6, p.stdout
     assert _tree(out) == _tree(tmp_path / "ref")
     assert not marker.exists() or marker.stat().st_mtime_ns == before
+
+
+def _descendants(pid: int) -> list[int]:
+    """Pids of the living processes under ``pid`` (the pool's workers, multiprocessing's helpers)."""
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone
+            continue
+        if fields[0] != "Z":
+            parent[int(stat.parent.name)] = int(fields[1])
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        found += kids
+        todo += kids
+    return found
+
+
+def test_workers_die_with_a_killed_driver(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    """A SIGKILLed driver takes its workers down (else they wait for work forever, holding the
+    run's output pipes open)."""
+    d, cfg = inputs
+    exe = str(Path(sys.executable).with_name("llmpipe"))
+    cmd = [exe, "curate", str(d), "--out", str(tmp_path / "o"), "--config", str(cfg), "--workers", "2"]
+    env = {**os.environ, "LLMPIPE_DELAY_AT": "segment 0:60"}  # every worker sleeps in its first part
+    p = subprocess.Popen([*cmd, "--chunk-mb", "0.5", "--quiet"], env=env, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_descendants(p.pid)) < 2 and time.monotonic() < deadline:  # 2 workers
+            time.sleep(0.2)
+        under = _descendants(p.pid)
+        assert len(under) >= 2, under
+    finally:
+        p.kill()
+        p.wait()
+    deadline = time.monotonic() + 10
+    alive = under
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [q for q in under if Path(f"/proc/{q}").exists() and "Z" not in _state(q)]
+    assert alive == []
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
 
 
 def test_automatic_chunks_are_even(inputs: tuple[Path, Path]) -> None:

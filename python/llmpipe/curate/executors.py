@@ -83,7 +83,7 @@ class PoolExecutor:
                 self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_start_worker,
-                initargs=(threads,),
+                initargs=(threads, os.getpid()),
             )
         return self._pool
 
@@ -118,20 +118,23 @@ class PoolExecutor:
             self._pool = None
 
 
-def _start_worker(threads: int) -> None:
+def _start_worker(threads: int, driver: int) -> None:
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the worker first uses the Rust core
     os.environ[WORKER_ENV] = "1"
-    _die_with_parent()
+    _die_with_parent(driver)
 
 
 def _warm() -> None:
     import llmpipe.curate.steps  # noqa: F401  (pyarrow, the stages and the Rust core)
 
 
-def _die_with_parent() -> None:
-    """A worker must not outlive a killed driver: it would wait for work forever, holding the run's
-    output pipes open. Linux kills it with its parent (PR_SET_PDEATHSIG); elsewhere a thread checks."""
-    parent = os.getppid()
+def _die_with_parent(parent: int) -> None:
+    """A worker must not outlive a killed driver (``parent``): it would wait for work forever,
+    holding the run's output pipes open. Linux kills it with its parent (PR_SET_PDEATHSIG); elsewhere
+    a thread checks. A driver that died while the worker was starting is caught by comparing with
+    the pid the driver gave, not with the parent the worker finds (by then, init)."""
+    if os.getppid() != parent:
+        os._exit(1)
     try:
         import ctypes
 
