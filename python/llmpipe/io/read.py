@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 
 from llmpipe.io.chunks import Span
@@ -192,42 +193,34 @@ class _Batch:
     def add_run(self, ids: pa.StringArray, run: DocRun, start: int, n: int) -> None:
         """Documents ``start:start + n`` of a run (``ids``: its final ids)."""
         self._flush()
-        self.pieces.append(
-            pa.RecordBatch.from_arrays(
-                [
-                    ids.slice(start, n),
-                    run.texts.slice(start, n),
-                    pa.array([self.source] * n, pa.string()),
-                    run.positions.slice(start, n),
-                    run.metas.slice(start, n),
-                    pa.array([-1] * n, pa.int64()),
-                ],
-                schema=RAW_SCHEMA,
-            )
-        )
-        self.piece_rows += n
+        raw_words = pa.array(np.full(n, -1, np.int64))
+        texts, positions, metas = (c.slice(start, n) for c in (run.texts, run.positions, run.metas))
+        self._piece(ids.slice(start, n), texts, positions, metas, raw_words)
         self.runs = True
 
     def _flush(self) -> None:
         """The documents added one at a time become a piece."""
         if not self.ids:
             return
-        n = len(self.ids)
+        self._piece(
+            pa.array(self.ids, pa.string()),
+            pa.array(self.texts, pa.string()),
+            pa.array(self.positions, pa.int64()),
+            pa.array(self.metas, pa.string()),
+            pa.array(self.raw_words, pa.int64()),
+        )
+        self._reset()
+
+    def _piece(
+        self, ids: pa.Array, texts: pa.Array, positions: pa.Array, metas: pa.Array, raw: pa.Array
+    ) -> None:
+        """Documents as one piece of ``RAW_SCHEMA`` (the source column is this input's name)."""
+        n = len(ids)
+        source = pa.repeat(pa.scalar(self.source, pa.string()), n)
         self.pieces.append(
-            pa.RecordBatch.from_arrays(
-                [
-                    pa.array(self.ids, pa.string()),
-                    pa.array(self.texts, pa.string()),
-                    pa.array([self.source] * n, pa.string()),
-                    pa.array(self.positions, pa.int64()),
-                    pa.array(self.metas, pa.string()),
-                    pa.array(self.raw_words, pa.int64()),
-                ],
-                schema=RAW_SCHEMA,
-            )
+            pa.RecordBatch.from_arrays([ids, texts, source, positions, metas, raw], schema=RAW_SCHEMA)
         )
         self.piece_rows += n
-        self._reset()
 
     def take(self) -> pa.RecordBatch:
         """The batch, its columns in new buffers (a run's slice does not keep its block alive)."""
