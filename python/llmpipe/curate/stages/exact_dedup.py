@@ -7,7 +7,6 @@ through the executor; the driver only concatenates the drops and sorts them by i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import pyarrow.parquet as pq
 from llmpipe import _core
 from llmpipe.curate.executors import Executor, map_with
 from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, RunContext
+from llmpipe.curate.workdir import write_table_atomic
 
 KEY_SCHEMA = pa.schema([("id", pa.string()), ("hash", pa.binary(16))])
 
@@ -66,13 +66,6 @@ class ExactDedup(GlobalStage):
 ROWS_PER_PARTITION = 4_000_000
 
 
-def _atomic_parquet(path: Path, table: pa.Table) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
-
-
 def shuffle_keys(key_file: Path, file_no: int, parts: int, out: Path) -> None:
     """Map step: route the (id, hash) rows of one key file to partition ``hash % parts``."""
     done = out / f"{file_no:06d}.done"
@@ -83,7 +76,7 @@ def shuffle_keys(key_file: Path, file_no: int, parts: int, out: Path) -> None:
     raw = np.frombuffer(h.buffers()[1], np.uint8)[h.offset * 16 : (h.offset + len(h)) * 16]
     part = raw.reshape(-1, 16)[:, :8].copy().view("<u8").ravel() % np.uint64(parts)
     for p in range(parts):
-        _atomic_parquet(out / f"part-{p:05d}" / f"{file_no:06d}.parquet", t.filter(pa.array(part == p)))
+        write_table_atomic(out / f"part-{p:05d}" / f"{file_no:06d}.parquet", t.filter(pa.array(part == p)))
     done.touch()
 
 
@@ -97,7 +90,7 @@ def partition_drops(files: Sequence[Path], out: Path) -> Path:
     keep = keep.filter(pc.greater(keep["id_count"], 1)).select(["hash", "id_min"])
     joined = keys.join(keep, "hash", join_type="inner")
     drops = joined.filter(pc.not_equal(joined["id"], joined["id_min"]))
-    _atomic_parquet(out, pa.table({"id": drops["id"], "dup_of": drops["id_min"]}))
+    write_table_atomic(out, pa.table({"id": drops["id"], "dup_of": drops["id_min"]}))
     return out
 
 

@@ -18,7 +18,6 @@ of these module-level functions: Ray tasks on a cluster); only cluster and drops
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import pyarrow.parquet as pq
 from llmpipe import _core
 from llmpipe.curate.executors import Executor, executor_workers, map_with
 from llmpipe.curate.stage import DROPS_SCHEMA
+from llmpipe.curate.workdir import AtomicParquetWriter, write_table_atomic
 from llmpipe.dedup import Shingling, string_buffers
 
 ROW_BYTES = 20  # one shuffled band row: bucket u64 + idh u64 + doc u32
@@ -60,13 +60,6 @@ def key_table(batch: pa.RecordBatch, sh: Shingling, bands: int, rows: int, keep_
     return pa.table(cols)
 
 
-def _atomic_write(path: Path, table: pa.Table) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
-
-
 def num_partitions(n_docs: int, bands: int, partition_bytes: int) -> int:
     """Partitions of the band rows so that one partition holds about ``partition_bytes``."""
     return max(1, math.ceil(n_docs * bands * ROW_BYTES / max(1, partition_bytes)))
@@ -77,15 +70,12 @@ def shuffle_file(key_file: Path, file_no: int, base: int, parts: int, out: Path)
     done = out / f"{file_no:06d}.done"
     if done.exists():
         return
-    writers: dict[int, tuple[Path, pq.ParquetWriter]] = {}
+    writers: dict[int, AtomicParquetWriter] = {}
 
     def write(p: int, batch: pa.RecordBatch) -> None:
         if p not in writers:
-            path = out / f"part-{p:05d}" / f"{file_no:06d}.parquet"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            writers[p] = (path, pq.ParquetWriter(tmp, SHUFFLE_SCHEMA, compression="zstd"))
-        writers[p][1].write_batch(batch)
+            writers[p] = AtomicParquetWriter(out / f"part-{p:05d}" / f"{file_no:06d}.parquet", SHUFFLE_SCHEMA)
+        writers[p].write(batch)
 
     row = base
     for batch in pq.ParquetFile(key_file).iter_batches(
@@ -111,9 +101,8 @@ def shuffle_file(key_file: Path, file_no: int, base: int, parts: int, out: Path)
             sel = order[bounds[p] : bounds[p + 1]]
             if sel.size:
                 write(p, pa.record_batch([bucket[sel], idh[sel], doc[sel]], schema=SHUFFLE_SCHEMA))
-    for path, w in writers.values():
-        w.close()
-        os.replace(path.with_name(f".{path.name}.tmp-{os.getpid()}"), path)
+    for w in writers.values():
+        w.commit()
     done.touch()
 
 
@@ -127,7 +116,7 @@ def partition_groups(part_dir: Path, out: Path) -> Path:
     raw_off, raw_members = _core.lsh_groups(col("bucket"), col("idh"), col("doc"))
     offsets = pa.array(np.frombuffer(raw_off, np.uint64).astype(np.int64))
     members = pa.array(np.frombuffer(raw_members, np.uint32))
-    _atomic_write(out, pa.table({"members": pa.LargeListArray.from_arrays(offsets, members)}))
+    write_table_atomic(out, pa.table({"members": pa.LargeListArray.from_arrays(offsets, members)}))
     return out
 
 
@@ -161,7 +150,7 @@ def partition_edges(groups_file: Path, store: _core.ShingleStore | None, thresho
         return out
     offs, members = _groups(groups_file)
     a, b = _core.group_edges(offs, members, store, threshold)
-    _atomic_write(
+    write_table_atomic(
         out,
         pa.table({"a": np.frombuffer(a, np.uint32), "b": np.frombuffer(b, np.uint32)}, schema=EDGE_SCHEMA),
     )
