@@ -2,6 +2,7 @@
 
     prepare (map, per input batch)   -> key table: id, idh, n_shingles, bands[B], shingles
     shuffle (map, per key file)      -> shuffle/part-P/F.parquet: (bucket, idh, doc) rows by bucket hash
+                                        (``llmpipe.curate.shuffle``)
     groups  (per partition)          -> groups/P.parquet: documents sharing a bucket, ordered by idh
     edges   (per partition)          -> edges/P.parquet: candidate pairs, verified by exact Jaccard
     cluster (one reduce)             -> union-find over u32 document indices, 4 bytes per document
@@ -28,8 +29,9 @@ import pyarrow.parquet as pq
 
 from llmpipe import _core
 from llmpipe.curate.executors import Executor, executor_workers, map_with
+from llmpipe.curate.shuffle import partition_files, shuffle
 from llmpipe.curate.stage import DROPS_SCHEMA
-from llmpipe.curate.workdir import AtomicParquetWriter, write_table_atomic
+from llmpipe.curate.workdir import write_table_atomic
 from llmpipe.dedup import Shingling, string_buffers
 
 ROW_BYTES = 20  # one shuffled band row: bucket u64 + idh u64 + doc u32
@@ -67,16 +69,11 @@ def num_partitions(n_docs: int, bands: int, partition_bytes: int) -> int:
 
 def shuffle_file(key_file: Path, file_no: int, base: int, parts: int, out: Path) -> None:
     """Map step: route every (document, band) row of one key file to the partition of its bucket."""
-    done = out / f"{file_no:06d}.done"
-    if done.exists():
-        return
-    writers: dict[int, AtomicParquetWriter] = {}
+    shuffle(out, file_no, parts, _band_rows(key_file, base, parts))
 
-    def write(p: int, batch: pa.RecordBatch) -> None:
-        if p not in writers:
-            writers[p] = AtomicParquetWriter(out / f"part-{p:05d}" / f"{file_no:06d}.parquet", SHUFFLE_SCHEMA)
-        writers[p].write(batch)
 
+def _band_rows(key_file: Path, base: int, parts: int) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """(bucket, idh, doc) of every band of every non-empty document, and the partition of each row."""
     row = base
     for batch in pq.ParquetFile(key_file).iter_batches(
         batch_size=65536, columns=["idh", "n_shingles", "bands"]
@@ -91,26 +88,14 @@ def shuffle_file(key_file: Path, file_no: int, base: int, parts: int, out: Path)
         bucket = bkeys[live].ravel()
         idh = np.repeat(batch.column("idh").to_numpy()[live], width)
         doc = np.repeat(docs[live], width)
-        if parts == 1:
-            write(0, pa.record_batch([bucket, idh, doc], schema=SHUFFLE_SCHEMA))
-            continue
-        part = bucket % np.uint64(parts)
-        order = np.argsort(part, kind="stable")
-        bounds = np.searchsorted(part[order], np.arange(parts + 1, dtype=np.uint64))
-        for p in range(parts):
-            sel = order[bounds[p] : bounds[p + 1]]
-            if sel.size:
-                write(p, pa.record_batch([bucket[sel], idh[sel], doc[sel]], schema=SHUFFLE_SCHEMA))
-    for w in writers.values():
-        w.commit()
-    done.touch()
+        yield pa.record_batch([bucket, idh, doc], schema=SHUFFLE_SCHEMA), bucket % np.uint64(parts)
 
 
-def partition_groups(part_dir: Path, out: Path) -> Path:
-    """Per partition: documents sharing a bucket, as a large_list<uint32> column ``members``."""
+def partition_groups(files: Sequence[Path], out: Path) -> Path:
+    """Per partition (its shuffled files): documents sharing a bucket, as a large_list<uint32> column
+    ``members``."""
     if out.exists():
         return out
-    files = sorted(part_dir.glob("*.parquet")) if part_dir.is_dir() else []
     t = pa.concat_tables([pq.read_table(f) for f in files]) if files else SHUFFLE_SCHEMA.empty_table()
     col = lambda name: t.column(name).combine_chunks().to_numpy()  # noqa: E731
     raw_off, raw_members = _core.lsh_groups(col("bucket"), col("idh"), col("doc"))
@@ -215,17 +200,17 @@ def resolve(
         raise ValueError(f"{n} documents exceed one near-dedup resolve (u32 indices); split the run")
     width = pq.read_schema(key_files[0]).field("bands").type.list_size
     parts = num_partitions(n, width, partition_bytes)
-    shuffle = workdir / "shuffle"
+    shuffled = workdir / "shuffle"
     map_with(
         executor,
         shuffle_file,
-        [(f, i, int(bases[i]), parts, shuffle) for i, f in enumerate(key_files)],
+        [(f, i, int(bases[i]), parts, shuffled) for i, f in enumerate(key_files)],
         "near_dedup shuffle",
     )
     groups: list[Path] = map_with(
         executor,
         partition_groups,
-        [(shuffle / f"part-{p:05d}", workdir / "groups" / f"{p:05d}.parquet") for p in range(parts)],
+        [(partition_files(shuffled, p), workdir / "groups" / f"{p:05d}.parquet") for p in range(parts)],
         "near_dedup groups",
     )
     tasks = min(parts, executor_workers(executor))
