@@ -33,6 +33,7 @@ from llmpipe.curate.steps import (
     Job,
     Part,
     map_segment,
+    ready,
     resolve_global,
     segments_of,
     stages_of,
@@ -162,7 +163,7 @@ def _curate(
         chunk_bytes = WorkDir.planned_chunk(out, fp) or auto_chunk_bytes(total, executor_workers(executor))
     start = getattr(executor, "start", None)
     if start is not None and (total > chunk_bytes or (len(files) > 1 and total > GROUP_BYTES)):
-        start()  # several parts ahead: the workers start up while the parts are planned
+        start(ready)  # several parts ahead: the workers start up while the parts are planned
     parts = plan_parts(files, chunk_bytes)
     # a resumed run with other parts starts over
     work = WorkDir(out, work_fingerprint(fp, parts), {"run": fp, "chunk_bytes": chunk_bytes})

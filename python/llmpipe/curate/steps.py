@@ -215,6 +215,11 @@ def read_documents(
             yield kept
 
 
+def ready() -> None:
+    """Nothing: a pool worker that runs it has imported this module, and with it pyarrow, the stages
+    and the Rust core (``PoolExecutor.start``)."""
+
+
 def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     """Run segment ``k`` on input ``i``; returns (and stores) the marker: counts and quarantined records."""
     work = WorkDir.open(Path(job.work_root))
