@@ -167,7 +167,7 @@ def _curate(
     parts = plan_parts(files, chunk_bytes)
     # a resumed run with other parts starts over
     work = WorkDir(out, work_fingerprint(fp, parts), {"run": fp, "chunk_bytes": chunk_bytes})
-    job = Job(config.to_dict(), str(work.root), tuple(map(str, files)), tuple(keys), strict, parts)
+    job = Job(config, str(work.root), tuple(map(str, files)), tuple(keys), strict, parts)
     stages = stages_of(job)
     segments = segments_of(stages)
     names = ["read", "extract", *[s.name for s in stages], "tokenize", "pack"]
