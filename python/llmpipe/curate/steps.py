@@ -25,7 +25,15 @@ import pyarrow.parquet as pq
 from llmpipe.curate.executors import Executor
 from llmpipe.curate.quarantine import QuarantineWriter
 from llmpipe.curate.settings import CurateConfig
-from llmpipe.curate.stage import DocStage, GlobalStage, RunContext, StageCounts, apply_reasons, word_counts
+from llmpipe.curate.stage import (
+    DocStage,
+    GlobalStage,
+    RunContext,
+    StageCounts,
+    apply_reasons,
+    counted,
+    without_words,
+)
 from llmpipe.curate.stages.extract import Extract
 from llmpipe.curate.stages.read import Read
 from llmpipe.curate.stages.tokenize import Tokenize
@@ -122,7 +130,8 @@ class ListedDrops:
 
     def run(self, batch: pa.RecordBatch, counts: StageCounts) -> pa.RecordBatch:
         reasons = [self.drops.get(x) for x in batch.column("id").to_pylist()]
-        return apply_reasons(batch, reasons, counts, word_counts(batch))
+        batch, words = counted(batch)
+        return apply_reasons(batch, reasons, counts, words)
 
 
 @lru_cache(maxsize=2)
@@ -241,7 +250,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
                 break
         if batch.num_rows == 0:
             continue
-        docs_out.write(batch)
+        docs_out.write(without_words(batch))
         if keys_out is not None and seg.ends_with is not None:
             keys_out.write(seg.ends_with.prepare(batch))
     fault_point(f"segment {k}#{i} written")  # outputs complete, not yet renamed into place
