@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, read_metrics, torchrun, train_losses
 from llmpipe.errors import ConfigError
-
-from train.config import parse_args
+from llmpipe.train.config import parse_args
 
 
 def test_two_process_run_learns_and_checkpoints(byte_shards: Path, tmp_path: Path) -> None:
