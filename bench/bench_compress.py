@@ -24,16 +24,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "python"))
 TEXT = ROOT.parent / "shared" / "data" / "reference" / "books" / "tiny-shakespeare.txt"
 
 
 def train(out: Path, steps: int) -> Path:
-    from train.byte_shards import write_byte_shards
+    from llmpipe.train.byte_shards import write_byte_shards
 
     shards = write_byte_shards(TEXT, out / "shards")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}:{ROOT / 'python'}"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
            str(ROOT / "train/pretrain.py"), "--data", str(shards), "--config", str(ROOT / "configs/train/tiny.yaml"),
            "--out", str(out / "run"), f"--train.steps={steps}", "--train.val_every=0", "--metrics.tensorboard=false"]  # fmt: skip

@@ -20,16 +20,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 DATA = (ROOT / ".." / "shared" / "data").resolve()
 
 
 def build_model(out: Path, texts: list[str], dim: int, layers: int, seq_len: int) -> None:
     import torch
     from llmpipe.tokenizer import Tokenizer
+    from llmpipe.train.export_hf import tokenizer_files
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from train.export_hf import tokenizer_files
 
     tok = Tokenizer.train_from_texts(texts, 2048)
     cfg = LlamaConfig(

@@ -27,18 +27,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 from llmpipe.data import Batch  # noqa: E402
 from llmpipe.errors import ConfigError  # noqa: E402
-
-from train.config import RunConfig, load_config, resolve_for_device  # noqa: E402
-from train.metrics import flops_per_token, peak_memory_mib, peak_tflops  # noqa: E402
-from train.model import Transformer, count_params  # noqa: E402
-from train.optim import build_optimizer, clip_grad_norm  # noqa: E402
-from train.parallel import apply_float8  # noqa: E402
-from train.trainer import forward_backward  # noqa: E402
+from llmpipe.train.config import RunConfig, load_config, resolve_for_device  # noqa: E402
+from llmpipe.train.metrics import flops_per_token, peak_memory_mib, peak_tflops  # noqa: E402
+from llmpipe.train.model import Transformer, count_params  # noqa: E402
+from llmpipe.train.optim import build_optimizer, clip_grad_norm  # noqa: E402
+from llmpipe.train.parallel import apply_float8  # noqa: E402
+from llmpipe.train.trainer import forward_backward  # noqa: E402
 
 # the shards the configs are written for (their comments): vocabulary and sequence length
 SHAPES = {"gpt2-124m": (50257, 1024), "llama-1b": (128256, 2048), "tiny": (257, 64)}

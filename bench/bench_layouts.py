@@ -24,7 +24,6 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 TEXT = ROOT.parent / "shared" / "data" / "reference" / "books" / "tiny-shakespeare.txt"
 MODEL = {"dim": 256, "n_layers": 4, "n_heads": 8}
 SEQ_LEN, GLOBAL_BATCH = 128, 8
@@ -93,14 +92,13 @@ def main() -> int:
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "python")]),
     }
     layouts = LAYOUTS[args.nproc]
     results: dict[str, list[float]] = {name: [] for name in layouts}
     with tempfile.TemporaryDirectory() as tmp:
         data = args.data
         if data is None:
-            from train.byte_shards import write_byte_shards
+            from llmpipe.train.byte_shards import write_byte_shards
 
             data = write_byte_shards(TEXT, Path(tmp) / "shards", seq_len=SEQ_LEN)
         for i in range(repeats):

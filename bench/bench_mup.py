@@ -19,7 +19,6 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 TEXT = ROOT.parent / "shared" / "data" / "reference" / "books" / "tiny-shakespeare.txt"
 LRS = [2.0**-k for k in range(11, 3, -1)]  # 2^-11 .. 2^-4, one grid step = a factor 2
 WIDTHS = (64, 256)
@@ -31,10 +30,9 @@ def train(data: Path, width: int, lr: float, *, mup: bool, steps: int, depth: in
     import torch
     import torch.nn.functional as F
     from llmpipe.data import ShardDataset
-
-    from train.config import OptimConfig
-    from train.model import ModelConfig, Transformer
-    from train.optim import build_optimizer, build_scheduler
+    from llmpipe.train.config import OptimConfig
+    from llmpipe.train.model import ModelConfig, Transformer
+    from llmpipe.train.optim import build_optimizer, build_scheduler
 
     train_ds, val_ds = ShardDataset(data, "train", verify="none"), ShardDataset(data, "val", verify="none")
     cfg = ModelConfig(
@@ -85,7 +83,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         data = args.data
         if data is None:
-            from train.byte_shards import write_byte_shards
+            from llmpipe.train.byte_shards import write_byte_shards
 
             data = write_byte_shards(TEXT, Path(tmp) / "shards", seq_len=SEQ)
         print(

@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 TEXT = ROOT.parent / "shared" / "data" / "reference" / "books" / "tiny-shakespeare.txt"
 MODEL = {"dim": 256, "n_layers": 4, "n_heads": 8}
 SEQ_LEN, BATCH = 256, 8
@@ -37,8 +36,7 @@ def bare(data: Path, steps: int) -> dict[str, list[float]]:
     import torch
     import torch.nn.functional as F
     from llmpipe.data import ShardDataset
-
-    from train.model import ModelConfig, Transformer
+    from llmpipe.train.model import ModelConfig, Transformer
 
     ds = ShardDataset(data, "train", verify="none")
     cfg = ModelConfig(**MODEL, vocab_size=ds.vocab_size, max_seq_len=ds.seq_len)  # type: ignore[arg-type]
@@ -102,11 +100,11 @@ def main() -> int:
     if args.bare_worker is not None:
         print(json.dumps(bare(args.bare_worker, steps)))
         return 0
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     with tempfile.TemporaryDirectory() as tmp:
         data = args.data
         if data is None:
-            from train.byte_shards import write_byte_shards
+            from llmpipe.train.byte_shards import write_byte_shards
 
             data = write_byte_shards(TEXT, Path(tmp) / "shards", seq_len=SEQ_LEN)
         cmd = [sys.executable, __file__, "--bare-worker", str(data), "--steps", str(steps)]

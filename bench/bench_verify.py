@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import sys
 import tempfile
 import time
 import zlib
@@ -26,12 +25,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
-sys.path.insert(0, str(ROOT))  # train.byte_shards: the byte-level tokenizer file
 MODES = ("none", "fast", "blocks", "full")
 
 
 def write_shards(out: Path, tokens: np.ndarray, copies: int, seq_len: int) -> int:
-    from train.byte_shards import byte_shard_writer
+    from llmpipe.train.byte_shards import byte_shard_writer
 
     w = byte_shard_writer(out, seq_len=seq_len, val_fraction=0)
     for _ in range(copies):

@@ -4,7 +4,6 @@ stages, capped sources, and refusing sources of another tokenizer or seq_len. Re
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +14,8 @@ from llmpipe.data.mixture import MixedShards, MixStage, MixtureOrder
 from llmpipe.errors import ShardError
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from train.byte_shards import EOS, VOCAB, byte_tokenizer_json, write_byte_shards  # noqa: E402
+from llmpipe.train.byte_shards import EOS, VOCAB, byte_tokenizer_json, write_byte_shards  # noqa: E402
 
 NAMES = ["plays", "wiki", "alice"]
 

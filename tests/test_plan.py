@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -61,10 +60,8 @@ def test_fit_and_largest_micro_batch() -> None:
 
 
 def test_parameter_count_matches_the_trainer_model() -> None:
-    sys.path.insert(0, str(ROOT))
     import torch
-
-    from train.model import ModelConfig, Transformer
+    from llmpipe.train.model import ModelConfig, Transformer
 
     for kw in (
         {"dim": 64, "n_layers": 2, "n_heads": 4},
@@ -88,12 +85,10 @@ def test_memory_estimate_within_20_percent_of_the_measured_peak(
     config: str, vocab: int, seq_len: int, batch: int
 ) -> None:
     """One training step of the trainer's model and optimizer under torch's MemTracker (CPU, fp32)."""
-    sys.path.insert(0, str(ROOT))
     import torch
+    from llmpipe.train.config import load_config
+    from llmpipe.train.model import Transformer
     from torch.distributed._tools.mem_tracker import MemTracker
-
-    from train.config import load_config
-    from train.model import Transformer
 
     path = ROOT / "configs" / "train" / config
     cfg = load_config(path, [f"--model.vocab_size={vocab}", f"--model.max_seq_len={seq_len}"][:0]).model
@@ -129,8 +124,7 @@ def test_memory_estimate_within_20_percent_of_the_measured_peak(
 
 def test_config_is_the_trainers_typed_config(tmp_path: Path) -> None:
     """`plan --config` reads train/config.py's RunConfig: its defaults, its checks, its unknown keys."""
-    sys.path.insert(0, str(ROOT))
-    from train.model import ModelConfig
+    from llmpipe.train.model import ModelConfig
 
     cfg = tmp_path / "run.yaml"
     cfg.write_text(

@@ -17,10 +17,9 @@ from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.data.format import BLOCK_BYTES
 from llmpipe.data.verify import verify_directory
 from llmpipe.errors import ShardError
-
-from train.byte_shards import byte_shard_writer
-from train.config import DataConfig
-from train.data import RunData, verify_notices
+from llmpipe.train.byte_shards import byte_shard_writer
+from llmpipe.train.config import DataConfig
+from llmpipe.train.data import RunData, verify_notices
 
 SEQ_LEN = 1023  # rows of 1024 uint16 ids: 2 KiB
 

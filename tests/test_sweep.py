@@ -28,9 +28,6 @@ import yaml
 from conftest import ROOT
 from procs import RAY_TEST_ENV, free_port, kill_all, procs, ray_agent_ports, with_descendants
 
-if str(ROOT) not in sys.path:  # the trainer's own config loader checks best.yaml
-    sys.path.insert(0, str(ROOT))
-
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
 LLMPIPE = str(BIN / "llmpipe")
@@ -110,7 +107,7 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    from train.byte_shards import write_byte_shards
+    from llmpipe.train.byte_shards import write_byte_shards
 
     return write_byte_shards(data_dir / TEXT, tmp_path_factory.mktemp("tune") / "shards", max_chars=200_000)
 
@@ -181,7 +178,9 @@ def test_sweep_asha_stops_the_worst_and_a_killed_sweep_resumes(
         table = list(csv.DictReader(f))
     assert len(table) == 4 and {"trial_id", "status", "steps", "val_loss", "optim.lr"} <= set(table[0])
     assert "<img" in (out / "plot.html").read_text()
-    from train.config import load_config  # the best config is a full trainer config the trainer accepts
+    from llmpipe.train.config import (
+        load_config,  # the best config is a full trainer config the trainer accepts
+    )
 
     cfg = load_config(out / "best.yaml", [])
     assert cfg.optim.lr == best["config"]["optim.lr"] and cfg.train.steps == 20 and cfg.model.dim == 32

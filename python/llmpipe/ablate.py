@@ -26,7 +26,6 @@ from typing import Any
 
 from llmpipe.data.format import atomic_write_bytes, read_manifest
 from llmpipe.errors import ConfigError, InputError, LlmpipeError
-from llmpipe.repo import ROOT
 
 COLORS = ("#3b7dd8", "#e07b39", "#3aa55d", "#c44e52", "#8172b3", "#937860")
 
@@ -45,7 +44,7 @@ class Ablation:
     dirs: Sequence[Path]
     out: Path
     reference: Sequence[Path]
-    config: Path = ROOT / "configs" / "train" / "tiny.yaml"
+    config: Path = Path("tiny")  # a train config file or a packaged name
     tokens: int = 200_000  # training tokens per proxy
     seed: int = 0
     nproc: int = 1  # torchrun processes per proxy
@@ -74,7 +73,7 @@ class Ablation:
             steps = max(1, math.ceil(self.tokens / (self.batch_size * self.nproc * seq_len)))
             run = self.out / "proxies" / name
             cmd = [
-                "--nproc_per_node", str(self.nproc), "--master_addr=127.0.0.1", str(ROOT / "train" / "pretrain.py"),
+                "--nproc_per_node", str(self.nproc), "--master_addr=127.0.0.1", "-m", "llmpipe.train",
                 "--data", str(Path(d).resolve()), "--config", str(self.config), "--out", str(run.resolve()),
                 f"--train.steps={steps}", f"--train.seed={self.seed}", f"--data.seed={self.seed}",
                 f"--data.batch_size={self.batch_size}", "--train.val_every=0", "--checkpoint.every=0",
@@ -112,7 +111,6 @@ class Ablation:
             "max_docs": self.max_docs,
             "tokens_budget": self.tokens,
             "seed": self.seed,
-            "root": str(ROOT),
         }
 
     def write(self, rows: list[dict[str, Any]]) -> None:
@@ -157,11 +155,8 @@ def _proxy_task(job: dict[str, Any]) -> None:
         *job["torchrun_args"],
     ]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    env["PYTHONPATH"] = os.pathsep.join(
-        [job["root"], str(Path(job["root"]) / "python"), env.get("PYTHONPATH", "")]
-    )
     with open(run / "train.log", "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=job["root"])
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=run)
     if proc.returncode != 0:
         tail = (run / "train.log").read_text()[-2000:]
         raise LlmpipeError(

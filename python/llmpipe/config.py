@@ -6,6 +6,7 @@ import dataclasses
 import re
 import types
 import typing
+from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin
 
@@ -93,6 +94,29 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {e}") from e
+
+
+def packaged_configs(kind: str) -> list[str]:
+    """Names of the configs of ``kind`` (``train``, ``curate``) that ship inside the package."""
+    folder = resources.files("llmpipe") / "configs" / kind
+    return sorted(f.name.removesuffix(".yaml") for f in folder.iterdir() if f.name.endswith(".yaml"))
+
+
+def config_file(value: str | Path, kind: str) -> Path:
+    """A config file by its path, or by the name of one that ships with llmpipe: ``tiny``, ``tiny.yaml``
+    or ``configs/train/tiny.yaml`` (the checkout's path, which works from any directory)."""
+    p = Path(value)
+    if p.is_file():
+        return p
+    parts = p.parts
+    if len(parts) == 1 or parts[-3:-1] == ("configs", kind):
+        stem = p.name.removesuffix(".yaml").removesuffix(".yml")
+        if stem in packaged_configs(kind):
+            return Path(str(resources.files("llmpipe") / "configs" / kind / f"{stem}.yaml"))
+    raise ConfigError(
+        f"config file {p} does not exist (the {kind} configs that ship with llmpipe: "
+        f"{', '.join(packaged_configs(kind))})"
+    )
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

@@ -59,8 +59,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from llmpipe.errors import ConfigError
 
 if TYPE_CHECKING:  # the trainer's typed config (train/config.py); llmpipe does not import it at run time
-    from train.config import RunConfig
-    from train.model import ModelConfig
+    from llmpipe.train.config import RunConfig
+    from llmpipe.train.model import ModelConfig
 
 GB = 1e9
 Precision = Literal["fp32", "bf16", "fp16", "int8", "int4"]

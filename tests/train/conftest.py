@@ -15,12 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from llmpipe.train.byte_shards import write_byte_shards
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from train.byte_shards import write_byte_shards  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -61,17 +58,16 @@ def free_port() -> int:
 def torchrun(
     nproc: int, *args: str, timeout: int = 300, check: bool = True, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``torchrun --nproc_per_node=N train/pretrain.py ARGS`` (or another script given first)."""
-    script = args[0] if args and args[0].endswith(".py") else str(ROOT / "train" / "pretrain.py")
+    """``torchrun --nproc_per_node=N -m llmpipe.train ARGS`` (or a script given first: train/pretrain.py,
+    a check script), as a user runs it: the installed package, nothing added to the import path."""
+    entry = [args[0]] if args and args[0].endswith(".py") else ["-m", "llmpipe.train"]
     rest = args[1:] if args and args[0].endswith(".py") else args
     cmd = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-        "--master_addr=127.0.0.1", f"--master_port={free_port()}", script, *rest,
+        "--master_addr=127.0.0.1", f"--master_port={free_port()}", *entry, *rest,
     ]  # fmt: skip
-    # this tree's llmpipe (python/) before any installed copy, and `train` from the repo root
-    path = os.pathsep.join([str(ROOT), str(ROOT / "python")])
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(env or {})}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=ROOT)
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}"

@@ -5,20 +5,16 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from llmpipe.data import Batch, ShardDataset, TokenLoader  # noqa: E402
+from llmpipe.train.config import RunConfig  # noqa: E402
+from llmpipe.train.model import Transformer  # noqa: E402
+from llmpipe.train.parallel import build_mesh, init_distributed, resolve_layout  # noqa: E402
+from llmpipe.train.pretrain import build_model  # noqa: E402
+from llmpipe.train.trainer import count_targets, forward_backward  # noqa: E402
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # noqa: E402
-
-from train.config import RunConfig  # noqa: E402
-from train.model import Transformer  # noqa: E402
-from train.parallel import build_mesh, init_distributed, resolve_layout  # noqa: E402
-from train.pretrain import build_model  # noqa: E402
-from train.trainer import count_targets, forward_backward  # noqa: E402
 
 
 def _say(line: str) -> None:

@@ -11,23 +11,19 @@ from __future__ import annotations
 import os
 import sys
 import weakref
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from llmpipe.data import ShardDataset, TokenLoader  # noqa: E402
 from llmpipe.plan import plan_for_run  # noqa: E402
+from llmpipe.train.config import load_config  # noqa: E402
+from llmpipe.train.optim import build_optimizer  # noqa: E402
+from llmpipe.train.parallel import init_distributed  # noqa: E402
+from llmpipe.train.pretrain import build_parallel_model  # noqa: E402
+from llmpipe.train.trainer import forward_backward  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
-
-from train.config import load_config  # noqa: E402
-from train.optim import build_optimizer  # noqa: E402
-from train.parallel import init_distributed  # noqa: E402
-from train.pretrain import build_parallel_model  # noqa: E402
-from train.trainer import forward_backward  # noqa: E402
 
 
 class PeakBytes(TorchDispatchMode):

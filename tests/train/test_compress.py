@@ -12,10 +12,7 @@ import pytest
 import torch
 from conftest import ROOT, torchrun
 from llmpipe.cli import main as llmpipe
-
-from train.checkpoint import STATE_FILE, list_checkpoints
-
-ENV = {"PYTHONPATH": f"{ROOT}:{ROOT / 'python'}"}  # this tree's llmpipe (compress hooks) in torchrun
+from llmpipe.train.checkpoint import STATE_FILE, list_checkpoints
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +21,7 @@ def base_run(byte_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     torchrun(
         2, "--data", str(byte_shards), "--config", str(ROOT / "configs/train/tiny.yaml"), "--out", str(run),
         "--train.steps=150", "--train.val_every=0", "--checkpoint.every=100", "--checkpoint.keep=2",
-        "--metrics.tensorboard=false", env=ENV,
+        "--metrics.tensorboard=false",
     )  # fmt: skip
     return run
 
@@ -87,7 +84,7 @@ def test_qat_int4_beats_ptq_int4_of_the_same_model(base_run: Path, tmp_path: Pat
     shutil.copytree(base_run, qat)  # the same model, trained on for 30 steps with int4 fake quantization
     torchrun(
         2, "--config", str(qat / "config.yaml"), "--out", str(qat), "--train.steps=180", "--qat.scheme=int4",
-        "--qat.group_size=64", "--qat.from_step=150", "--checkpoint.every=0", env=ENV,
+        "--qat.group_size=64", "--qat.from_step=150", "--checkpoint.every=0",
     )  # fmt: skip
     assert [p.name for p in list_checkpoints(qat / "checkpoints")][-1] == "step-00000180"
     ptq = _quantize(base_run, "int4", tmp_path / "ptq")
@@ -150,7 +147,6 @@ def test_magnitude_pruning_fine_tuning_and_masks_through_resume(
         str(run),
         "--train.steps=30",
         "--init.from_hf=null",
-        env=ENV,
     )
     assert list_checkpoints(run / "checkpoints")[-1].name == "step-00000030"
     final = load_model(run).model

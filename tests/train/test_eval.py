@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT  # noqa: F401  (puts the repository root on sys.path for `train`)
 from llmpipe.cli import main
 from llmpipe.eval import Evaluator, evaluate, load_lm, read_texts, windows
 
@@ -90,7 +89,7 @@ def test_long_documents_by_sliding_windows(hf_export: Path, data_dir: Path) -> N
         got = Evaluator(lm, batch_size=4, stride=stride).texts(texts[:1])
         assert got.nll == pytest.approx(nll, rel=1e-5) and got.tokens == len(ids) - 1
     # the trainer's model in memory, with the llmpipe run's tokenizer
-    from train.export_hf import load_run
+    from llmpipe.train.export_hf import load_run
 
     _, model, _ = load_run(Path(json.loads((hf_export / "llmpipe_export.json").read_text())["run"]))
     tok = Tokenizer.from_file(str(hf_export / "tokenizer.json"))
@@ -100,8 +99,7 @@ def test_long_documents_by_sliding_windows(hf_export: Path, data_dir: Path) -> N
 
 def test_shards_val_split_and_bad_input(trained_run: Path, byte_shards: Path, tmp_path: Path) -> None:
     from llmpipe.config import load_yaml
-
-    from train.config import from_saved
+    from llmpipe.train.config import from_saved
 
     lm = load_lm(trained_run, device="cpu")
     r = Evaluator(lm, batch_size=32).shards(byte_shards, max_samples=40)

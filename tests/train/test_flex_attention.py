@@ -18,12 +18,11 @@ import torch
 import torch.nn.attention.flex_attention as flex_module
 from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.errors import ConfigError
+from llmpipe.train.config import RunConfig, resolve_for_device, validate
+from llmpipe.train.model import ModelConfig, Transformer, doc_mask
+from llmpipe.train.parallel import apply_float8
 from torch import nn
 from torch.nn.attention.flex_attention import BlockMask
-
-from train.config import RunConfig, resolve_for_device, validate
-from train.model import ModelConfig, Transformer, doc_mask
-from train.parallel import apply_float8
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,8 +122,9 @@ def test_cuda_only_options_refused_on_cpu() -> None:
 def test_cli_refuses_float8_on_cpu_in_one_line(
     byte_shards: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:
+    from llmpipe.train.pretrain import main
+
     from tests.train.conftest import free_port
-    from train.pretrain import main
 
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     args = ["--data", str(byte_shards), "--config", str(ROOT / "configs/train/tiny.yaml")]

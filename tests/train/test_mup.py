@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 from llmpipe.data import ShardDataset
-
-from train.config import OptimConfig, RunConfig
-from train.coord_check import coord_check, sample_tokens
-from train.export_hf import hf_config, hf_state_dict
-from train.model import ModelConfig, Transformer
-from train.optim import param_groups
+from llmpipe.train.config import OptimConfig, RunConfig
+from llmpipe.train.coord_check import coord_check, sample_tokens
+from llmpipe.train.export_hf import hf_config, hf_state_dict
+from llmpipe.train.model import ModelConfig, Transformer
+from llmpipe.train.optim import param_groups
 
 WIDTHS = [64, 128, 256]
 

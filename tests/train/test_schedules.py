@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 from llmpipe.errors import ConfigError
-
-from train.config import parse_args
-from train.optim import lr_factor
-from train.schedule import BatchSchedule
+from llmpipe.train.config import parse_args
+from llmpipe.train.optim import lr_factor
+from llmpipe.train.schedule import BatchSchedule
 
 
 def test_lr_schedules_after_the_warmup() -> None:

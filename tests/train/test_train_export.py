@@ -10,8 +10,7 @@ from pathlib import Path
 
 import torch
 from conftest import ROOT, read_metrics
-
-from train.export_hf import load_run
+from llmpipe.train.export_hf import load_run
 
 
 def test_validation_loss_falls_over_a_few_hundred_steps(trained_run: Path) -> None:
@@ -57,7 +56,7 @@ def test_export_loads_in_transformers_with_the_same_logits(trained_run: Path, tm
 
 def test_generate_samples_text(trained_run: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "train/generate.py"), str(trained_run), "--prompt", "KING",
+        [sys.executable, "-m", "llmpipe.train.generate", str(trained_run), "--prompt", "KING",
          "--max-new-tokens", "40", "--temperature", "0.5"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -78,10 +77,9 @@ def test_autotokenizer_gives_llmpipes_ids_without_a_bos(
     AutoTokenizer encodes as llmpipe does (no BOS of its own, nothing outside the vocabulary)."""
     from llmpipe.eval import read_texts
     from llmpipe.tokenizer import Tokenizer as LlmpipeTokenizer
+    from llmpipe.train.export_hf import tokenizer_files
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    from train.export_hf import tokenizer_files
 
     texts = read_texts(data_dir / WEB)
     hf = AutoTokenizer.from_pretrained(hf_export)

@@ -12,10 +12,9 @@ import torch
 from conftest import ROOT, read_metrics, torchrun
 from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.errors import LlmpipeError
-
-from train.byte_shards import byte_tokenizer_json
-from train.init_from import check_tokenizer, load_hf_weights, prepare
-from train.model import ModelConfig, Transformer
+from llmpipe.train.byte_shards import byte_tokenizer_json
+from llmpipe.train.init_from import check_tokenizer, load_hf_weights, prepare
+from llmpipe.train.model import ModelConfig, Transformer
 
 
 def save_llama(out: Path, tokenizer_json: str, *, seed: int = 0) -> Path:

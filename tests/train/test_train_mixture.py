@@ -10,10 +10,9 @@ import pytest
 import torch
 from conftest import ROOT, read_metrics, torchrun, train_losses
 from llmpipe.data import ShardDataset, TokenLoader
-
-from train.byte_shards import write_byte_shards
-from train.optim import lr_factor
-from train.schedule import BatchSchedule
+from llmpipe.train.byte_shards import write_byte_shards
+from llmpipe.train.optim import lr_factor
+from llmpipe.train.schedule import BatchSchedule
 
 COMMON = [
     "--config", str(ROOT / "configs/train/tiny.yaml"),

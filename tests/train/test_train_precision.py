@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, read_metrics, torchrun, train_losses
 from llmpipe.errors import ConfigError
-
-from train.config import ParallelConfig
-from train.model import ModelConfig
-from train.parallel import resolve_layout
+from llmpipe.train.config import ParallelConfig
+from llmpipe.train.model import ModelConfig
+from llmpipe.train.parallel import resolve_layout
 
 COMMON = [
     "--config", str(ROOT / "configs/train/tiny.yaml"), "--train.steps=6", "--train.log_every=1",

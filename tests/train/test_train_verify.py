@@ -10,8 +10,7 @@ import shutil
 from pathlib import Path
 
 from conftest import ROOT, torchrun
-
-from train.byte_shards import write_byte_shards
+from llmpipe.train.byte_shards import write_byte_shards
 
 TINY = str(ROOT / "configs/train/tiny.yaml")
 QUIET = ["--metrics.tensorboard=false", "--train.val_every=0", "--train.log_every=1", "--train.steps=1"]

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from llmpipe.repo import ROOT
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
@@ -22,7 +20,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--out", type=Path, required=True, help="ablation directory")
     p.add_argument("--text", type=Path, nargs="+", required=True, metavar="FILE", help="reference text/JSONL")
     p.add_argument(
-        "--config", type=Path, default=ROOT / "configs" / "train" / "tiny.yaml", help="proxy config"
+        "--config",
+        type=Path,
+        default=Path("tiny"),
+        help="proxy train config: a file or a packaged name (default: tiny)",
     )
     p.add_argument("--tokens", type=float, default=200_000, help="training tokens per proxy (default 200000)")
     p.add_argument("--seed", type=int, default=0)

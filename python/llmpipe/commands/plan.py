@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -23,7 +22,7 @@ from llmpipe.plan import (
 )
 
 if TYPE_CHECKING:
-    from train.config import RunConfig
+    from llmpipe.train.config import RunConfig
 
 
 def _count(text: str) -> float:
@@ -60,23 +59,10 @@ def _positive_count(text: str) -> float:
 
 
 def load_train_config(path: Path) -> RunConfig:
-    """The trainer's own typed config (train/config.py): unknown keys and wrong types are ConfigErrors.
+    """The trainer's own typed config (``llmpipe.train.config``): unknown keys and wrong types are
+    ConfigErrors; ``path`` is a file or the name of a config that ships with llmpipe."""
+    from llmpipe.train.config import load_config
 
-    ``train/`` is the trainer of this source tree, not part of the installed package: when it is not
-    importable already, it is taken from the tree this module belongs to."""
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such train config")
-    try:
-        from train.config import load_config
-    except ModuleNotFoundError:
-        root = Path(__file__).resolve().parents[3]  # python/llmpipe/commands/plan.py -> the repository
-        if not (root / "train" / "config.py").is_file():
-            raise ConfigError(
-                "--config reads the trainer's config (train/config.py), which is in the llmpipe source "
-                "tree only; use --params with an installed package"
-            ) from None
-        sys.path.insert(0, str(root))
-        from train.config import load_config
     return load_config(path, [])
 
 
@@ -96,7 +82,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     m = p.add_mutually_exclusive_group(required=True)
     m.add_argument("--params", type=_positive_count, metavar="N", help="parameter count (e.g. 124M, 1B)")
-    m.add_argument("--config", type=Path, metavar="FILE", help="a configs/train/*.yaml file")
+    m.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a train config: a file, or a packaged name (tiny, gpt2-124m, llama-1b)",
+    )
     p.add_argument(
         "--vocab-size",
         type=_positive(int),

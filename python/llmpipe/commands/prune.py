@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -61,27 +60,18 @@ def _model_overrides(hf_config: dict[str, Any]) -> list[str]:
 
 def finetune(out: Path, data: Path, steps: int, args: argparse.Namespace) -> Path:
     """Train ``steps`` steps from the pruned checkpoint in OUT (masks held) into OUT-finetune."""
-    import llmpipe
-    import train
     from llmpipe.errors import LlmpipeError
 
     run_dir = out.with_name(f"{out.name}-finetune")
-    script = Path(train.__file__).resolve().parent / "pretrain.py"
     cfg = json.loads((out / "config.json").read_text())
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}", "--standalone", str(script), "--data", str(data), "--out", str(run_dir),
+        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}", "--standalone", "-m", "llmpipe.train", "--data", str(data), "--out", str(run_dir),
         *(["--config", str(args.train_config)] if args.train_config else []),
         f"--init.from_hf={out}", *_model_overrides(cfg), f"--train.steps={steps}", f"--optim.lr={args.lr}",
         f"--optim.warmup_steps={max(1, steps // 10)}", "--checkpoint.resume=true",
         f"--train.val_every={steps}", f"--train.log_every={max(1, steps // 5)}", "--guard.enabled=false",
     ]  # fmt: skip
-    paths = [
-        str(script.parents[1]),
-        str(Path(llmpipe.__file__).resolve().parents[1]),
-        os.environ.get("PYTHONPATH", ""),
-    ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise LlmpipeError(f"fine-tuning failed ({proc.returncode}): {tail}")

@@ -11,26 +11,16 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from llmpipe.errors import InputError
-
-if TYPE_CHECKING:
-    from train.model import ModelConfig, Transformer
+from llmpipe.train import export_hf
+from llmpipe.train.config import RunConfig
+from llmpipe.train.model import ModelConfig, Transformer
 
 MASKS_FILE = "masks.safetensors"
-
-
-def _train() -> Any:
-    try:
-        import train.export_hf as export_hf
-    except ImportError as e:  # the model code is the repo's train/ package
-        raise InputError(
-            f"cannot import the repo's train package ({e}); run from the repository root or put it on PYTHONPATH"
-        ) from e
-    return export_hf
 
 
 @dataclass
@@ -44,8 +34,6 @@ class Loaded:
 
 
 def model_config_from_hf(c: dict[str, Any]) -> ModelConfig:
-    from train.model import ModelConfig
-
     if c.get("model_type") != "llama":
         raise InputError(
             f"config.json: model_type {c.get('model_type')!r}; only llama checkpoints are supported"
@@ -61,7 +49,7 @@ def model_config_from_hf(c: dict[str, Any]) -> ModelConfig:
 
 def hf_to_ours(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Inverse of ``train.export_hf.hf_state_dict``."""
-    layer = {v: k for k, v in _train()._LAYER.items()}
+    layer = {v: k for k, v in export_hf._LAYER.items()}
     out: dict[str, torch.Tensor] = {}
     for key, t in hf.items():
         if key == "model.embed_tokens.weight":
@@ -89,7 +77,7 @@ def load_model(path: Path) -> Loaded:
     if (path / "config.yaml").is_file():
         from llmpipe.data.format import MANIFEST, TOKENIZER_FILE
 
-        cfg, model, _ = _train().load_run(path)
+        cfg, model, _ = export_hf.load_run(path)
         shards = cfg.data.path
         tok = shards / TOKENIZER_FILE if shards is not None else None
         eos = None
@@ -104,8 +92,6 @@ def load_model(path: Path) -> Loaded:
         raise InputError(
             f"{path}: neither a run directory (config.yaml) nor an HF checkpoint (config.json + model.safetensors)"
         )
-    from train.model import Transformer
-
     hf_cfg = json.loads(cfg_file.read_text())
     model = Transformer(model_config_from_hf(hf_cfg))
     state = hf_to_ours(load_file(str(weights)))
@@ -127,9 +113,7 @@ def load_model(path: Path) -> Loaded:
 
 
 def hf_config_of(model: Transformer, loaded: Loaded) -> dict[str, Any]:
-    from train.config import RunConfig
-
-    result: dict[str, Any] = _train().hf_config(RunConfig(model=model.cfg), loaded.eos_id)
+    result: dict[str, Any] = export_hf.hf_config(RunConfig(model=model.cfg), loaded.eos_id)
     return result
 
 
@@ -144,7 +128,6 @@ def save_hf(
     """Write a dense model as an HF Llama checkpoint (atomically), plus pruning masks if any."""
     from safetensors.torch import save_file
 
-    export_hf = _train()
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

@@ -20,7 +20,7 @@ from llmpipe.compress.prune import input_norms
 
 @torch.no_grad()
 def prune_neurons(model: nn.Module, method: str, sparsity: float, calib: torch.Tensor | None) -> nn.Module:
-    from train.model import Transformer
+    from llmpipe.train.model import Transformer
 
     cfg: Any = model.cfg
     hidden = cfg.hidden

@@ -100,7 +100,7 @@ def load_quantized(path: Path) -> tuple[nn.Module, QuantSpec]:
     doc = json.loads(meta_file.read_text())
     if doc.get("format") != FORMAT or doc.get("version") != 1:
         raise InputError(f"{meta_file}: unknown format {doc.get('format')!r} version {doc.get('version')!r}")
-    from train.model import Transformer
+    from llmpipe.train.model import Transformer
 
     spec = QuantSpec(doc["method"], doc["group_size"])
     model = Transformer(model_config_from_hf(json.loads((path / "config.json").read_text()))).eval()

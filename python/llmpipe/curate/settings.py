@@ -11,7 +11,7 @@ from typing import Any
 
 import regex
 
-from llmpipe.config import from_dict, load_yaml, to_dict
+from llmpipe.config import config_file, from_dict, load_yaml, to_dict
 from llmpipe.curate.registry import STAGES
 from llmpipe.errors import ConfigError
 from llmpipe.io.config import ReadConfig
@@ -98,7 +98,7 @@ class CurateConfig:
     def load(cls, path: str | Path | None) -> CurateConfig:
         if path is None:
             return cls.from_mapping({})
-        return cls.from_mapping(load_yaml(path), str(path))
+        return cls.from_mapping(load_yaml(config_file(path, "curate")), str(path))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -187,14 +187,16 @@ def _load_run(path: Path, dev: torch.device, dtype: torch.dtype) -> LM:
     from tokenizers import Tokenizer
 
     from llmpipe.data.format import MANIFEST, TOKENIZER_FILE
-    from llmpipe.repo import import_train
+    from llmpipe.train.export_hf import load_run
 
-    cfg, model, _ = import_train("export_hf").load_run(path)
-    shards = cfg.data.path
-    tok_file = shards / TOKENIZER_FILE if shards is not None else None
-    if tok_file is None or not tok_file.is_file():
-        raise InputError(f"{path}: its shards' tokenizer {tok_file} is gone; evaluate its HF export instead")
-    tok = Tokenizer.from_file(str(tok_file))
+    cfg, model, _ = load_run(path)
+    shards = cfg.data.path if cfg.data.path is not None else cfg.data.sources[0].path
+    if shards is None or not (shards / TOKENIZER_FILE).is_file():
+        raise InputError(
+            f"{path}: no tokenizer at {shards}/{TOKENIZER_FILE} (the shards this run trained on); "
+            "evaluate its HF export instead"
+        )
+    tok = Tokenizer.from_file(str(shards / TOKENIZER_FILE))
     eos = None
     if (shards / MANIFEST).is_file():
         eos = json.loads((shards / MANIFEST).read_text())["tokenizer"]["eos_id"]

@@ -13,7 +13,6 @@ unfinished ones restart and their trainer resumes from its latest checkpoint.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
@@ -50,7 +49,7 @@ class SweepConfig:
     max_concurrent: int = 0  # 0: as many as the cluster's CPUs allow
     address: str | None = None  # Ray cluster ("auto", "HOST:PORT"); None: start a local one
     seed: int = 0  # random / TPE sampling
-    trainer: Path | None = None  # train/pretrain.py; None: the one next to this package in the repo
+    trainer: Path | None = None  # a trainer script (train/pretrain.py); None: ``-m llmpipe.train``
 
 
 def load_sweep(path: Path, out: Path | None = None) -> SweepConfig:
@@ -83,13 +82,13 @@ def load_runs_file(cls: type[RunsFile], path: Path, out: Path | None) -> RunsFil
     return cfg
 
 
-def trainer_script(cfg: SweepConfig) -> Path:
-    script = cfg.trainer or Path(__file__).resolve().parents[3] / "train" / "pretrain.py"
-    if not script.is_file():
-        raise ConfigError(
-            f"trainer {script} not found: set trainer: PATH/train/pretrain.py in the sweep file"
-        )
-    return script.resolve()
+def trainer_script(cfg: SweepConfig) -> Path | None:
+    """The sweep file's trainer script, or None for the package's trainer (``-m llmpipe.train``)."""
+    if cfg.trainer is None:
+        return None
+    if not cfg.trainer.is_file():
+        raise ConfigError(f"trainer {cfg.trainer} not found (leave trainer out to use llmpipe's own)")
+    return cfg.trainer.resolve()
 
 
 def fixed_overrides(cfg: SweepConfig) -> list[str]:
@@ -97,15 +96,11 @@ def fixed_overrides(cfg: SweepConfig) -> list[str]:
 
 
 class TrainerConfigs:
-    """The trainer's own typed config (train/config.py), imported from the repository that holds
-    ``script``: every trial's overrides are checked before anything runs, and the best config is
-    written by the trainer's ``dump``."""
+    """The trainer's own typed config (``llmpipe.train.config``): every trial's overrides are checked
+    before anything runs, and the best config is written by the trainer's ``dump``."""
 
-    def __init__(self, script: Path, cfg: SweepConfig) -> None:
-        root = str(script.parents[1])
-        if root not in sys.path:
-            sys.path.insert(0, root)
-        from train import config as tc
+    def __init__(self, cfg: SweepConfig) -> None:
+        from llmpipe.train import config as tc
 
         self.tc = tc
         self.cfg = cfg
@@ -185,20 +180,15 @@ def _tuner(cfg: SweepConfig, spec: TrialSpec, params: list[Param], max_t: int, v
     return tune.Tuner(trainable, param_space=space, tune_config=tune_cfg, run_config=run_cfg)
 
 
-def _ray_init(cfg: SweepConfig, script: Path) -> None:
+def _ray_init(cfg: SweepConfig) -> None:
     import ray
 
     if ray.is_initialized():
         return
-    import llmpipe
-
-    paths = [str(Path(llmpipe.__file__).resolve().parents[1]), str(script.parents[1])]
-    env = {"PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     try:
         ray.init(
             address=cfg.address,
             include_dashboard=False,
-            runtime_env={"env_vars": env},
             log_to_driver=False,
             configure_logging=False,
         )
@@ -213,7 +203,7 @@ def run_sweep(cfg: SweepConfig) -> dict[str, Any]:
     assert cfg.out is not None and cfg.data is not None
     script = trainer_script(cfg)
     params = parse_space(cfg.space)
-    configs = TrainerConfigs(script, cfg)
+    configs = TrainerConfigs(cfg)
     base = configs.check(params)
     out = cfg.out.resolve()
     spec = TrialSpec(
@@ -228,7 +218,7 @@ def run_sweep(cfg: SweepConfig) -> dict[str, Any]:
     )
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")  # experiment state saved every second
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    _ray_init(cfg, script)
+    _ray_init(cfg)
     tuner = _tuner(cfg, spec, params, base.train.steps, base.train.val_every)
     grid = tuner.fit()
     summary = write_results(out, grid, cfg, configs, max_steps=base.train.steps)

@@ -34,7 +34,7 @@ POLL_S = 0.2
 
 @dataclass
 class TrialSpec:
-    script: Path  # train/pretrain.py
+    script: Path | None  # a trainer script; None: the package's trainer (-m llmpipe.train)
     trainer_config: Path | None
     data: Path
     trials_dir: Path
@@ -71,7 +71,8 @@ def command(spec: TrialSpec, config: dict[str, Any], run_dir: Path) -> list[str]
         ]  # fmt: skip
     else:
         launcher = [sys.executable]
-    cmd = [*launcher, str(spec.script), "--data", str(spec.data), "--out", str(run_dir)]
+    entry = [str(spec.script)] if spec.script is not None else ["-m", "llmpipe.train"]
+    cmd = [*launcher, *entry, "--data", str(spec.data), "--out", str(run_dir)]
     if spec.trainer_config is not None:
         cmd += ["--config", str(spec.trainer_config)]
     return cmd + [f"--{o}" for o in [*spec.fixed, *overrides(config)]]
@@ -98,17 +99,15 @@ def run_trial(config: dict[str, Any], spec: TrialSpec) -> None:
         f.write(json.dumps({"time": time.time(), "config": config}) + "\n")
     metrics = run_dir / "metrics.jsonl"
     offset = metrics.stat().st_size if metrics.exists() else 0  # a restarted trial reports new records only
-    root = str(spec.script.resolve().parents[1])
     env = {**os.environ, "OMP_NUM_THREADS": str(spec.threads)}
     if spec.nproc == 1:  # the trainer's own default rendezvous port would clash between trials
         env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     cmd = command(spec, config, run_dir)
     with open(run_dir / "train.log", "ab") as log:
         log.write((" ".join(cmd) + "\n").encode())
         log.flush()
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, preexec_fn=_die_with_parent
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=run_dir, preexec_fn=_die_with_parent
         )
     try:
         buf = ""

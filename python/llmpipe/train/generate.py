@@ -10,16 +10,13 @@ import json
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import torch
-from llmpipe.data.format import MANIFEST, TOKENIZER_FILE
-from llmpipe.errors import LlmpipeError
 from tokenizers import Tokenizer
 
-from train.export_hf import load_run
-from train.model import Transformer
+from llmpipe.data.format import MANIFEST, TOKENIZER_FILE
+from llmpipe.errors import LlmpipeError
+from llmpipe.train.export_hf import load_run
+from llmpipe.train.model import Transformer
 
 
 @torch.no_grad()

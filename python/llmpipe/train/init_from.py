@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from llmpipe.data.format import TOKENIZER_FILE
-from llmpipe.errors import ConfigError, LlmpipeError
 from safetensors import safe_open
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from train.export_hf import _LAYER
-from train.model import ModelConfig
+from llmpipe.data.format import TOKENIZER_FILE
+from llmpipe.errors import ConfigError, LlmpipeError
+from llmpipe.train.export_hf import _LAYER
+from llmpipe.train.model import ModelConfig
 
 _FROM_HF = {v: k for k, v in _LAYER.items()}
 

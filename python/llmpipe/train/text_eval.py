@@ -12,13 +12,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
+from torch import nn
+
 from llmpipe.errors import ConfigError
 from llmpipe.eval import read_texts, score_windows, windows
 from llmpipe.eval.score import LN2, Window
-from torch import nn
-
-from train.config import EvalConfig
-from train.parallel import all_reduce_sum
+from llmpipe.train.config import EvalConfig
+from llmpipe.train.parallel import all_reduce_sum
 
 
 class TextEval:

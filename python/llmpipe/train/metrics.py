@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from train.model import ModelConfig
+from llmpipe.train.model import ModelConfig
 
 # dense bf16 peak TFLOPS per device (no sparsity), matched against torch.cuda.get_device_name()
 PEAK_TFLOPS_BF16 = {

@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from llmpipe.data import Batch
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import (
@@ -26,9 +25,10 @@ from torch.distributed.pipelining.schedules import (
 )
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
-from train.config import RunConfig
-from train.model import Transformer, rope_tables
-from train.parallel import Dist, Stage, StageParts, microbatches, parallelize, split_layers, stage_ids
+from llmpipe.data import Batch
+from llmpipe.train.config import RunConfig
+from llmpipe.train.model import Transformer, rope_tables
+from llmpipe.train.parallel import Dist, Stage, StageParts, microbatches, parallelize, split_layers, stage_ids
 
 
 class Pipeline:

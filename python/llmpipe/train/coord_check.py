@@ -17,16 +17,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from train.config import OptimConfig
-from train.model import ModelConfig, Transformer
-from train.optim import build_optimizer
+from llmpipe.train.config import OptimConfig
+from llmpipe.train.model import ModelConfig, Transformer
+from llmpipe.train.optim import build_optimizer
 
 
 def activation_deltas(

@@ -8,8 +8,7 @@ import math
 from typing import Any, Literal
 
 from llmpipe.errors import LlmpipeError
-
-from train.config import GuardConfig
+from llmpipe.train.config import GuardConfig
 
 Decision = Literal["ok", "skip", "rollback"]
 

@@ -22,7 +22,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from train.config import CheckpointConfig
+from llmpipe.train.config import CheckpointConfig
 
 _NAME = re.compile(r"^step-(\d{8})$")
 STATE_FILE = "train_state.pt"

@@ -14,10 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import numpy as np
+
 from llmpipe.data import ShardWriter
 
 EOS = 256

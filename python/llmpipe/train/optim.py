@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from train.config import OptimConfig
-from train.schedule import BatchSchedule
+from llmpipe.train.config import OptimConfig
+from llmpipe.train.schedule import BatchSchedule
 
 
 def param_groups(model: nn.Module, cfg: OptimConfig) -> list[dict[str, object]]:

@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 import torch
 import yaml
-from llmpipe.config import from_dict, load_yaml, to_dict
-from llmpipe.errors import ConfigError
 
-from train.model import ModelConfig
+from llmpipe.config import config_file, from_dict, load_yaml, to_dict
+from llmpipe.errors import ConfigError
+from llmpipe.train.model import ModelConfig
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
@@ -224,7 +224,7 @@ def apply_override(data: dict[str, Any], item: str) -> None:
 
 
 def load_config(path: str | Path | None, overrides: list[str]) -> RunConfig:
-    data: dict[str, Any] = load_yaml(path) if path is not None else {}
+    data: dict[str, Any] = load_yaml(config_file(path, "train")) if path is not None else {}
     for item in overrides:
         apply_override(data, item)
     return from_dict(RunConfig, data, "config")
@@ -236,7 +236,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, RunCo
         description="Train a decoder on llmpipe shards (run under torchrun).",
         epilog="Any other --section.key=value (or unique --key=value) overrides the config.",
     )
-    p.add_argument("--config", type=Path, default=None, help="YAML config (configs/train/*.yaml)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="YAML config: a file, or the name of one that ships with llmpipe (tiny, gpt2-124m, llama-1b)",
+    )
     p.add_argument(
         "--data",
         action="append",
@@ -257,7 +262,23 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, RunCo
     if cfg.data.path is None and not cfg.data.sources:
         raise ConfigError("no shard directory: pass --data DIR (or set data.path in the config)")
     validate(cfg)
+    absolute_paths(cfg)
     return args, cfg
+
+
+def absolute_paths(cfg: RunConfig) -> None:
+    """The paths a run names, made absolute: the run directory's config.yaml then works from any directory
+    (export, eval, quantize and resume read it later, often from elsewhere)."""
+    if cfg.data.path is not None:
+        cfg.data.path = cfg.data.path.absolute()
+    for s in cfg.data.sources:
+        if s.path is not None:
+            s.path = s.path.absolute()
+    if cfg.init.from_hf is not None:
+        cfg.init.from_hf = cfg.init.from_hf.absolute()
+    if cfg.model.init_from:
+        cfg.model.init_from = str(Path(cfg.model.init_from).absolute())
+    cfg.eval.sets = {name: str(Path(path).absolute()) for name, path in cfg.eval.sets.items()}
 
 
 _SOURCE = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$")

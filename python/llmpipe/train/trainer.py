@@ -14,24 +14,24 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from llmpipe.compress.training import TrainCompression
-from llmpipe.data import Batch, ShardDataset, TokenLoader
-from llmpipe.data.loader import MixtureLoader
-from llmpipe.errors import LlmpipeError
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor
 
-from train.checkpoint import Checkpointer
-from train.config import RunConfig
-from train.guard import SpikeGuard, TrainingDiverged
-from train.metrics import MetricsWriter, Throughput, peak_memory_mib
-from train.optim import clip_grad_norm
-from train.parallel import Dist, all_reduce_, all_reduce_sum, autocast, loss_context
-from train.pipeline import Pipeline
-from train.scaler import LossScaler
-from train.schedule import BatchSchedule
-from train.text_eval import TextEval
+from llmpipe.compress.training import TrainCompression
+from llmpipe.data import Batch, ShardDataset, TokenLoader
+from llmpipe.data.loader import MixtureLoader
+from llmpipe.errors import LlmpipeError
+from llmpipe.train.checkpoint import Checkpointer
+from llmpipe.train.config import RunConfig
+from llmpipe.train.guard import SpikeGuard, TrainingDiverged
+from llmpipe.train.metrics import MetricsWriter, Throughput, peak_memory_mib
+from llmpipe.train.optim import clip_grad_norm
+from llmpipe.train.parallel import Dist, all_reduce_, all_reduce_sum, autocast, loss_context
+from llmpipe.train.pipeline import Pipeline
+from llmpipe.train.scaler import LossScaler
+from llmpipe.train.schedule import BatchSchedule
+from llmpipe.train.text_eval import TextEval
 
 SPIKE_SCALE = 1000.0  # debug.inject_spike_at_step multiplies the loss by this
 

@@ -13,10 +13,9 @@ from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.data.loader import MixtureLoader
 from llmpipe.data.mixture import MixedShards, MixStage, MixtureOrder
 from llmpipe.errors import LlmpipeError
-
-from train.config import DataConfig, RunConfig
-from train.parallel import Dist
-from train.schedule import BatchSchedule
+from llmpipe.train.config import DataConfig, RunConfig
+from llmpipe.train.parallel import Dist
+from llmpipe.train.schedule import BatchSchedule
 
 
 @dataclass

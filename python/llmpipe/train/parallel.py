@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-from llmpipe.errors import ConfigError
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -36,8 +35,9 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from train.config import ParallelConfig
-from train.model import AttnMask, Block, ModelConfig, Transformer, attention_kind, doc_mask
+from llmpipe.errors import ConfigError
+from llmpipe.train.config import ParallelConfig
+from llmpipe.train.model import AttnMask, Block, ModelConfig, Transformer, attention_kind, doc_mask
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
 

@@ -1,0 +1,267 @@
+"""Export a run's checkpoint as a HuggingFace Llama model that the ecosystem loads.
+
+    python train/export_hf.py RUN_DIR --out HF_DIR [--step N] [--max-shard-size 5GB]
+    llmpipe export RUN_DIR --out HF_DIR            (the same, as a command)
+
+Writes config.json, generation_config.json, the weights (model.safetensors, or model-0000i-of-0000n
+shards and model.safetensors.index.json above --max-shard-size), and the tokenizer: tokenizer.json,
+tokenizer_config.json (``PreTrainedTokenizerFast``, so ``AutoTokenizer`` adds no BOS of its own) and
+special_tokens_map.json (``<|endoftext|>``, the shards' EOS, as bos/eos/pad: documents are separated by
+it in training, so it is the context before a document's first token).
+
+The trainer's rotary layout is HF's (``rotate_half``), so export only renames tensors. The result loads
+with ``transformers.AutoModelForCausalLM.from_pretrained(HF_DIR)`` and gives the trainer's logits.
+(Attention masking across packed documents is a training-time option; HF attends over the whole input.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import save_file
+
+from llmpipe.config import load_yaml
+from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
+from llmpipe.errors import LlmpipeError
+from llmpipe.train.checkpoint import list_checkpoints, step_dir
+from llmpipe.train.config import RunConfig, from_saved
+from llmpipe.train.model import Transformer
+
+_LAYER = {
+    "attn.wq": "self_attn.q_proj",
+    "attn.wk": "self_attn.k_proj",
+    "attn.wv": "self_attn.v_proj",
+    "attn.wo": "self_attn.o_proj",
+    "ffn.w1": "mlp.gate_proj",
+    "ffn.w3": "mlp.up_proj",
+    "ffn.w2": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+
+
+def load_run(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Transformer, Path]:
+    """The run's config and its model (fp32, CPU, eval mode) from a checkpoint (default: the latest)."""
+    cfg_file = run_dir / "config.yaml"
+    if not cfg_file.is_file():
+        raise LlmpipeError(f"{run_dir}: no config.yaml; is this a run directory of train/pretrain.py?")
+    cfg = from_saved(load_yaml(cfg_file))
+    found = list_checkpoints(run_dir / "checkpoints")
+    if step is not None:
+        path = step_dir(run_dir / "checkpoints", step)
+        if path not in found:
+            raise LlmpipeError(f"{path}: no such checkpoint (have {[p.name for p in found]})")
+    elif not found:
+        raise LlmpipeError(f"{run_dir}/checkpoints: no checkpoint yet")
+    else:
+        path = found[-1]
+    model = Transformer(cfg.model)
+    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    if cfg.model.tie_embeddings:
+        state.pop("model.output.weight", None)  # the same tensor as the embedding
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, checkpoint_id=str(path), no_dist=True)
+    model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()}, strict=False)
+    model.eval()
+    return cfg, model, path
+
+
+def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """HF names; a muP model's attention scale and output multiplier are folded into q_proj and lm_head
+    (HF Llama scales attention by 1/sqrt(head_dim) and has no output multiplier)."""
+    m = model.cfg
+    if m.mup_base_dim and m.tie_embeddings:
+        raise LlmpipeError("a muP model with tied embeddings cannot fold its output multiplier for HF")
+    out: dict[str, torch.Tensor] = {}
+    for name, t in model.state_dict().items():
+        if m.mup_base_dim and name.endswith("attn.wq.weight"):
+            t = t * ((m.attn_scale or 0.0) * m.head_dim**0.5)
+        elif m.mup_base_dim and name == "output.weight":
+            t = t / m.width_mult
+        if name == "tok_embeddings.weight":
+            key = "model.embed_tokens.weight"
+        elif name == "norm.weight":
+            key = "model.norm.weight"
+        elif name == "output.weight":
+            if model.cfg.tie_embeddings:
+                continue
+            key = "lm_head.weight"
+        else:
+            _, i, rest = name.split(".", 2)
+            module, param = rest.rsplit(".", 1)
+            key = f"model.layers.{i}.{_LAYER[module]}.{param}"
+        out[key] = t.detach().to(torch.float32).contiguous().clone()
+    return out
+
+
+def hf_config(cfg: RunConfig, eos_id: int | None) -> dict[str, object]:
+    """config.json of ``LlamaForCausalLM`` with the run's shapes; bos = eos = pad = the shards' EOS."""
+    m = cfg.model
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": m.vocab_size,
+        "hidden_size": m.dim,
+        "intermediate_size": m.hidden,
+        "num_hidden_layers": m.n_layers,
+        "num_attention_heads": m.n_heads,
+        "num_key_value_heads": m.kv_heads,
+        "head_dim": m.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": m.max_seq_len,
+        "rms_norm_eps": m.norm_eps,
+        "rope_theta": m.rope_theta,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "tie_word_embeddings": m.tie_embeddings,
+        "initializer_range": m.init_std,
+        "bos_token_id": eos_id,
+        "eos_token_id": eos_id,
+        "pad_token_id": eos_id,
+        "torch_dtype": "float32",
+        "use_cache": True,
+    }
+
+
+def tokenizer_files(tokenizer_json: str, eos_id: int | None, max_len: int | None) -> dict[str, str]:
+    """tokenizer.json, tokenizer_config.json and special_tokens_map.json for ``AutoTokenizer``.
+
+    The class is the generic ``PreTrainedTokenizerFast``: a llama config would otherwise make transformers
+    choose ``LlamaTokenizerFast``, which prepends a ``<s>`` that is not in the vocabulary."""
+    tok = json.loads(tokenizer_json)
+    specials = {t["id"]: t["content"] for t in tok.get("added_tokens", []) if t.get("special")}
+    eos = specials.get(eos_id) if eos_id is not None else None
+    if eos is None and "<|endoftext|>" in specials.values():
+        eos = "<|endoftext|>"
+    names = {"bos_token": eos, "eos_token": eos, "pad_token": eos} if eos is not None else {}
+    config: dict[str, object] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **names,
+        "unk_token": None,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_input_names": ["input_ids", "attention_mask"],
+        "model_max_length": max_len or 1_000_000_000,
+    }
+    return {
+        "tokenizer.json": tokenizer_json,
+        "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
+        "special_tokens_map.json": json.dumps(names, indent=2) + "\n",
+    }
+
+
+def generation_config(eos_id: int | None) -> dict[str, object]:
+    return {"bos_token_id": eos_id, "eos_token_id": eos_id, "pad_token_id": eos_id}
+
+
+def save_weights(state: dict[str, torch.Tensor], out: Path, max_shard_size: int | str | None) -> list[str]:
+    """One model.safetensors, or shards no larger than ``max_shard_size`` plus the index transformers reads."""
+    if max_shard_size is None:
+        save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+        return ["model.safetensors"]
+    from huggingface_hub import split_torch_state_dict_into_shards
+
+    split = split_torch_state_dict_into_shards(state, max_shard_size=max_shard_size)
+    for name, keys in split.filename_to_tensors.items():
+        save_file({k: state[k] for k in keys}, str(out / name), metadata={"format": "pt"})
+    if split.is_sharded:
+        index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return sorted(split.filename_to_tensors)
+
+
+def parse_size(text: str) -> int:
+    """``5GB``, ``500MB``, ``2GiB`` or a byte count."""
+    units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+    t = text.strip().upper()
+    num = t.rstrip("KMGIB")
+    unit = t[len(num) :]
+    try:
+        value = float(num)
+    except ValueError:
+        value = -1.0
+    if unit not in units or value <= 0:
+        raise LlmpipeError(f"--max-shard-size {text!r}: expected a size such as 5GB, 500MB or 2GiB")
+    return int(value * units[unit])
+
+
+def export(
+    run_dir: Path,
+    out: Path,
+    *,
+    step: int | None = None,
+    tokenizer: Path | None = None,
+    max_shard_size: int | str | None = None,
+) -> Path:
+    cfg, model, path = load_run(run_dir, step)
+    shards = cfg.data.path or (
+        cfg.data.sources[0].path if cfg.data.sources else None
+    )  # a mixture: one tokenizer
+    tok = tokenizer or (shards / TOKENIZER_FILE if shards else None)
+    if tok is None or not tok.is_file():
+        raise LlmpipeError(f"no tokenizer at {tok}; pass --tokenizer FILE")
+    eos_id = None
+    if shards is not None and (shards / MANIFEST).is_file():
+        manifest = read_manifest(shards)
+        eos_id = manifest["tokenizer"]["eos_id"]
+        if tokenizer is None:  # the shards' own tokenizer: it must be the one they were made with
+            check_tokenizer(shards, manifest)
+    tok_json = tok.read_text(encoding="utf-8")
+    ids = [t["id"] for t in json.loads(tok_json).get("added_tokens", [])]
+    ids += list(json.loads(tok_json).get("model", {}).get("vocab", {}).values())
+    vocab = cfg.model.vocab_size or 0
+    if ids and max(ids) >= vocab:
+        raise LlmpipeError(f"{tok}: token id {max(ids)} is outside the model's vocabulary of {vocab}")
+    if eos_id is None:
+        eos_id = next((t["id"] for t in json.loads(tok_json).get("added_tokens", [])
+                       if t["content"] == "<|endoftext|>"), None)  # fmt: skip
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_weights(hf_state_dict(model), tmp, max_shard_size)
+    (tmp / "config.json").write_text(json.dumps(hf_config(cfg, eos_id), indent=2) + "\n")
+    (tmp / "generation_config.json").write_text(json.dumps(generation_config(eos_id), indent=2) + "\n")
+    for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len).items():
+        (tmp / name).write_text(text, encoding="utf-8")
+    (tmp / "llmpipe_export.json").write_text(
+        json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n"
+    )
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export as ``args`` say; raises LlmpipeError on bad input."""
+    size = parse_size(args.max_shard_size) if args.max_shard_size else None
+    path = export(args.run_dir, args.out, step=args.step, tokenizer=args.tokenizer, max_shard_size=size)
+    print(f"exported {path} -> {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from llmpipe.commands.export import add_arguments
+
+    p = argparse.ArgumentParser(description="Export a training run as a HuggingFace Llama checkpoint.")
+    add_arguments(p)
+    try:
+        return run(p.parse_args(argv))
+    except LlmpipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

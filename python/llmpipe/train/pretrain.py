@@ -1,0 +1,267 @@
+"""Pretrain a decoder on llmpipe shards.
+
+    torchrun --nproc_per_node=N train/pretrain.py --data SHARDS --config configs/train/tiny.yaml --out RUN
+
+Composes the parts: config -> process group -> data -> model (meta init, FSDP2, weights) -> optimizer ->
+checkpoint (resume from the latest) -> the loop. See docs/training.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from llmpipe.compress.training import TrainCompression
+from llmpipe.data.format import TOKENIZER_FILE
+from llmpipe.errors import LlmpipeError
+from llmpipe.lock import DirLock
+from llmpipe.plan import Plan, plan_for_run, render_memory
+from llmpipe.train import init_from
+from llmpipe.train.checkpoint import Checkpointer
+from llmpipe.train.config import RunConfig, dump, parse_args, resolve_for_device
+from llmpipe.train.data import build_data, first_directory, open_train, verify_notices
+from llmpipe.train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
+from llmpipe.train.model import Transformer, _local, count_params
+from llmpipe.train.optim import build_optimizer, build_scheduler
+from llmpipe.train.parallel import Dist, apply_float8, init_distributed, microbatches, parallelize
+from llmpipe.train.pipeline import Pipeline
+from llmpipe.train.schedule import BatchSchedule
+from llmpipe.train.text_eval import TextEval
+from llmpipe.train.trainer import Trainer
+
+
+def compression_hooks(cfg: RunConfig) -> TrainCompression:
+    q = cfg.qat
+    return TrainCompression(q.scheme, q.group_size, q.from_step, cfg.init.from_hf)
+
+
+def build_model(cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None) -> Transformer:
+    """Build on the meta device, parallelise (TP, then FSDP), then allocate only this rank's shards and
+    initialise them (QAT fake quantizers go in before sharding; ``init.from_hf`` weights and masks after)."""
+    hooks = hooks or compression_hooks(cfg)
+    with torch.device("meta"):
+        model = Transformer(cfg.model)
+    hooks.prepare(model)
+    if cfg.parallel.float8:
+        if hooks.active or d.layout.tp > 1:
+            raise LlmpipeError(
+                "parallel.float8 needs parallel.tp=1 and no qat / init.from_hf (llmpipe.compress)"
+            )
+        apply_float8(model)
+    parallelize(model, cfg.parallel, d)
+    model.to_empty(device=d.device)
+    model.init_weights(seed=cfg.train.seed)
+    hooks.load_init(model)
+    return model
+
+
+def build_parallel_model(
+    cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None
+) -> tuple[torch.nn.Module, Pipeline | None]:
+    """The module the optimizer and checkpoints see, and the pipeline that runs it when pp > 1."""
+    if d.layout.pp == 1:
+        return build_model(cfg, d, hooks), None
+    if hooks is not None and hooks.active:
+        raise LlmpipeError("qat and init.from_hf (llmpipe.compress) need parallel.pp=1")
+    with torch.device("meta"):
+        model = Transformer(cfg.model)
+    if cfg.parallel.float8:
+        apply_float8(model)
+    pipe = Pipeline(cfg, d, model)
+    return pipe.parts, pipe
+
+
+def device_memory_gb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory / 1e9
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+
+
+def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> Plan:
+    """`llmpipe plan`'s estimate for this run: per-device memory by component, and whether it fits."""
+    return plan_for_run(
+        cfg,
+        world_size=d.world_size,
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size)),
+        seq_len=seq_len,
+        device_memory_gb=device_memory_gb(d.device),
+        dp_replicate=d.layout.dp_replicate,
+        dp_shard=d.layout.dp_shard,
+    )
+
+
+def build_text_eval(cfg: RunConfig, eos_id: int, seq_len: int) -> TextEval | None:
+    if not cfg.eval.every:
+        return None
+    if cfg.parallel.pp > 1:
+        raise LlmpipeError(
+            "eval.every (bits per byte on text sets) does not run under pipeline parallelism yet"
+        )
+    shards = cfg.data.path if cfg.data.path is not None else cfg.data.sources[0].path
+    assert shards is not None
+    return TextEval(
+        cfg.eval, shards / TOKENIZER_FILE, eos_id, cfg.model.max_seq_len or seq_len, cfg.train.steps
+    )
+
+
+def device_name(d: Dist) -> str:
+    if d.device.type == "cuda":
+        return f"{d.world_size} x {torch.cuda.get_device_name(d.device)} (nccl)"
+    return f"CPU, {d.world_size} process(es) (gloo), {torch.get_num_threads()} thread(s) each"
+
+
+def startup_summary(
+    cfg: RunConfig, d: Dist, out: Path, n_params: int, n_dense: int, samples: int, seq_len: int
+) -> list[str]:
+    """A few lines that say what runs where; the whole resolved config is in ``out/config.yaml``."""
+    m = cfg.model
+    lines = [
+        f"run {out} (the full config: {out / 'config.yaml'})",
+        f"device: {device_name(d)}; mesh {d.layout}; {cfg.parallel.mixed_precision}",
+        f"model: {n_params:,} parameters ({n_dense:,} without the embedding): {m.n_layers} layers, "
+        f"dim {m.dim}, {m.n_heads} heads, vocab {m.vocab_size:,}, sequence {seq_len}",
+        f"data: {samples:,} training samples; {cfg.train.steps:,} steps of {cfg.data.batch_size} x "
+        f"{d.dp_size} sample(s) x {cfg.train.grad_accum} accumulation",
+    ]
+    if d.device.type == "cuda":  # the plan's memory by component; its compute budget is not this run's
+        lines += render_memory(memory_plan(cfg, d, seq_len))
+    else:
+        plan = memory_plan(cfg, d, seq_len)
+        lines.append(
+            f"memory: about {plan.total_gb:.2f} GB per process (llmpipe plan's estimate) of "
+            f"{device_memory_gb(d.device):.0f} GB on this machine"
+        )
+    return lines
+
+
+def lock_run_dir(out: Path, d: Dist) -> DirLock | None:
+    """Rank 0 creates ``out`` and takes its lock; every rank stops with the same one line if it cannot."""
+    lock: DirLock | None = None
+    box: list[str | None] = [None]
+    if d.is_main:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            lock = DirLock(out, "run directory").acquire()
+        except OSError as e:
+            box = [f"--out {out}: cannot create the run directory ({e.strerror})"]
+        except LlmpipeError as e:
+            box = [str(e)]
+    if dist.is_initialized():
+        dist.broadcast_object_list(box, src=0)
+    if box[0]:
+        raise LlmpipeError(box[0])
+    return lock
+
+
+def run(cfg: RunConfig, out: Path) -> None:
+    d = init_distributed(cfg.parallel, cfg.model)
+    resolve_for_device(cfg, d.device)
+    if d.layout.pp > 1 and (cfg.data.batch_size % microbatches(cfg.parallel)):
+        raise LlmpipeError(
+            f"data.batch_size {cfg.data.batch_size} is not a multiple of the {microbatches(cfg.parallel)} "
+            "pipeline micro-batches (parallel.pp_microbatches)"
+        )
+    lock = lock_run_dir(out, d)
+    try:
+        _run(cfg, out, d)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
+    train_ds = open_train(cfg.data)
+    init_from.prepare(cfg.model, first_directory(cfg.data))  # the checkpoint's shape, its tokenizer checked
+    cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
+    cfg.model.max_seq_len = cfg.model.max_seq_len or train_ds.seq_len
+    if cfg.model.vocab_size < train_ds.vocab_size or cfg.model.max_seq_len < train_ds.seq_len:
+        raise LlmpipeError(
+            f"model vocab {cfg.model.vocab_size} / max_seq_len {cfg.model.max_seq_len} is smaller than the "
+            f"shards' vocab {train_ds.vocab_size} / seq_len {train_ds.seq_len}"
+        )
+    schedule = BatchSchedule(
+        cfg.data.batch_size * d.dp_size,
+        train_ds.seq_len,
+        cfg.train.grad_accum,
+        cfg.train.ramp_start,
+        cfg.train.ramp_tokens,
+    )
+    data = build_data(cfg, d, schedule, train_ds)
+    if d.is_main:
+        for line in verify_notices(data):
+            print(f"note: {line}", flush=True)
+    hooks = compression_hooks(cfg)
+    model, pipeline = build_parallel_model(cfg, d, hooks)
+    if cfg.model.init_from is not None:
+        if pipeline is not None:
+            raise LlmpipeError("model.init_from loads a whole model: use it with parallel.pp=1")
+        init_from.load_hf_weights(model, cfg.model, Path(cfg.model.init_from))
+        if d.is_main:
+            print(f"model weights from {cfg.model.init_from} (a fresh optimizer)", flush=True)
+    with torch.device("meta"):
+        whole = Transformer(cfg.model)
+    n_params = count_params(whole)
+    n_dense = count_params(whole, exclude_embeddings=True)
+    if d.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(dump(cfg))
+        print(
+            "\n".join(startup_summary(cfg, d, out, n_params, n_dense, len(train_ds), train_ds.seq_len)),
+            flush=True,
+        )
+    if cfg.parallel.cpu_offload:
+        on_cpu = sum(_local(p).device.type == "cpu" for p in model.parameters())
+        if d.is_main:
+            print(f"cpu offload: {on_cpu} of {len(list(model.parameters()))} parameter shards in host memory")
+    optimizer = build_optimizer(model, cfg.optim)
+    scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps, schedule)
+    ckpt = Checkpointer(out, cfg.checkpoint, rank=d.rank, world_size=d.world_size)
+    fpt = flops_per_token(cfg.model, n_params, train_ds.seq_len)
+    metrics = MetricsWriter(out, enabled=d.is_main, tensorboard=cfg.metrics.tensorboard)
+    trainer = Trainer(
+        cfg,
+        d,
+        model,
+        optimizer,
+        scheduler,
+        data.loader,
+        data.val.get(""),
+        ckpt,
+        metrics,
+        Throughput(fpt, d.world_size, peak_tflops(d.device, cfg.metrics.peak_tflops)),
+        val_sources=data.val if "" not in data.val else None,
+        schedule=schedule,
+        text_eval=build_text_eval(cfg, train_ds.eos_id, train_ds.seq_len),
+        pipeline=pipeline,
+        compression=hooks,
+    )
+    latest = ckpt.latest() if cfg.checkpoint.resume else None
+    if latest is not None:
+        trainer.restore(latest)
+        if d.is_main:
+            print(f"resumed from {latest} at step {trainer.step}", flush=True)
+    try:
+        trainer.fit()
+    finally:
+        metrics.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args, cfg = parse_args(argv)
+        run(cfg, args.out)
+    except LlmpipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return getattr(e, "exit_code", 2)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
