@@ -6,26 +6,180 @@ and optimizer (keyed by parameter name, so it loads on any number of ranks) and 
 ``.tmp-step-NNNNNNNN`` and renamed by rank 0 once complete, so a directory named ``step-*`` is always
 whole. Periodic saves are asynchronous: the state is staged to host memory, then written by a
 background thread that talks over its own gloo process group, so training continues meanwhile.
+
+A run directory may come from someone else, so nothing in it runs code when it is loaded:
+``train_state.pt`` holds only plain values and tensors and is read with ``weights_only=True``; DCP's
+``.metadata`` (a pickle) is read by an unpickler that knows only DCP's metadata classes; the non-tensor
+values in the ``.distcp`` files (optimizer hyperparameters) are read with ``weights_only=True``. Anything
+else is refused with one line naming the file (:class:`UnsafeCheckpointError`).
 """
 
 from __future__ import annotations
 
+import io
+import pickle
 import re
 import shutil
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from llmpipe.errors import LlmpipeError
 from llmpipe.train.config import CheckpointConfig
 
 _NAME = re.compile(r"^step-(\d{8})$")
 STATE_FILE = "train_state.pt"
+METADATA_FILE = ".metadata"
+
+
+class UnsafeCheckpointError(LlmpipeError):
+    """A checkpoint file holds a pickle that could run code (or names a file outside its directory)."""
+
+
+# -- loading what a stranger may have written -------------------------------------------------------
+#: the globals a DCP ``.metadata`` pickle names (torch dtypes are allowed besides, by type)
+_METADATA_GLOBALS = {
+    "torch.distributed.checkpoint.metadata": {
+        "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
+        "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING",
+    },
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch.serialization": {"_get_layout"},  # a torch.layout by its name
+    "torch": {"Size"},
+    "pathlib": {"Path", "PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"},
+    "collections": {"OrderedDict"},
+    "builtins": {"set", "frozenset"},
+}  # fmt: skip
+_REFUSED = "a pickle that could run code; llmpipe never writes one"
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles DCP metadata and nothing else: any other global is refused before it is looked up."""
+
+    def __init__(self, file: IO[bytes], path: Path) -> None:
+        super().__init__(file)
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name in _METADATA_GLOBALS.get(module, ()) or (
+            module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        ):
+            return super().find_class(module, name)
+        raise UnsafeCheckpointError(f"{self.path}: refused: it names {module}.{name}, {_REFUSED}")
+
+
+def _plain_file_name(name: object) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+
+
+class SafeFileSystemReader(dcp.FileSystemReader):
+    """DCP's file reader with a metadata unpickler that runs no code, and data files only inside the
+    checkpoint directory."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        path = Path(self._get_metadata_path(kwargs.get("rank")))
+        with self.fs.create_stream(path, "rb") as f:
+            meta = _MetadataUnpickler(cast(IO[bytes], f), path).load()
+        if not isinstance(meta, Metadata):
+            raise ValueError(f"{path} holds a {type(meta).__name__}, not DCP metadata")
+        for info in (meta.storage_data or {}).values():
+            name = getattr(info, "relative_path", None)
+            if not _plain_file_name(name):
+                raise UnsafeCheckpointError(
+                    f"{path}: refused: it names the data file {name!r}, not a file of its own directory"
+                )
+        if getattr(meta, "storage_meta", None) is None:
+            meta.storage_meta = StorageMeta()
+        assert meta.storage_meta is not None
+        meta.storage_meta.load_id = self.load_id
+        return meta
+
+
+def _refusal(path: Path | str, what: str, e: pickle.UnpicklingError) -> UnsafeCheckpointError:
+    """A weights_only load's failure, in one line (torch's message is several paragraphs)."""
+    found = re.search(r"GLOBAL (\S+)", str(e))
+    names = f" names {found.group(1)}," if found else ""
+    return UnsafeCheckpointError(f"{path}: refused: {what}{names} {_REFUSED}")
+
+
+class SafeLoadPlanner(DefaultLoadPlanner):
+    """DCP's load planner, but the non-tensor values (optimizer hyperparameters) load with
+    ``weights_only=True`` (DCP's own planner unpickles them with ``weights_only=False``)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        fqn = read_item.dest_index.fqn
+        try:
+            obj = torch.load(value, weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise _refusal(self.path, f"the value of {fqn} in its .distcp files", e) from None
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[fqn], obj)
+        else:
+            self.state_dict[fqn] = obj
+
+
+def load_dcp(state: dict[str, Any], path: Path, *, no_dist: bool = False) -> None:
+    """``dcp.load`` into ``state`` from the checkpoint directory ``path``, running no code from it."""
+    try:
+        dcp.load(
+            state,
+            checkpoint_id=str(path),
+            storage_reader=SafeFileSystemReader(str(path)),
+            planner=SafeLoadPlanner(path),
+            no_dist=no_dist,
+        )
+    except CheckpointException as e:  # DCP wraps what failed on each rank; a refusal is said as it is
+        for failure in e.failures.values():
+            exc = failure[0] if isinstance(failure, tuple) else failure
+            if isinstance(exc, UnsafeCheckpointError):
+                raise UnsafeCheckpointError(str(exc)) from None
+        raise
+
+
+def load_train_state(path: Path) -> dict[str, Any]:
+    """``train_state.pt`` with ``weights_only=True`` (plain values and tensors only)."""
+    try:
+        state = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "Weights only load failed" in str(e):
+            raise _refusal(path, "it is", e) from None
+        raise
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise ValueError(f"{path} holds no train state")
+    return state
+
+
+def _plain(value: Any, where: str) -> Any:
+    """``value`` as what ``torch.load(weights_only=True)`` reads back: plain Python values, containers
+    and tensors (numpy values become Python ones). Anything else is a bug in the state's owner."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes, torch.Tensor)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: _plain(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    raise TypeError(f"train state {where} is a {type(value).__name__}: save plain values or tensors")
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -48,7 +202,9 @@ def damage(path: Path) -> str | None:
     if not state.is_file():
         return f"{STATE_FILE} is missing"
     try:
-        meta = dcp.FileSystemReader(str(path)).read_metadata()
+        meta = SafeFileSystemReader(str(path)).read_metadata()
+    except UnsafeCheckpointError:
+        raise
     except Exception as e:  # noqa: BLE001 - any unreadable metadata means a damaged checkpoint
         return f"its DCP metadata cannot be read ({type(e).__name__})"
     sizes: dict[str, int] = {}
@@ -62,8 +218,10 @@ def damage(path: Path) -> str | None:
         if sizes[name] < info.offset + info.length:
             return f"{name} is cut short ({sizes[name]} of at least {info.offset + info.length} bytes)"
     try:
-        torch.load(state, weights_only=False)
-    except Exception as e:  # noqa: BLE001 - a truncated pickle raises several kinds
+        load_train_state(state)
+    except UnsafeCheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a truncated file raises several kinds
         return f"{STATE_FILE} cannot be read ({type(e).__name__})"
     return None
 
@@ -124,7 +282,8 @@ class Checkpointer:
             rngs = [_rng_state()]
         if self.rank == 0:
             tmp.mkdir(parents=True, exist_ok=True)
-            torch.save({**train_state, "rng": rngs, "world_size": self.world_size}, tmp / STATE_FILE)
+            saved = _plain({**train_state, "rng": rngs, "world_size": self.world_size}, "train_state")
+            torch.save(saved, tmp / STATE_FILE)
         self._barrier()
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
@@ -162,11 +321,16 @@ class Checkpointer:
         """The newest intact checkpoint, as seen by rank 0 (the same answer on every rank).
 
         A damaged one (a file gone or cut short since it was written) is renamed ``damaged-step-*``,
-        kept for inspection, and the one before it is used, with a message saying so."""
-        found = None
+        kept for inspection, and the one before it is used, with a message saying so. One that holds
+        a pickle that could run code stops the run on every rank with one line."""
+        found = refused = None
         if self.rank == 0:
             for path in reversed(list_checkpoints(self.root)):
-                problem = damage(path)
+                try:
+                    problem = damage(path)
+                except UnsafeCheckpointError as e:
+                    refused = str(e)
+                    break
                 if problem is None:
                     found = str(path)
                     break
@@ -178,9 +342,11 @@ class Checkpointer:
                     "falling back to the previous checkpoint",
                     flush=True,
                 )
-        box: list[Any] = [found]
+        box: list[Any] = [found, refused]
         if dist.is_initialized():
             dist.broadcast_object_list(box, src=0)
+        if box[1]:
+            raise UnsafeCheckpointError(box[1])
         return Path(box[0]) if box[0] else None
 
     def load(
@@ -189,9 +355,9 @@ class Checkpointer:
         """Load model and optimizer (resharded to this run's ranks); returns the saved train state."""
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, checkpoint_id=str(path))
+        load_dcp(state, path)
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        saved: dict[str, Any] = torch.load(path / STATE_FILE, weights_only=False)
+        saved = load_train_state(path / STATE_FILE)
         if restore_rng:
             rngs = saved["rng"]
             if len(rngs) == self.world_size:

@@ -24,13 +24,12 @@ import warnings
 from pathlib import Path
 
 import torch
-import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 
 from llmpipe.config import load_yaml
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
 from llmpipe.errors import LlmpipeError
-from llmpipe.train.checkpoint import list_checkpoints, step_dir
+from llmpipe.train.checkpoint import list_checkpoints, load_dcp, step_dir
 from llmpipe.train.config import RunConfig, from_saved
 from llmpipe.train.model import Transformer
 
@@ -68,7 +67,7 @@ def load_run(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Transfo
         state.pop("model.output.weight", None)  # the same tensor as the embedding
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(state, checkpoint_id=str(path), no_dist=True)
+        load_dcp(state, path, no_dist=True)  # runs no code from the run directory
     model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()}, strict=False)
     model.eval()
     return cfg, model, path
