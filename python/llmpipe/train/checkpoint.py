@@ -88,8 +88,17 @@ class SafeFileSystemReader(dcp.FileSystemReader):
     """DCP's file reader with a metadata unpickler that runs no code, and data files only inside the
     checkpoint directory."""
 
+    refused: UnsafeCheckpointError | None = None  # DCP turns a reader's errors into its own
+
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        path = Path(self._get_metadata_path(kwargs.get("rank")))
+        try:
+            return self._read_metadata(kwargs.get("rank"))
+        except UnsafeCheckpointError as e:
+            self.refused = e
+            raise
+
+    def _read_metadata(self, rank: int | None) -> Metadata:
+        path = Path(self._get_metadata_path(rank))
         with self.fs.create_stream(path, "rb") as f:
             meta = _MetadataUnpickler(cast(IO[bytes], f), path).load()
         if not isinstance(meta, Metadata):
@@ -110,8 +119,8 @@ class SafeFileSystemReader(dcp.FileSystemReader):
 def _refusal(path: Path | str, what: str, e: pickle.UnpicklingError) -> UnsafeCheckpointError:
     """A weights_only load's failure, in one line (torch's message is several paragraphs)."""
     found = re.search(r"GLOBAL (\S+)", str(e))
-    names = f" names {found.group(1)}," if found else ""
-    return UnsafeCheckpointError(f"{path}: refused: {what}{names} {_REFUSED}")
+    names = f"names {found.group(1)}" if found else "is not plain values and tensors"
+    return UnsafeCheckpointError(f"{path}: refused: {what} {names}, {_REFUSED}")
 
 
 class SafeLoadPlanner(DefaultLoadPlanner):
@@ -121,13 +130,15 @@ class SafeLoadPlanner(DefaultLoadPlanner):
     def __init__(self, path: Path) -> None:
         super().__init__()
         self.path = path
+        self.refused: UnsafeCheckpointError | None = None
 
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         fqn = read_item.dest_index.fqn
         try:
             obj = torch.load(value, weights_only=True)
         except pickle.UnpicklingError as e:
-            raise _refusal(self.path, f"the value of {fqn} in its .distcp files", e) from None
+            self.refused = _refusal(self.path, f"the value of {fqn} in its .distcp files", e)
+            raise self.refused from None
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[fqn], obj)
         else:
@@ -136,19 +147,21 @@ class SafeLoadPlanner(DefaultLoadPlanner):
 
 def load_dcp(state: dict[str, Any], path: Path, *, no_dist: bool = False) -> None:
     """``dcp.load`` into ``state`` from the checkpoint directory ``path``, running no code from it."""
+    reader, planner = SafeFileSystemReader(str(path)), SafeLoadPlanner(path)
+    try:  # first alone: DCP logs a failed metadata read with a traceback, then tries other files
+        reader.read_metadata()
+    except UnsafeCheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a damaged file raises several kinds
+        raise LlmpipeError(f"{path}: its DCP metadata cannot be read ({type(e).__name__}: {e})") from None
     try:
-        dcp.load(
-            state,
-            checkpoint_id=str(path),
-            storage_reader=SafeFileSystemReader(str(path)),
-            planner=SafeLoadPlanner(path),
-            no_dist=no_dist,
-        )
-    except CheckpointException as e:  # DCP wraps what failed on each rank; a refusal is said as it is
-        for failure in e.failures.values():
-            exc = failure[0] if isinstance(failure, tuple) else failure
-            if isinstance(exc, UnsafeCheckpointError):
-                raise UnsafeCheckpointError(str(exc)) from None
+        dcp.load(state, checkpoint_id=str(path), storage_reader=reader, planner=planner, no_dist=no_dist)
+    except (Exception, CheckpointException) as e:  # DCP rewraps errors; a refusal is said as it is
+        failures = e.failures.values() if isinstance(e, CheckpointException) else []
+        found = [f[0] if isinstance(f, tuple) else f for f in failures]
+        for refused in (reader.refused, planner.refused, *found):
+            if isinstance(refused, UnsafeCheckpointError):
+                raise UnsafeCheckpointError(str(refused)) from None
         raise
 
 
@@ -158,7 +171,7 @@ def load_train_state(path: Path) -> dict[str, Any]:
         state = torch.load(path, weights_only=True)
     except pickle.UnpicklingError as e:
         if "Weights only load failed" in str(e):
-            raise _refusal(path, "it is", e) from None
+            raise _refusal(path, "it", e) from None
         raise
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
         raise ValueError(f"{path} holds no train state")
