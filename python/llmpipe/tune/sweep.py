@@ -132,7 +132,11 @@ def _tuner(cfg: SweepConfig, spec: TrialSpec, params: list[Param], max_t: int, v
     trainable = tune.with_resources(tune.with_parameters(run_trial, spec=spec), {"cpu": cpus})
     space = to_tune(params, cfg.search)
     if (storage / EXPERIMENT).is_dir() and tune.Tuner.can_restore(str(storage / EXPERIMENT)):
-        print(f"resuming the sweep in {storage / EXPERIMENT}", flush=True)
+        print(  # Tune restores by unpickling; llmpipe cannot check what is in there (docs/scaling-laws.md)
+            f"resuming the sweep in {storage / EXPERIMENT} (Ray Tune unpickles this state: "
+            "resume only a sweep you ran yourself)",
+            flush=True,
+        )
         return tune.Tuner.restore(
             str(storage / EXPERIMENT),
             trainable,
