@@ -55,7 +55,11 @@ def test_bpb_of_hf_model_and_run_equal_transformers_loss(
         assert overall["tokens"] == tokens and overall["bytes"] == n_bytes and overall["docs"] == 3
         assert overall["bpb"] == pytest.approx(want, abs=1e-4)
         assert overall["ppl"] == pytest.approx(math.exp(overall["loss"]))
-        assert 1.0 < overall["bpb"] < 4.0  # trained: far below ln(257)/ln(2) = 8 bits per byte
+        # trained, not the initialisation: an untrained model spreads its guess over the 257 ids, log2(257)
+        # = 8.006 bits per byte. Not a quality bound: 300 tiny steps reach ~3.7-3.9 bits on the val split,
+        # and these three short lines, each scored from the EOS alone, land anywhere in ~3.8-4.3 with the
+        # seed or the CPU's kernels (bf16 matmuls round differently on AVX2 and AVX-512: another run)
+        assert 1.0 < overall["bpb"] < math.log2(257) - 2
     assert got["hf"]["overall"]["bpb"] == pytest.approx(got["run"]["overall"]["bpb"], abs=1e-4)
 
 
