@@ -19,12 +19,14 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from llmpipe.compress.quiet import quiet_imports
 from llmpipe.errors import ConfigError
 
 
 def qat_base_config(scheme: str, group_size: int) -> Any:
-    from torchao.quantization import IntxWeightOnlyConfig
-    from torchao.quantization.granularity import PerAxis, PerGroup
+    with quiet_imports():
+        from torchao.quantization import IntxWeightOnlyConfig
+        from torchao.quantization.granularity import PerAxis, PerGroup
 
     if scheme == "int4":
         return IntxWeightOnlyConfig(
@@ -66,8 +68,9 @@ class TrainCompression:
         """Before sharding: swap in fake-quantized Linear/Embedding modules (QAT)."""
         if self.scheme == "none":
             return
-        from torchao.quantization import quantize_
-        from torchao.quantization.qat import QATConfig
+        with quiet_imports():
+            from torchao.quantization import quantize_
+            from torchao.quantization.qat import QATConfig
 
         for name, m in model.named_modules():
             for width in (
