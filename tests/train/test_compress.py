@@ -245,10 +245,13 @@ def test_report_shows_every_stage_and_says_when_fine_tuning_made_it_worse(tmp_pa
     assert worse["finetune_made_worse"] is True
     text = summary(worse)
     assert "original 3.1800" in text and "pruned (before fine-tuning) 3.2000 (+0.63% vs original)" in text
-    assert "after 200 fine-tuning steps 3.6700 (+15.41% vs original, +14.69% vs pruned)" in text
+    assert "fine-tuned 200 steps 3.6700 (+15.41% vs original, +14.69% vs pruned)" in text
     assert "WARNING: fine-tuning made the model worse (3.2000 -> 3.6700 bits/byte)" in text
     better = summary(report(3.19, 120))
-    assert "the best of its validations: step 120 3.1900" in better and "WARNING" not in better
+    assert (
+        "fine-tuned 200 steps (kept step 120: the best validation) 3.1900" in better
+        and "WARNING" not in better
+    )
     kept = summary(report(3.20, 0))
     assert "NOTE: fine-tuning never validated better than the pruned model" in kept
     plain = summary(build_report(

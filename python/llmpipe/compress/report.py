@@ -111,11 +111,11 @@ def _bpb_lines(rep: dict[str, Any]) -> list[str]:
         return [f"  bits/byte {b['bpb']:.4f} -> {a['bpb']:.4f} ({rep['bpb_change']:+.2%})"]
     orig, pruned, tuned = stages["original"], stages["pruned"], stages["finetuned"]
     steps, kept = rep.get("finetune_steps", "?"), rep.get("finetune_kept_step")
-    at = f", the best of its validations: step {kept}" if kept not in (None, -1, steps) else ""
+    at = f" (kept step {kept}: the best validation)" if kept not in (None, -1, steps) else ""
     lines = [
         f"  bits/byte: original {orig:.4f}",
         f"             pruned (before fine-tuning) {pruned:.4f} ({pruned / orig - 1:+.2%} vs original)",
-        f"             after {steps} fine-tuning steps{at} {tuned:.4f} "
+        f"             fine-tuned {steps} steps{at} {tuned:.4f} "
         f"({rep['bpb_change']:+.2%} vs original, {rep['finetune_bpb_change']:+.2%} vs pruned)",
     ]
     if kept == 0:
