@@ -167,7 +167,7 @@ def test_progress_is_a_line_every_few_seconds_in_a_log() -> None:
     """Not a terminal: no bar, one line per interval with the count, share, rate and ETA."""
     import io
 
-    from llmpipe.eval.progress import Progress
+    from llmpipe.progress import Progress
 
     out = io.StringIO()  # isatty() is False
     with Progress(40, "eval", "windows", every=0.0, stream=out) as bar:

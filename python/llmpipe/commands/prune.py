@@ -126,7 +126,7 @@ def finetune(out: Path, data: Path, steps: int, args: argparse.Namespace) -> Pat
 
 def show_steps(lines: Iterable[str], steps: int) -> None:
     """The trainer's output: its step lines as progress (a bar, or the lines themselves in a log)."""
-    from llmpipe.eval.progress import Progress
+    from llmpipe.progress import Progress
 
     bar = Progress(steps, "finetune", "steps")
     try:

@@ -18,7 +18,7 @@ from torch import nn
 
 from llmpipe.compress.rtn import apply_rtn
 from llmpipe.compress.spec import QuantSpec
-from llmpipe.eval.progress import Progress
+from llmpipe.progress import Progress
 
 QMIN, QMAX = -8, 7
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from llmpipe.compress.quiet import quiet_imports
 from llmpipe.compress.spec import QuantSpec
+from llmpipe.quiet import quiet_imports
 
 
 def _configs(spec: QuantSpec) -> tuple[object, object]:

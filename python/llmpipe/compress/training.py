@@ -19,8 +19,8 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from llmpipe.compress.quiet import quiet_imports
 from llmpipe.errors import ConfigError
+from llmpipe.quiet import quiet_imports
 
 
 def qat_base_config(scheme: str, group_size: int) -> Any:

@@ -12,8 +12,8 @@ import torch
 
 from llmpipe.errors import ConfigError, ShardError
 from llmpipe.eval.model import LM, load_lm, wrap_lm
-from llmpipe.eval.progress import Progress
 from llmpipe.eval.score import EvalResult, Window, score_windows, windows
+from llmpipe.progress import Progress
 
 
 class Evaluator:

@@ -175,7 +175,7 @@ def load_lm(
     if (path / "config.json").is_file():
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from llmpipe.compress.quiet import quiet_imports
+        from llmpipe.quiet import quiet_imports
 
         tok = AutoTokenizer.from_pretrained(path)
         with quiet_imports():  # transformers' quantizers import torchao, which logs deprecations
