@@ -89,28 +89,12 @@ class TrainCompression:
         """After init_weights: load ``init.from_hf`` weights (every rank reads the full file) and masks."""
         if self.init_from is None:
             return
-        from safetensors.torch import load_file
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+        from llmpipe.train import hf
 
-        from llmpipe.compress.model_io import MASKS_FILE, hf_to_ours
-
-        weights = self.init_from / "model.safetensors"
-        if not weights.is_file():
-            raise ConfigError(f"init.from_hf: {weights} does not exist")
-        state = hf_to_ours(load_file(str(weights)))
-        if getattr(model, "cfg", None) is not None and model.cfg.tie_embeddings:  # type: ignore[union-attr]
-            state.pop("output.weight", None)
-        try:
-            set_model_state_dict(
-                model, dict(state), options=StateDictOptions(full_state_dict=True, strict=True)
-            )
-        except (RuntimeError, ValueError, KeyError) as e:
-            raise ConfigError(
-                f"init.from_hf: {weights} does not fit the model config ({str(e).splitlines()[0][:200]}); "
-                "set --model.* to the checkpoint's shape"
-            ) from e
-        if (self.init_from / MASKS_FILE).is_file():
-            self.set_masks(model, load_file(str(self.init_from / MASKS_FILE)))
+        hf.load_weights(model, self.init_from)
+        masks = hf.load_masks(self.init_from)
+        if masks:
+            self.set_masks(model, masks)
 
     def set_masks(self, model: nn.Module, masks: dict[str, torch.Tensor]) -> None:
         params = dict(model.named_parameters())

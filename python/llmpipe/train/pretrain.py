@@ -20,7 +20,7 @@ from llmpipe.data.format import TOKENIZER_FILE
 from llmpipe.errors import LlmpipeError
 from llmpipe.lock import DirLock
 from llmpipe.plan import Plan, plan_for_run, render_memory
-from llmpipe.train import init_from
+from llmpipe.train import hf, init_from
 from llmpipe.train.checkpoint import Checkpointer
 from llmpipe.train.config import RunConfig, dump, parse_args, resolve_for_device
 from llmpipe.train.data import build_data, first_directory, open_train, verify_notices
@@ -169,7 +169,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     if cfg.model.init_from is not None:
         if pipeline is not None:
             raise LlmpipeError("model.init_from loads a whole model: use it with parallel.pp=1")
-        init_from.load_hf_weights(model, cfg.model, Path(cfg.model.init_from))
+        hf.load_weights(model, Path(cfg.model.init_from))
         if d.is_main:
             print(f"model weights from {cfg.model.init_from} (a fresh optimizer)", flush=True)
     with torch.device("meta"):
