@@ -2,23 +2,43 @@
 
 ``model.init_from: HF_DIR`` (config.json + model.safetensors, or sharded with
 model.safetensors.index.json) sets the model's shape from config.json, loads the weights by the inverse
-of the export's renaming (train/hf.py; the rotary layout is HF's, nothing is permuted), and refuses shards
-tokenised by another tokenizer: the vocabularies, merges and added tokens of the shards'
+of the export's renaming (train/hf.py; the rotary layout is HF's, so nothing is permuted), holds the
+pruning masks the checkpoint carries (``masks.safetensors``, written by ``llmpipe prune``: pruned weights
+stay zero after every optimizer step, and the masks travel in each checkpoint's train state), and
+refuses shards tokenised by another tokenizer: the vocabularies, merges and added tokens of the shards'
 ``tokenizer.json`` and the checkpoint's (``tokenizer.json``, or ``vocab.json`` + ``merges.txt``) must be
 equal after normalisation (not the file bytes: the same tokenizer saved by another version differs in
 layout). The optimizer starts fresh; a resumed run loads its own checkpoint instead.
+
+``init.from_hf: HF_DIR`` (what ``llmpipe prune --finetune`` passes) is the same feature under its older
+name: it means exactly ``model.init_from: HF_DIR``.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
 
 from llmpipe.data.format import TOKENIZER_FILE
 from llmpipe.errors import ConfigError, LlmpipeError
 from llmpipe.train import hf
 from llmpipe.train.model import ModelConfig
+
+if TYPE_CHECKING:
+    from llmpipe.compress.training import TrainCompression
+    from llmpipe.train.config import RunConfig
+
+
+def directory(cfg: RunConfig) -> Path | None:
+    """The checkpoint a run starts from: ``model.init_from``, or ``init.from_hf`` (the same feature)."""
+    a = Path(cfg.model.init_from) if cfg.model.init_from else None
+    b = cfg.init.from_hf
+    if a is not None and b is not None and a != b:
+        raise ConfigError(f"model.init_from {a} and init.from_hf {b}: name one checkpoint (they are one key)")
+    return a if a is not None else b
 
 
 def _merges(raw: list[Any]) -> list[tuple[str, str]]:
@@ -62,13 +82,26 @@ def check_tokenizer(shards: Path, hf_dir: Path) -> None:
         )
 
 
-def prepare(model: ModelConfig, shards: Path) -> None:
-    """Before the model is built: check the tokenizer and take the checkpoint's shape."""
-    if model.init_from is None:
+def prepare(model: ModelConfig, shards: Path, hf_dir: Path | None = None) -> None:
+    """Before the model is built: check the tokenizer and take the checkpoint's shape
+    (``hf_dir``, default ``model.init_from``; nothing to do without one)."""
+    if hf_dir is None and model.init_from is not None:
+        hf_dir = Path(model.init_from)
+    if hf_dir is None:
         return
-    hf_dir = Path(model.init_from)
     if not hf_dir.is_dir():
         raise ConfigError(f"model.init_from {hf_dir}: not a directory")
+    if model.mup_base_dim:
+        raise ConfigError("model.init_from loads standard-parametrisation HF weights: set mup_base_dim to 0")
     config = hf.read_config(hf_dir)
     check_tokenizer(shards, hf_dir)
     hf.apply_shape(model, config)
+
+
+def load(model: nn.Module, hf_dir: Path, hooks: TrainCompression) -> None:
+    """After the model is built and initialised: the checkpoint's weights, and its pruning masks held
+    by ``hooks`` when it has them."""
+    hf.load_weights(model, hf_dir)
+    masks = hf.load_masks(hf_dir)
+    if masks:
+        hooks.set_masks(model, masks)
