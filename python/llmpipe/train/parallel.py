@@ -37,6 +37,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from llmpipe.errors import ConfigError
+from llmpipe.train import pp_math
 from llmpipe.train.config import ParallelConfig
 from llmpipe.train.model import Block, LayerRange, ModelConfig, Transformer
 
@@ -63,13 +64,11 @@ class Layout:
 
 
 def stages_per_rank(cfg: ParallelConfig) -> int:
-    if cfg.pp_stages_per_rank:
-        return cfg.pp_stages_per_rank
-    return 2 if cfg.pp_schedule == "interleaved_1f1b" else 1
+    return pp_math.stages_per_rank(cfg.pp_schedule, cfg.pp_stages_per_rank)
 
 
 def microbatches(cfg: ParallelConfig) -> int:
-    return cfg.pp_microbatches or cfg.pp * stages_per_rank(cfg)
+    return pp_math.n_microbatches(cfg.pp, stages_per_rank(cfg), cfg.pp_microbatches)
 
 
 def resolve_layout(cfg: ParallelConfig, world: int, model: ModelConfig | None = None) -> Layout:
@@ -239,20 +238,9 @@ class StageParts(nn.Module):
                 self.norm, self.output = s.norm, s.output
 
 
-def split_layers(n_layers: int, n_stages: int) -> list[list[int]]:
-    """Blocks per stage, as even as possible, earlier stages one more."""
-    base, extra = divmod(n_layers, n_stages)
-    out, start = [], 0
-    for s in range(n_stages):
-        k = base + (1 if s < extra else 0)
-        out.append(list(range(start, start + k)))
-        start += k
-    return out
-
-
 def stage_ids(cfg: ParallelConfig, pp_rank: int) -> list[int]:
     """Stage indices on this pp rank: ``r`` (one per rank) or ``r, r + pp, ...`` (looped, interleaved)."""
-    return [pp_rank + v * cfg.pp for v in range(stages_per_rank(cfg))]
+    return pp_math.stage_ids(cfg.pp, pp_rank, stages_per_rank(cfg))
 
 
 # -- tensor parallel ---------------------------------------------------------------------------------
