@@ -1,6 +1,6 @@
 # llmpipe: one target each for setup, demo, lint, test and bench.
 # Everything runs inside $(VENV), created and filled from requirements.lock by `make setup`.
-# CI (.ci/run) runs `make lint` then `make test` on a fresh machine.
+# CI (.ci/run) runs `make lint`, `make test` and `make test-wheel` on a fresh machine.
 VENV      ?= .venv
 PY        := $(VENV)/bin/python
 UV        := $(VENV)/bin/uv
@@ -10,7 +10,7 @@ DEMO_OUT  ?= out/demo
 # the compiled extension, built in place by `maturin develop` (stubtest checks the stub against it)
 CORE      := python/llmpipe/_core.abi3.so
 
-.PHONY: setup deps build system-deps demo test test-rust test-python lint lint-python lint-rust stubtest bench clean
+.PHONY: setup deps build system-deps demo test test-rust test-python test-wheel lint lint-python lint-rust lint-tree stubtest bench clean
 
 setup: build
 
@@ -18,14 +18,17 @@ $(PY):
 	python3 -m venv $(VENV)
 
 $(VENV)/.deps-installed: requirements.lock | $(PY)
+	@echo "setup: installing the locked Python dependencies into $(VENV) (a few minutes the first time)"
 	$(PY) -m pip install -q uv==0.13.9
-	$(UV) pip install -q --python $(PY) -r requirements.lock
+	$(UV) pip install --python $(PY) -r requirements.lock
 	touch $@
 
 deps: $(VENV)/.deps-installed
 
+# cargo prints each crate as it compiles (~8 minutes on 2 cores the first time, seconds after)
 build: deps
-	maturin develop --release --uv -q
+	@echo "setup: building the Rust extension (release)"
+	maturin develop --release --uv
 
 demo: build
 	llmpipe curate examples/raw --out $(DEMO_OUT)/shards --config configs/curate/sample.yaml
@@ -46,12 +49,22 @@ test-rust:
 test-python:
 	pytest -q
 
-lint: lint-python lint-rust stubtest
+# the built wheel installed into fresh environments outside the checkout (core alone, then [all]),
+# every command run from there (tools/wheel-check.sh)
+test-wheel: deps
+	tools/wheel-check.sh
+
+lint: lint-python lint-rust stubtest lint-tree
 
 lint-python: deps
-	ruff check python train tests bench
-	ruff format --check python train tests bench
+	ruff check python train tests bench tools
+	ruff format --check python train tests bench tools
 	mypy
+	$(PY) tools/check_deps.py
+
+# no merge-conflict marker in any tracked file
+lint-tree:
+	@! git grep -nE '^(<<<<<<<|>>>>>>>)( |$$)|^=======$$' -- . || { echo "merge-conflict markers (above) are committed"; exit 1; }
 
 # the workspace's crates only: vendor/whatlang is vendored code, outside the workspace (Cargo.toml)
 lint-rust:

@@ -97,3 +97,16 @@ def test_report_command_prints_the_funnel(run_dir: Path, tmp_path: Path) -> None
     assert "token retention" in p.stdout
     bad = run_cli("report", str(tmp_path), check=False)
     assert bad.returncode == 2 and "stats.json" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_counts_are_not_listed_as_drops(run_dir: Path) -> None:
+    """The language stage counts kept documents per language: the report shows them apart from the drops."""
+    html = (run_dir / "report.html").read_text()
+    drops = html.split("<h2>Drops by reason</h2>", 1)[1].split("</table>", 1)[0]
+    assert "lang:" not in drops
+    others = html.split("<h2>Other counts</h2>", 1)[1].split("</table>", 1)[0]
+    assert "lang:eng_Latn" in others
+    text = run_cli("report", str(run_dir)).stdout
+    language = next(line for line in text.splitlines() if line.startswith("language "))
+    drops_part, counts_part = language.split("[counts: ", 1)
+    assert "lang:" not in drops_part and "lang:eng_Latn" in counts_part

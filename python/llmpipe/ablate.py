@@ -3,7 +3,7 @@ token budget and seed, scored in bits per byte on the same reference text.
 
     Ablation(dirs, out, reference=[...], config=...).run()   # or `llmpipe ablate DIR... --out ABL`
 
-Each proxy trains with ``torchrun train/pretrain.py`` into ``ABL/proxies/NAME`` and writes
+Each proxy trains with ``torchrun -m llmpipe.train`` into ``ABL/proxies/NAME`` and writes
 ``ABL/proxies/NAME/result.json`` (its training command and config, the evaluation) last, by atomic
 rename: a proxy with that file is finished and a rerun skips it. The table is ``ABL/results.json`` and
 ``ABL/results.csv``; ``ABL/report.html`` charts bits per byte and puts the curation funnels side by side.

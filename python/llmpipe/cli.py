@@ -29,6 +29,7 @@ from llmpipe.commands import (  # noqa: E402
     tokenizer,
 )
 from llmpipe.errors import LlmpipeError  # noqa: E402
+from llmpipe.extras import missing_extra  # noqa: E402
 
 #: the machine's, not llmpipe's: disk or quota full, read-only or unwritable storage
 ENVIRONMENT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
@@ -78,9 +79,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"llmpipe: error: {where}{e.strerror} (nothing was lost: run again once fixed)", file=sys.stderr
         )
         return 2
+    except ModuleNotFoundError as e:
+        line = missing_extra(e, command_name(argv))
+        if line is None:
+            raise
+        print(f"llmpipe: error: {line}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("llmpipe: interrupted", file=sys.stderr)
         return 130
+
+
+def command_name(argv: Sequence[str] | None) -> str | None:
+    """The subcommand's name (the first argument that is one)."""
+    names = {cmd.__name__.rsplit(".", 1)[-1] for cmd in COMMANDS}
+    return next((a for a in (sys.argv[1:] if argv is None else argv) if a in names), None)
 
 
 if __name__ == "__main__":

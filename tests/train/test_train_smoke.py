@@ -21,7 +21,12 @@ def test_two_process_run_learns_and_checkpoints(byte_shards: Path, tmp_path: Pat
         # two micro-batches of 4 per rank (global batch 16) with activation checkpointing
         "--train.grad_accum=2", "--data.batch_size=4", "--parallel.activation_checkpointing=true",
     )  # fmt: skip
-    assert "parameters:" in proc.stdout and "memory per GPU" in proc.stdout
+    # a short start-up summary that says CPU; the whole config goes to the run directory, not the terminal
+    head = proc.stdout.split("step ", 1)[0]
+    assert "device: CPU, 2 process(es) (gloo)" in head and "parameters (" in head, head
+    assert "memory: about" in head and "GPU" not in head and "largest micro-batch" not in head, head
+    assert "optim:" not in head and len(head.splitlines()) <= 8, head
+    assert "optim:" in (run / "config.yaml").read_text()
     losses = train_losses(run)
     assert sorted(losses) == [1, 5, 10, 15, 20, 25, 30, 35, 40]
     assert all(math.isfinite(v) for v in losses.values())

@@ -15,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="loss, perplexity and bits per byte of a run or HF model on texts or shards",
         description="Score a model on text files (.txt: one document; .jsonl[.gz]: the text field of each "
         "line) and/or the val split of a shard directory: loss (nats per token), perplexity and bits per "
-        "UTF-8 byte, per input and overall. MODEL is a run directory of train/pretrain.py (its latest "
+        "UTF-8 byte, per input and overall. MODEL is a run directory of the trainer (its latest "
         "checkpoint) or a local HuggingFace causal LM directory. Long documents are scored by sliding "
         "windows (default: disjoint windows of the model's length, as lm-eval's loglikelihood_rolling).",
     )

@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
             "Zero the lowest-scoring weights of the block Linears (unstructured or 2:4) or remove whole MLP "
             "channels (neurons: a smaller dense model), write an HF Llama checkpoint (with masks.safetensors "
             "for masked pruning) and compression_report.json/.txt. --finetune STEPS continues training with "
-            "train/pretrain.py (init.from_hf) while the masks hold, then exports the result to DIR."
+            "the trainer (init.from_hf) while the masks hold, then exports the result to DIR."
         ),
     )
     p.add_argument("model", type=Path, metavar="MODEL", help="run directory or HF checkpoint directory")

@@ -20,7 +20,14 @@ from llmpipe.errors import ConfigError, InputError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("quality", help="train / calibrate the quality classifier, check documents")
+    p = sub.add_parser(
+        "quality",
+        help="train / calibrate the quality classifier, check documents",
+        description="The model-based quality filter and a dry run of the heuristic filters: `train` fits "
+        "the hashed n-gram classifier on good vs bad text (held-out AUC), `calibrate` picks the threshold "
+        "that keeps a target share of an input's words, `check` runs the heuristic filters of a curate "
+        "config on inputs and counts the drops by reason, without writing shards.",
+    )
     qs = p.add_subparsers(title="quality commands", metavar="SUBCOMMAND", required=True)
 
     t = qs.add_parser("train", help="train a hashed n-gram classifier: positive (good) vs negative text")

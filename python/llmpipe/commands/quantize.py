@@ -15,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "quantize",
         help="quantize a trained model (int8, int8-dynamic, int4, nf4, gptq-int4) and report size/quality/speed",
         description=(
-            "Read a run directory (train/pretrain.py) or an HF Llama checkpoint, quantize every Linear and "
+            "Read a run directory of the trainer or an HF Llama checkpoint, quantize every Linear and "
             "the embedding, write a llmpipe quantized checkpoint (load it with "
             "llmpipe.compress.store.load_quantized) and compression_report.json/.txt: size on disk, bits "
             "per byte before and after on the shards' validation split, CPU tokens/s and latency."

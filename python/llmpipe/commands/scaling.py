@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
             "Train every model size x budget of LADDER.yaml as sweep trials, fit L(N, D) = E + A/N^alpha + "
             "B/D^beta (Chinchilla Approach 3) and the IsoFLOP minima (Approach 1), and report the "
             "compute-optimal parameters and tokens for the FLOP budget with bootstrap intervals. Writes "
-            "OUT/fit.json (give it to `llmpipe plan --scaling`) and OUT/scaling.png. See docs/scaling.md."
+            "OUT/fit.json (give it to `llmpipe plan --scaling`) and OUT/scaling.png. See docs/scaling-laws.md."
         ),
     )
     p.add_argument("ladder", type=Path, metavar="LADDER.yaml")

@@ -12,9 +12,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="hyperparameter search (grid, random, Optuna TPE; ASHA) over trainer runs on Ray Tune",
         description=(
             "Run a search over trainer keys described by SWEEP.yaml on a local or remote Ray cluster: each "
-            "trial is train/pretrain.py (one process or a torchrun gang), ASHA stops the worst trials on "
+            "trial is a trainer run (one process or a torchrun gang), ASHA stops the worst trials on "
             "validation loss, and OUT gets results.csv, results.json, plot.html and best.yaml. Running it "
-            "again on the same OUT resumes. The file's keys: docs/scaling.md."
+            "again on the same OUT resumes. The file's keys: docs/scaling-laws.md."
         ),
     )
     p.add_argument("sweep", type=Path, metavar="SWEEP.yaml")

@@ -69,12 +69,13 @@ class PoolExecutor:
         self._pool: ProcessPoolExecutor | None = None
         self._warming: list[Future[Any]] = []
 
-    def start(self) -> None:
-        """Start the workers now, each importing the curate steps, while this process plans the run
-        (a spawned interpreter takes about half a second to import them)."""
+    def start(self, warm: Callable[[], object] | None = None) -> None:
+        """Start the workers now, while this process plans the run. Each runs ``warm``, a
+        module-level function of the steps to come: the worker imports its module meanwhile (a
+        spawned interpreter takes about half a second to import the curate steps)."""
         if self.workers > 1:
             pool = self._started()
-            self._warming = [pool.submit(_warm) for _ in range(self.workers)]
+            self._warming = [pool.submit(warm or _nothing) for _ in range(self.workers)]
 
     def _started(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -124,8 +125,8 @@ def _start_worker(threads: int, driver: int) -> None:
     _die_with_parent(driver)
 
 
-def _warm() -> None:
-    import llmpipe.curate.steps  # noqa: F401  (pyarrow, the stages and the Rust core)
+def _nothing() -> None:
+    pass
 
 
 def _die_with_parent(parent: int) -> None:

@@ -15,8 +15,8 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -33,6 +33,7 @@ from llmpipe.curate.steps import (
     Job,
     Part,
     map_segment,
+    ready,
     resolve_global,
     segments_of,
     stages_of,
@@ -104,21 +105,22 @@ def run_curate(
         if store is not None and (done := store.finished(fp)) is not None:
             log(f"{store.url}: already complete for these inputs and config (delete it to run again)")
             return done
-        stats = _curate(
-            files,
-            keys,
-            fp,
-            skipped,
-            local,
-            config,
-            tokenizer_file,
-            strict,
-            executor,
-            keep_work,
-            chunk_bytes,
-            progress,
-            log,
+        run = Run(
+            files=tuple(files),
+            keys=tuple(keys),
+            fingerprint=fp,
+            skipped=tuple(skipped),
+            out=local,
+            config=config,
+            tokenizer_file=tokenizer_file,
+            strict=strict,
+            executor=executor,
+            keep_work=keep_work,
+            chunk_bytes=chunk_bytes,
+            progress=progress,
+            log=log,
         )
+        stats = _curate(run)
         if store is not None:
             store.publish(local, log)
     if store is not None and not keep_work:
@@ -138,48 +140,59 @@ def _fingerprint(
     )
 
 
-def _curate(
-    files: list[InputPath],
-    keys: list[str],
-    fp: str,
-    skipped: list[str],
-    out: Path,
-    config: CurateConfig,
-    tokenizer_file: Path | None,
-    strict: bool,
-    executor: Executor,
-    keep_work: bool,
-    chunk_bytes: int | None,
-    progress: bool | None,
-    log: Callable[[str], None],
-) -> dict[str, Any]:
-    if _complete(out, fp):
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One curate run as ``run_curate`` resolved it (inputs found, fingerprint taken, the local
+    directory to run in): built once, then read by ``_curate``."""
+
+    files: tuple[InputPath, ...]  # the inputs, each once, in order
+    keys: tuple[str, ...]  # their stable names (``source_keys``)
+    fingerprint: str  # of inputs, config, tokenizer and flags (``_fingerprint``)
+    skipped: tuple[str, ...]  # what discovery could not read
+    out: Path  # the local output (or staging) directory
+    config: CurateConfig
+    tokenizer_file: Path | None  # a given tokenizer, else one is trained
+    strict: bool
+    executor: Executor
+    keep_work: bool
+    chunk_bytes: int | None  # None: planned from the inputs and the executor's workers
+    progress: bool | None
+    log: Callable[[str], None]
+
+
+def _curate(run: Run) -> dict[str, Any]:
+    out, config, log = run.out, run.config, run.log
+    if _complete(out, run.fingerprint):
         log(f"{out}: already complete for these inputs and config (delete it to run again)")
         return json.loads((out / "stats.json").read_text())
     (out / DONE).unlink(missing_ok=True)
-    total = sum(f.stat().st_size for f in files)
+    total = sum(f.stat().st_size for f in run.files)
+    chunk_bytes = run.chunk_bytes
     if chunk_bytes is None:
-        chunk_bytes = WorkDir.planned_chunk(out, fp) or auto_chunk_bytes(total, executor_workers(executor))
-    start = getattr(executor, "start", None)
-    if start is not None and (total > chunk_bytes or (len(files) > 1 and total > GROUP_BYTES)):
-        start()  # several parts ahead: the workers start up while the parts are planned
-    parts = plan_parts(files, chunk_bytes)
+        planned = WorkDir.planned_chunk(out, run.fingerprint)
+        chunk_bytes = planned or auto_chunk_bytes(total, executor_workers(run.executor))
+    start = getattr(run.executor, "start", None)
+    if start is not None and (total > chunk_bytes or (len(run.files) > 1 and total > GROUP_BYTES)):
+        start(ready)  # several parts ahead: the workers start up while the parts are planned
+    parts = plan_parts(run.files, chunk_bytes)
     # a resumed run with other parts starts over
-    work = WorkDir(out, work_fingerprint(fp, parts), {"run": fp, "chunk_bytes": chunk_bytes})
-    job = Job(config.to_dict(), str(work.root), tuple(map(str, files)), tuple(keys), strict, parts)
+    work = WorkDir(
+        out, work_fingerprint(run.fingerprint, parts), {"run": run.fingerprint, "chunk_bytes": chunk_bytes}
+    )
+    job = Job(config, str(work.root), tuple(map(str, run.files)), run.keys, run.strict, parts)
     stages = stages_of(job)
     segments = segments_of(stages)
     names = ["read", "extract", *[s.name for s in stages], "tokenize", "pack"]
-    log(f"curate: {len(files)} input(s) in {len(parts)} part(s), stages: {' -> '.join(names)}")
+    log(f"curate: {len(run.files)} input(s) in {len(parts)} part(s), stages: {' -> '.join(names)}")
     each = range(len(parts))
     funnel = Funnel()
-    funnel.skipped = skipped
+    funnel.skipped = list(run.skipped)
     tty = sys.stderr.isatty()
     bar = JobProgress(
         sum(p.size for p in parts),
         tty,
         log,
-        enabled=progress is not False and (tty or progress is None or progress),
+        enabled=run.progress is not False and (tty or run.progress is None or run.progress),
     )
 
     def read(i: int, marker: dict[str, Any]) -> None:
@@ -189,28 +202,30 @@ def _curate(
     for k, seg in enumerate(segments):
         bar.phase(f"segment {k}" if k else "read")
         funnel.add(
-            executor.map(map_segment, [(job, k, i) for i in each], f"segment {k}", read if k == 0 else None)
+            run.executor.map(
+                map_segment, [(job, k, i) for i in each], f"segment {k}", read if k == 0 else None
+            )
         )
         if seg.ends_with is not None:
             bar.phase(seg.ends_with.name)
-            resolve_global(job, k, RunContext(input_words=funnel.input_words), executor)
+            resolve_global(job, k, RunContext(input_words=funnel.input_words), run.executor)
     kept = [work.docs(len(segments) - 1, i) for i in each]
 
     # tokenizer: the given one, or a byte-level BPE trained on the kept text
-    if tokenizer_file is not None:
-        shutil.copyfile(tokenizer_file, work.tokenizer)
+    if run.tokenizer_file is not None:
+        shutil.copyfile(run.tokenizer_file, work.tokenizer)
     elif not work.tokenizer.exists():
         bar.phase("tokenizer training")
         TrainTokenizer(config.tokenizer, log).run(kept, work.tokenizer_sample, work.tokenizer)
         fault_point("tokenizer")
     bar.phase("tokenize")
     args = [(job, len(segments) - 1, i, str(work.tokenizer)) for i in each]
-    funnel.add(executor.map(tokenize_input, args, "tokenize"))
+    funnel.add(run.executor.map(tokenize_input, args, "tokenize"))
     bar.phase("pack")
 
     # pack -> publish (shards by atomic rename, the manifest last)
     provenance = {
-        "inputs": [{"file": k, "bytes": f.stat().st_size} for f, k in zip(files, keys, strict=True)],
+        "inputs": [{"file": k, "bytes": f.stat().st_size} for f, k in zip(run.files, run.keys, strict=True)],
         "config_sha256": config.sha256(),
         "config": config.to_dict(),
         "llmpipe_version": __version__,
@@ -227,10 +242,10 @@ def _curate(
             f"see {out / 'report.html'} and {out / 'stats.json'} for why"
         )
     fault_point("outputs")
-    if not keep_work:
+    if not run.keep_work:
         work.remove()
     fault_point("work removed")
-    atomic_write_json(out / DONE, {"fingerprint": fp})
+    atomic_write_json(out / DONE, {"fingerprint": run.fingerprint})
     return stats
 
 
@@ -255,7 +270,7 @@ def auto_chunk_bytes(total: int, workers: int) -> int:
     return max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, -(-total // (PARTS_PER_WORKER * max(1, workers)))))
 
 
-def plan_parts(files: list[InputPath], chunk_bytes: int) -> tuple[Part, ...]:
+def plan_parts(files: Sequence[InputPath], chunk_bytes: int) -> tuple[Part, ...]:
     """Every input as one part, as equal chunks of at most about ``chunk_bytes`` when it is larger
     (400 MB at 128 MB: four of 100 MB, not three of 128 and one of 16), and runs of
     consecutive small inputs as one part of at most ``GROUP_FILES`` files and

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import IO
 
+from llmpipe.curate.workdir import temp_path
 from llmpipe.io.records import Bad
 
 
@@ -21,7 +22,7 @@ class QuarantineWriter:
     def __init__(self, path: Path, source: str) -> None:
         self.path = path
         self.source = source
-        self.tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self.tmp = temp_path(path)
         self.by_reason: Counter[str] = Counter()
         self._f: IO[str] | None = None
 
@@ -43,7 +44,7 @@ class QuarantineWriter:
 
 def concatenate(parts: list[Path], dest: Path) -> None:
     """``dest`` (atomically) holds the parts one after another."""
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    tmp = temp_path(dest)
     with open(tmp, "wb") as out:
         for p in parts:
             with open(p, "rb") as f:

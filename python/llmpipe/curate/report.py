@@ -68,6 +68,7 @@ def format_funnel(stats: dict[str, Any]) -> str:
     for r in rows:
         drops = ", ".join(f"{k} {v:,}" for k, v in sorted(r["dropped"].items(), key=lambda kv: -kv[1]))
         extra = ", ".join(f"{k} {v:,}" for k, v in sorted(r["counters"].items()))
+        extra = f"counts: {extra}" if extra else ""
         if r["modified"]:
             extra = f"modified {r['modified']:,}" + (f", {extra}" if extra else "")
         lines.append(
@@ -181,9 +182,14 @@ def render_html(stats: dict[str, Any]) -> str:
                 f"<tr><td>{esc(r['name'])}</td><td>{esc(reason)}</td><td>{n:,}</td>"
                 f"<td>{r['dropped_tokens'].get(reason, 0):,}</td></tr>"
             )
-        for key, n in sorted(r["counters"].items()):
-            out.append(f"<tr><td>{esc(r['name'])}</td><td><i>{esc(key)}</i></td><td>{n:,}</td><td></td></tr>")
     out.append("</table>")
+    counted = [(r["name"], key, n) for r in rows for key, n in sorted(r["counters"].items())]
+    if counted:  # what a stage counts besides its drops (kept documents per language ...): not drops
+        out.append("<h2>Other counts</h2>")
+        out.append("<table><tr><th>stage</th><th>count</th><th>docs</th></tr>")
+        for name, key, n in counted:
+            out.append(f"<tr><td>{esc(name)}</td><td>{esc(key)}</td><td>{n:,}</td></tr>")
+        out.append("</table>")
     out.append("<h2>Dropped examples</h2>")
     for s in stats["stages"]:
         for reason, exs in sorted(s.get("examples", {}).items()):

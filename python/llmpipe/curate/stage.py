@@ -8,6 +8,8 @@ A batch is a ``pyarrow.RecordBatch`` of documents with at least these columns:
     position  int64    record index within that file (order key: (source, position))
 
 Stages may add columns (``lang``, ``lang_score``, ``quality_score`` ...); later stages keep them.
+The base classes add ``words`` (int64, the words of ``text``): a stage hands its batch on with the
+words of what it kept, so the next one does not count them again (``word_counts`` reads them).
 
 Three kinds of stage, each a small class with one job:
 
@@ -27,7 +29,7 @@ words (``tokens_unit = "words"`` in stats.json); the tokenize stage reports real
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,40 +44,48 @@ MAX_EXAMPLES_PER_REASON = 3
 EXAMPLE_CHARS = 300
 
 
-def word_counts(batch: pa.RecordBatch) -> np.ndarray:
-    """Words per document, ``len(text.split())`` (the funnel's token unit before BPE); one Rust call,
-    or none when a stage already counted this text column (``remember_words``)."""
-    if batch.num_rows == 0:
+#: the column of each document's words (``len(text.split())``) that a stage hands on with its batch,
+#: so the next stage reads them instead of counting again. Only the base classes write it (``counted``
+#: and a mapper's recount of what it rewrote); the work files are written without it.
+WORDS = "words"
+
+
+def count_words(text: pa.Array) -> np.ndarray:
+    """Words of each text, ``len(text.split())`` (the funnel's token unit before BPE): one Rust call."""
+    if len(text) == 0:
         return np.zeros(0, dtype=np.int64)
-    text = batch.column("text")
-    key = _text_key(text)
-    for _held, k, words in _COUNTED:
-        if k == key:
-            return words
     from llmpipe import _core
     from llmpipe.buffers import string_buffers
 
     offsets, data = string_buffers(text)
-    words = np.frombuffer(_core.word_counts(offsets, data), dtype=np.uint32).astype(np.int64)
-    remember_words(batch, words)
-    return words
+    return np.frombuffer(_core.word_counts(offsets, data), dtype=np.uint32).astype(np.int64)
 
 
-#: the last text columns counted, with their counts: each stage counts the words of the batch the
-#: previous one handed on, and a filter knows them already (the kept rows of what it counted). The
-#: columns are held, so their buffers' addresses (the key) cannot be reused while they are here.
-_COUNTED: deque[tuple[pa.Array, tuple[int, ...], np.ndarray]] = deque(maxlen=2)
+def word_counts(batch: pa.RecordBatch) -> np.ndarray:
+    """Words per document: the batch's ``words`` column when a stage handed it on, else counted."""
+    if WORDS in batch.schema.names:
+        return batch.column(WORDS).to_numpy()
+    return count_words(batch.column("text"))
 
 
-def _text_key(text: pa.Array) -> tuple[int, ...]:
-    return (text.offset, len(text), *(b.address if b is not None else 0 for b in text.buffers()))
+def with_words(batch: pa.RecordBatch, words: np.ndarray) -> pa.RecordBatch:
+    """``batch`` with ``words`` (the words of its text column, one per row) as its ``words`` column."""
+    col = pa.array(words, pa.int64())
+    i = batch.schema.get_field_index(WORDS)
+    return batch.set_column(i, WORDS, col) if i >= 0 else batch.append_column(WORDS, col)
 
 
-def remember_words(batch: pa.RecordBatch, words: np.ndarray) -> None:
-    """``words`` are the word counts of ``batch``'s text column (``word_counts`` returns them)."""
-    if batch.num_rows and len(words) == batch.num_rows:
-        text = batch.column("text")
-        _COUNTED.append((text, _text_key(text), words))
+def counted(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
+    """``batch`` with its ``words`` column (counted now unless a stage handed it on), and the counts."""
+    if WORDS in batch.schema.names:
+        return batch, batch.column(WORDS).to_numpy()
+    words = count_words(batch.column("text"))
+    return with_words(batch, words), words
+
+
+def without_words(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` as it is written to the work files: without the ``words`` column."""
+    return batch.drop_columns([WORDS]) if WORDS in batch.schema.names else batch
 
 
 @dataclass
@@ -188,8 +198,6 @@ def apply_reasons(
     kept = batch.filter(pa.array(keep))
     counts.docs_out += kept.num_rows
     counts.tokens_out += int(out_words[keep].sum())
-    if words_out is None and "text" in kept.schema.names:  # the next stage counts these words again
-        remember_words(kept, words_in[keep])
     return kept
 
 
@@ -229,8 +237,7 @@ class Filter(DocStage):
         return batch
 
     def run(self, batch: pa.RecordBatch, counts: StageCounts) -> pa.RecordBatch:
-        batch = self.annotate(batch)
-        words = word_counts(batch)
+        batch, words = counted(self.annotate(batch))  # the kept rows hand their words on
         return apply_reasons(batch, self.reasons(batch), counts, words, self.example_columns)
 
 
@@ -239,7 +246,7 @@ class Mapped:
     """What a mapper returns for one batch."""
 
     batch: pa.RecordBatch  # the rewritten documents: same rows, same order
-    changed: int  # how many documents it changed
+    changed: int  # how many documents it changed (0: every text is the one it was given)
     reasons: Sequence[str | None] | None = None  # documents it drops, with their reason
     counters: Counter[str] = field(default_factory=Counter)  # tallies that are not drops
 
@@ -272,7 +279,9 @@ class Mapper(DocStage):
         m = self.map(batch)
         if m.batch.num_rows != batch.num_rows:
             raise ValueError(f"mapper {self.name} changed the number of rows")
-        after = word_counts(m.batch)
+        # a mapper that changed no text hands on the words it was given; a rewrite is counted again
+        after = word_counts(batch) if m.changed == 0 else count_words(m.batch.column("text"))
+        out = with_words(m.batch, after)
         given = m.reasons if m.reasons is not None else [None] * batch.num_rows
         # empty = nothing but whitespace = no word (str.split and Arrow's trim share Python's isspace)
         empty = (after == 0) if judged is None else (after == 0) & judged
@@ -282,9 +291,7 @@ class Mapper(DocStage):
         ]
         mine = np.fromiter((r is not None for r in given), dtype=bool, count=len(given))
         words_in = np.where(mine, before, after)  # a drop for emptiness takes the (zero) words after
-        kept = apply_reasons(m.batch, reasons, counts, words_in, words_out=after)
-        if kept.num_rows < m.batch.num_rows:
-            remember_words(kept, after[np.fromiter((r is None for r in reasons), bool, len(reasons))])
+        kept = apply_reasons(out, reasons, counts, words_in, words_out=after)
         counts.tokens_in += int(before.sum() - words_in.sum())  # tokens in: the words before, all rows
         counts.modified += m.changed
         counts.counters.update(m.counters)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,15 @@ import pyarrow.parquet as pq
 from llmpipe.curate.executors import Executor
 from llmpipe.curate.quarantine import QuarantineWriter
 from llmpipe.curate.settings import CurateConfig
-from llmpipe.curate.stage import DocStage, GlobalStage, RunContext, StageCounts, apply_reasons, word_counts
+from llmpipe.curate.stage import (
+    DocStage,
+    GlobalStage,
+    RunContext,
+    StageCounts,
+    apply_reasons,
+    counted,
+    without_words,
+)
 from llmpipe.curate.stages.extract import Extract
 from llmpipe.curate.stages.read import Read
 from llmpipe.curate.stages.tokenize import Tokenize
@@ -60,16 +68,21 @@ class Part:
         return [(f, None, 0) for f in range(self.file, self.file + self.count)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Job:
     """Everything a per-input step needs; small and picklable. Steps take a part's index ``i``."""
 
-    config: dict[str, Any]
+    config: CurateConfig  # parsed once by the driver, handed to every step as it is
     work_root: str
     files: tuple[str, ...]
     keys: tuple[str, ...]
     strict: bool
     parts: tuple[Part, ...]
+    #: the config's sha256, computed once by the driver: a process builds the stages once per key
+    config_key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config_key", self.config.sha256())
 
 
 @dataclass
@@ -81,23 +94,18 @@ class Segment:
     after: GlobalStage | None  # the global stage whose drops this segment applies first
 
 
-@lru_cache(maxsize=8)
-def _config_for(config_json: str) -> CurateConfig:
-    return CurateConfig.from_mapping(json.loads(config_json))
-
-
-@lru_cache(maxsize=8)
-def _stages_for(config_json: str) -> list[Any]:
-    return _config_for(config_json).build_stages()
-
-
-def config_of(job: Job) -> CurateConfig:
-    """The job's config, parsed once per process (not once per part)."""
-    return _config_for(json.dumps(job.config, sort_keys=True))
+#: the stages each config built in this process, by ``Job.config_key`` (the last few configs)
+_BUILT: dict[str, list[Any]] = {}
 
 
 def stages_of(job: Job) -> list[Any]:
-    return _stages_for(json.dumps(job.config, sort_keys=True))
+    """The job's stages, built once per process (not once per part)."""
+    stages = _BUILT.get(job.config_key)
+    if stages is None:
+        if len(_BUILT) >= 8:
+            del _BUILT[next(iter(_BUILT))]
+        stages = _BUILT[job.config_key] = job.config.build_stages()
+    return stages
 
 
 def segments_of(stages: Sequence[Any]) -> list[Segment]:
@@ -122,7 +130,8 @@ class ListedDrops:
 
     def run(self, batch: pa.RecordBatch, counts: StageCounts) -> pa.RecordBatch:
         reasons = [self.drops.get(x) for x in batch.column("id").to_pylist()]
-        return apply_reasons(batch, reasons, counts, word_counts(batch))
+        batch, words = counted(batch)
+        return apply_reasons(batch, reasons, counts, words)
 
 
 @lru_cache(maxsize=2)
@@ -144,7 +153,7 @@ def _source_batches(
     if k == 0:
         read, extract = StageCounts(Read.name), StageCounts(Extract.name)
         counts += [read, extract]
-        cfg = config_of(job).read
+        cfg = job.config.read
         for f, span, _ in job.parts[i].pieces():
             path, key = job.files[f], job.keys[f]
             bad.source = key
@@ -215,6 +224,11 @@ def read_documents(
             yield kept
 
 
+def ready() -> None:
+    """Nothing: a pool worker that runs it has imported this module, and with it pyarrow, the stages
+    and the Rust core (``PoolExecutor.start``)."""
+
+
 def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     """Run segment ``k`` on input ``i``; returns (and stores) the marker: counts and quarantined records."""
     work = WorkDir.open(Path(job.work_root))
@@ -228,7 +242,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     stage_counts = [StageCounts(s.name) for s in seg.doc_stages]
     docs_out = AtomicParquetWriter(work.docs(k, i))
     keys_out = AtomicParquetWriter(work.keys(k, i)) if seg.ends_with is not None else None
-    rows = config_of(job).read.batch_size
+    rows = job.config.read.batch_size
     for batch in coalesce(_source_batches(job, work, k, i, seg, counts, bad), rows, COALESCE_BYTES):
         for st, c in zip(seg.doc_stages, stage_counts, strict=True):
             batch = st.run(batch, c)
@@ -236,7 +250,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
                 break
         if batch.num_rows == 0:
             continue
-        docs_out.write(batch)
+        docs_out.write(without_words(batch))
         if keys_out is not None and seg.ends_with is not None:
             keys_out.write(seg.ends_with.prepare(batch))
     fault_point(f"segment {k}#{i} written")  # outputs complete, not yet renamed into place

@@ -12,7 +12,8 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -175,32 +176,78 @@ class WorkDir:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def temp_path(path: Path) -> Path:
+    """The temporary name an output is written under before its rename onto ``path``: hidden, beside
+    it (same file system, so the rename is atomic), and per process (two tries never share one)."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path to write ``path``'s content to: renamed onto ``path`` when the block ends,
+    removed when it raises (parent directories are made)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_table_atomic(path: Path, table: pa.Table) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    """``table`` as one zstd Parquet file at ``path``, which appears whole or not at all."""
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
 
 
 class AtomicParquetWriter:
-    """Appends batches to a temporary file; ``commit`` renames it into place."""
+    """Appends batches to a temporary Parquet file; ``commit`` renames it onto ``path``, ``abort``
+    removes it. As a context manager it aborts when the block raises (``commit`` stays explicit).
+
+    ``schema``: the file's schema (default: the first batch's; other batches are cast to it)."""
 
     def __init__(self, path: Path, schema: pa.Schema | None = None) -> None:
         self.path = path
-        self.tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self.tmp = temp_path(path)
         self.schema = schema
         self.writer: pq.ParquetWriter | None = None
 
+    def __enter__(self) -> AtomicParquetWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None:
+            self.abort()
+
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         if self.writer is None:
-            self.schema = batch.schema
-            self.writer = pq.ParquetWriter(self.tmp, batch.schema, compression="zstd")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.schema is None:
+                self.schema = batch.schema
+            self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd")
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
         self.writer.write_table(batch.cast(self.schema) if batch.schema != self.schema else batch)
 
-    def commit(self, empty_schema: pa.Schema) -> None:
+    def commit(self, empty_schema: pa.Schema | None = None) -> None:
+        """Rename the file into place; with no batch written, an empty file of ``empty_schema``
+        (default: the writer's schema)."""
         if self.writer is None:
-            pq.write_table(empty_schema.empty_table(), self.tmp)
+            schema = empty_schema if empty_schema is not None else self.schema
+            if schema is None:
+                raise ValueError(f"{self.path}: nothing written and no schema for an empty file")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(schema.empty_table(), self.tmp)
         else:
             self.writer.close()
+            self.writer = None
         os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        """Drop what was written: no temporary file is left behind."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        self.tmp.unlink(missing_ok=True)

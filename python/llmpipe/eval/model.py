@@ -1,6 +1,6 @@
 """A causal LM as the evaluator sees it: a forward function, a tokenizer, the prefix token and a length.
 
-``load_lm(path)`` opens a run directory of train/pretrain.py (its latest checkpoint, the shards'
+``load_lm(path)`` opens a run directory of the trainer (its latest checkpoint, the shards'
 tokenizer) or any local HuggingFace causal LM directory; ``wrap_lm(model, tokenizer)`` adapts a model
 already in memory (a transformers ``PreTrainedModel`` or the trainer's ``Transformer``).
 """

@@ -2,6 +2,6 @@
 
 import sys
 
-from llmpipe.train.pretrain import main
+from llmpipe.extras import run_main
 
-sys.exit(main())
+sys.exit(run_main("llmpipe.train.pretrain"))

@@ -1,6 +1,6 @@
 """Byte-level shards of any UTF-8 text, without training a tokenizer: ids 0-255 are the bytes, 256 is EOS.
 
-    python train/byte_shards.py TEXT_FILE OUT_DIR [--seq-len 64]
+    python -m llmpipe.train.byte_shards TEXT_FILE OUT_DIR [--seq-len 64]
 
 Used by the trainer's tests and benchmark (real text, no dependency on the BPE stage) and handy for a
 first run. Blank-line-separated paragraphs become documents. Written by the real ShardWriter with a

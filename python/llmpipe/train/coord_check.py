@@ -1,6 +1,6 @@
 """muP's coordinate check: how much a few Adam steps move the activations, as the width grows.
 
-    python train/coord_check.py SHARDS [--widths 64 128 256 512] [--steps 4] [--lr 1e-2]
+    python -m llmpipe.train.coord_check SHARDS [--widths 64 128 256 512] [--steps 4] [--lr 1e-2]
 
 For each width the same small model (depth and head count fixed, ``dim`` = width) is built with and
 without muP (``model.mup_base_dim`` = the smallest width), trained for a few steps on the same batch

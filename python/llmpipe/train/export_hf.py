@@ -1,6 +1,6 @@
 """Export a run's checkpoint as a HuggingFace Llama model that the ecosystem loads.
 
-    python train/export_hf.py RUN_DIR --out HF_DIR [--step N] [--max-shard-size 5GB]
+    python -m llmpipe.train.export_hf RUN_DIR --out HF_DIR [--step N] [--max-shard-size 5GB]
     llmpipe export RUN_DIR --out HF_DIR            (the same, as a command)
 
 Writes config.json, generation_config.json, the weights (model.safetensors, or model-0000i-of-0000n
@@ -40,7 +40,7 @@ def load_run(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Transfo
     """The run's config and its model (fp32, CPU, eval mode) from a checkpoint (default: the latest)."""
     cfg_file = run_dir / "config.yaml"
     if not cfg_file.is_file():
-        raise LlmpipeError(f"{run_dir}: no config.yaml; is this a run directory of train/pretrain.py?")
+        raise LlmpipeError(f"{run_dir}: no config.yaml; is this a run directory of the trainer?")
     cfg = from_saved(load_yaml(cfg_file))
     found = list_checkpoints(run_dir / "checkpoints")
     if step is not None:
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from llmpipe.commands.export import add_arguments
+    from llmpipe.train.export_args import add_arguments
 
     p = argparse.ArgumentParser(description="Export a training run as a HuggingFace Llama checkpoint.")
     add_arguments(p)

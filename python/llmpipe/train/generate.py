@@ -1,6 +1,6 @@
 """Sample text from a trained run.
 
-python train/generate.py RUN_DIR --prompt "ROMEO:" [--max-new-tokens 200] [--temperature 0.8] [--top-k 50]
+python -m llmpipe.train.generate RUN_DIR --prompt "ROMEO:" [--max-new-tokens 200] [--temperature 0.8] [--top-k 50]
 """
 
 from __future__ import annotations

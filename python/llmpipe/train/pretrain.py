@@ -105,6 +105,36 @@ def build_text_eval(cfg: RunConfig, eos_id: int, seq_len: int) -> TextEval | Non
     )
 
 
+def device_name(d: Dist) -> str:
+    if d.device.type == "cuda":
+        return f"{d.world_size} x {torch.cuda.get_device_name(d.device)} (nccl)"
+    return f"CPU, {d.world_size} process(es) (gloo), {torch.get_num_threads()} thread(s) each"
+
+
+def startup_summary(
+    cfg: RunConfig, d: Dist, out: Path, n_params: int, n_dense: int, samples: int, seq_len: int
+) -> list[str]:
+    """A few lines that say what runs where; the whole resolved config is in ``out/config.yaml``."""
+    m = cfg.model
+    lines = [
+        f"run {out} (the full config: {out / 'config.yaml'})",
+        f"device: {device_name(d)}; mesh {d.layout}; {cfg.parallel.mixed_precision}",
+        f"model: {n_params:,} parameters ({n_dense:,} without the embedding): {m.n_layers} layers, "
+        f"dim {m.dim}, {m.n_heads} heads, vocab {m.vocab_size:,}, sequence {seq_len}",
+        f"data: {samples:,} training samples; {cfg.train.steps:,} steps of {cfg.data.batch_size} x "
+        f"{d.dp_size} sample(s) x {cfg.train.grad_accum} accumulation",
+    ]
+    if d.device.type == "cuda":  # the plan's memory by component; its compute budget is not this run's
+        lines += render_memory(memory_plan(cfg, d, seq_len))
+    else:
+        plan = memory_plan(cfg, d, seq_len)
+        lines.append(
+            f"memory: about {plan.total_gb:.2f} GB per process (llmpipe plan's estimate) of "
+            f"{device_memory_gb(d.device):.0f} GB on this machine"
+        )
+    return lines
+
+
 def lock_run_dir(out: Path, d: Dist) -> DirLock | None:
     """Rank 0 creates ``out`` and takes its lock; every rank stops with the same one line if it cannot."""
     lock: DirLock | None = None
@@ -177,13 +207,10 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     if d.is_main:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(dump(cfg))
-        print(dump(cfg), end="")
         print(
-            f"parameters: {n_params:,} ({n_dense:,} without the embedding) | ranks: {d.world_size} on "
-            f"{d.device.type} | mesh: {d.layout} | train samples: {len(train_ds):,}"
+            "\n".join(startup_summary(cfg, d, out, n_params, n_dense, len(train_ds), train_ds.seq_len)),
+            flush=True,
         )
-        # the memory part only: the plan's compute budget assumes compute-optimal tokens, not this run's
-        print("\n".join(render_memory(memory_plan(cfg, d, train_ds.seq_len))), flush=True)
     if cfg.parallel.cpu_offload:
         on_cpu = sum(_local(p).device.type == "cpu" for p in model.parameters())
         if d.is_main:

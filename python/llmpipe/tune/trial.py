@@ -1,4 +1,4 @@
-"""One sweep trial: a real trainer run (train/pretrain.py, one process or a torchrun gang) whose
+"""One sweep trial: a real trainer run (``-m llmpipe.train``, one process or a torchrun gang) whose
 validation losses are read from its metrics.jsonl as they are written and reported to Ray Tune.
 
 The run directory is ``OUT/trials/TRIAL_ID``: its config.yaml, metrics.jsonl, train.log and DCP

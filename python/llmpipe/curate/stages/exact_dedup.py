@@ -1,14 +1,13 @@
 """Exact deduplication: 128-bit hash of the normalised text, global over every input of the run.
 
 ``resolve`` is a hash-partitioned group-by: a shuffle of the (id, hash) rows by hash (one map task
-per key file), then one group-by per partition (every copy of a text lands in the same one), both
+per key file, ``llmpipe.curate.shuffle``), then one group-by per partition (every copy of a text lands in the same one), both
 through the executor; the driver only concatenates the drops and sorts them by id.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -20,7 +19,9 @@ import pyarrow.parquet as pq
 
 from llmpipe import _core
 from llmpipe.curate.executors import Executor, map_with
+from llmpipe.curate.shuffle import partition_files, shuffle
 from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, RunContext
+from llmpipe.curate.workdir import write_table_atomic
 
 KEY_SCHEMA = pa.schema([("id", pa.string()), ("hash", pa.binary(16))])
 
@@ -66,25 +67,16 @@ class ExactDedup(GlobalStage):
 ROWS_PER_PARTITION = 4_000_000
 
 
-def _atomic_parquet(path: Path, table: pa.Table) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
-
-
 def shuffle_keys(key_file: Path, file_no: int, parts: int, out: Path) -> None:
     """Map step: route the (id, hash) rows of one key file to partition ``hash % parts``."""
-    done = out / f"{file_no:06d}.done"
-    if done.exists():
-        return
+    shuffle(out, file_no, parts, _by_hash(key_file, parts))
+
+
+def _by_hash(key_file: Path, parts: int) -> Iterator[tuple[pa.Table, np.ndarray]]:
     t = pq.read_table(key_file, columns=["id", "hash"])
     h = t.column("hash").combine_chunks()
     raw = np.frombuffer(h.buffers()[1], np.uint8)[h.offset * 16 : (h.offset + len(h)) * 16]
-    part = raw.reshape(-1, 16)[:, :8].copy().view("<u8").ravel() % np.uint64(parts)
-    for p in range(parts):
-        _atomic_parquet(out / f"part-{p:05d}" / f"{file_no:06d}.parquet", t.filter(pa.array(part == p)))
-    done.touch()
+    yield t, raw.reshape(-1, 16)[:, :8].copy().view("<u8").ravel() % np.uint64(parts)
 
 
 def partition_drops(files: Sequence[Path], out: Path) -> Path:
@@ -97,7 +89,7 @@ def partition_drops(files: Sequence[Path], out: Path) -> Path:
     keep = keep.filter(pc.greater(keep["id_count"], 1)).select(["hash", "id_min"])
     joined = keys.join(keep, "hash", join_type="inner")
     drops = joined.filter(pc.not_equal(joined["id"], joined["id_min"]))
-    _atomic_parquet(out, pa.table({"id": drops["id"], "dup_of": drops["id_min"]}))
+    write_table_atomic(out, pa.table({"id": drops["id"], "dup_of": drops["id_min"]}))
     return out
 
 
@@ -110,14 +102,14 @@ def resolve_partitioned(
     if parts == 1:
         inputs = [list(key_files)]
     else:
-        shuffle = workdir / "shuffle"
+        shuffled = workdir / "shuffle"
         map_with(
             executor,
             shuffle_keys,
-            [(f, i, parts, shuffle) for i, f in enumerate(key_files)],
+            [(f, i, parts, shuffled) for i, f in enumerate(key_files)],
             "exact_dedup shuffle",
         )
-        inputs = [sorted((shuffle / f"part-{p:05d}").glob("*.parquet")) for p in range(parts)]
+        inputs = [partition_files(shuffled, p) for p in range(parts)]
     outs = map_with(
         executor,
         partition_drops,

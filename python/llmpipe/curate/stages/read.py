@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 import pyarrow as pa
 
-from llmpipe.curate.stage import StageCounts, word_counts
+from llmpipe.curate.stage import StageCounts, counted, word_counts
 from llmpipe.io.chunks import Span
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.fs import InputPath
@@ -43,6 +43,8 @@ class Read:
                 counts.docs_in += item.records  # an unreadable Parquet row group stands for its rows
                 counts.dropped[f"quarantined_{item.reason}"] += item.records
             else:
+                if (item.column("raw_words").to_numpy() < 0).any():
+                    item, _ = counted(item)  # documents that are text already: their words go on
                 words = int(raw_words(item).sum())
                 counts.docs_in += item.num_rows
                 counts.docs_out += item.num_rows

@@ -2,6 +2,7 @@
 
     prepare (map, per input batch)   -> key table: id, idh, n_shingles, bands[B], shingles
     shuffle (map, per key file)      -> shuffle/part-P/F.parquet: (bucket, idh, doc) rows by bucket hash
+                                        (``llmpipe.curate.shuffle``)
     groups  (per partition)          -> groups/P.parquet: documents sharing a bucket, ordered by idh
     edges   (per partition)          -> edges/P.parquet: candidate pairs, verified by exact Jaccard
     cluster (one reduce)             -> union-find over u32 document indices, 4 bytes per document
@@ -18,7 +19,6 @@ of these module-level functions: Ray tasks on a cluster); only cluster and drops
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -29,7 +29,9 @@ import pyarrow.parquet as pq
 
 from llmpipe import _core
 from llmpipe.curate.executors import Executor, executor_workers, map_with
+from llmpipe.curate.shuffle import partition_files, shuffle
 from llmpipe.curate.stage import DROPS_SCHEMA
+from llmpipe.curate.workdir import write_table_atomic
 from llmpipe.dedup import Shingling, string_buffers
 
 ROW_BYTES = 20  # one shuffled band row: bucket u64 + idh u64 + doc u32
@@ -60,13 +62,6 @@ def key_table(batch: pa.RecordBatch, sh: Shingling, bands: int, rows: int, keep_
     return pa.table(cols)
 
 
-def _atomic_write(path: Path, table: pa.Table) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
-
-
 def num_partitions(n_docs: int, bands: int, partition_bytes: int) -> int:
     """Partitions of the band rows so that one partition holds about ``partition_bytes``."""
     return max(1, math.ceil(n_docs * bands * ROW_BYTES / max(1, partition_bytes)))
@@ -74,19 +69,11 @@ def num_partitions(n_docs: int, bands: int, partition_bytes: int) -> int:
 
 def shuffle_file(key_file: Path, file_no: int, base: int, parts: int, out: Path) -> None:
     """Map step: route every (document, band) row of one key file to the partition of its bucket."""
-    done = out / f"{file_no:06d}.done"
-    if done.exists():
-        return
-    writers: dict[int, tuple[Path, pq.ParquetWriter]] = {}
+    shuffle(out, file_no, parts, _band_rows(key_file, base, parts))
 
-    def write(p: int, batch: pa.RecordBatch) -> None:
-        if p not in writers:
-            path = out / f"part-{p:05d}" / f"{file_no:06d}.parquet"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            writers[p] = (path, pq.ParquetWriter(tmp, SHUFFLE_SCHEMA, compression="zstd"))
-        writers[p][1].write_batch(batch)
 
+def _band_rows(key_file: Path, base: int, parts: int) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """(bucket, idh, doc) of every band of every non-empty document, and the partition of each row."""
     row = base
     for batch in pq.ParquetFile(key_file).iter_batches(
         batch_size=65536, columns=["idh", "n_shingles", "bands"]
@@ -101,33 +88,20 @@ def shuffle_file(key_file: Path, file_no: int, base: int, parts: int, out: Path)
         bucket = bkeys[live].ravel()
         idh = np.repeat(batch.column("idh").to_numpy()[live], width)
         doc = np.repeat(docs[live], width)
-        if parts == 1:
-            write(0, pa.record_batch([bucket, idh, doc], schema=SHUFFLE_SCHEMA))
-            continue
-        part = bucket % np.uint64(parts)
-        order = np.argsort(part, kind="stable")
-        bounds = np.searchsorted(part[order], np.arange(parts + 1, dtype=np.uint64))
-        for p in range(parts):
-            sel = order[bounds[p] : bounds[p + 1]]
-            if sel.size:
-                write(p, pa.record_batch([bucket[sel], idh[sel], doc[sel]], schema=SHUFFLE_SCHEMA))
-    for path, w in writers.values():
-        w.close()
-        os.replace(path.with_name(f".{path.name}.tmp-{os.getpid()}"), path)
-    done.touch()
+        yield pa.record_batch([bucket, idh, doc], schema=SHUFFLE_SCHEMA), bucket % np.uint64(parts)
 
 
-def partition_groups(part_dir: Path, out: Path) -> Path:
-    """Per partition: documents sharing a bucket, as a large_list<uint32> column ``members``."""
+def partition_groups(files: Sequence[Path], out: Path) -> Path:
+    """Per partition (its shuffled files): documents sharing a bucket, as a large_list<uint32> column
+    ``members``."""
     if out.exists():
         return out
-    files = sorted(part_dir.glob("*.parquet")) if part_dir.is_dir() else []
     t = pa.concat_tables([pq.read_table(f) for f in files]) if files else SHUFFLE_SCHEMA.empty_table()
     col = lambda name: t.column(name).combine_chunks().to_numpy()  # noqa: E731
     raw_off, raw_members = _core.lsh_groups(col("bucket"), col("idh"), col("doc"))
     offsets = pa.array(np.frombuffer(raw_off, np.uint64).astype(np.int64))
     members = pa.array(np.frombuffer(raw_members, np.uint32))
-    _atomic_write(out, pa.table({"members": pa.LargeListArray.from_arrays(offsets, members)}))
+    write_table_atomic(out, pa.table({"members": pa.LargeListArray.from_arrays(offsets, members)}))
     return out
 
 
@@ -161,7 +135,7 @@ def partition_edges(groups_file: Path, store: _core.ShingleStore | None, thresho
         return out
     offs, members = _groups(groups_file)
     a, b = _core.group_edges(offs, members, store, threshold)
-    _atomic_write(
+    write_table_atomic(
         out,
         pa.table({"a": np.frombuffer(a, np.uint32), "b": np.frombuffer(b, np.uint32)}, schema=EDGE_SCHEMA),
     )
@@ -226,17 +200,17 @@ def resolve(
         raise ValueError(f"{n} documents exceed one near-dedup resolve (u32 indices); split the run")
     width = pq.read_schema(key_files[0]).field("bands").type.list_size
     parts = num_partitions(n, width, partition_bytes)
-    shuffle = workdir / "shuffle"
+    shuffled = workdir / "shuffle"
     map_with(
         executor,
         shuffle_file,
-        [(f, i, int(bases[i]), parts, shuffle) for i, f in enumerate(key_files)],
+        [(f, i, int(bases[i]), parts, shuffled) for i, f in enumerate(key_files)],
         "near_dedup shuffle",
     )
     groups: list[Path] = map_with(
         executor,
         partition_groups,
-        [(shuffle / f"part-{p:05d}", workdir / "groups" / f"{p:05d}.parquet") for p in range(parts)],
+        [(partition_files(shuffled, p), workdir / "groups" / f"{p:05d}.parquet") for p in range(parts)],
         "near_dedup groups",
     )
     tasks = min(parts, executor_workers(executor))

@@ -1,0 +1,83 @@
+"""The work directory's one way of writing a Parquet output: a hidden temporary file beside it, renamed
+into place whole, and gone when the write fails (no half-written output, no temporary file left)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from llmpipe.curate.workdir import AtomicParquetWriter, atomic_path, temp_path, write_table_atomic
+
+TABLE = pa.table({"id": ["a", "b", "c"], "n": [1, 2, 3]})
+
+
+def _listing(d: Path) -> list[str]:
+    return sorted(p.name for p in d.rglob("*"))
+
+
+def test_write_table_atomic_writes_whole_file(tmp_path: Path) -> None:
+    out = tmp_path / "sub" / "t.parquet"  # parent directories are made
+    write_table_atomic(out, TABLE)
+    assert pq.read_table(out).equals(TABLE)
+    assert _listing(tmp_path) == ["sub", "t.parquet"]
+
+
+def test_write_table_atomic_leaves_nothing_on_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "t.parquet"
+    write_table_atomic(out, TABLE)
+    before = out.read_bytes()
+
+    def half_written(table: pa.Table, where: Path, **_: object) -> None:
+        Path(where).write_bytes(b"PAR1 half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pq, "write_table", half_written)
+    with pytest.raises(OSError, match="disk full"):
+        write_table_atomic(out, TABLE.slice(1))
+    assert out.read_bytes() == before  # the old output stays whole
+    assert _listing(tmp_path) == ["t.parquet"]  # and no temporary file is left
+
+
+def test_atomic_path_renames_only_on_success(tmp_path: Path) -> None:
+    out = tmp_path / "x.bin"
+    with pytest.raises(RuntimeError), atomic_path(out) as tmp:
+        assert tmp == temp_path(out) and tmp.name.startswith(".x.bin.tmp-")
+        tmp.write_bytes(b"partial")
+        raise RuntimeError("killed")
+    assert _listing(tmp_path) == []
+    with atomic_path(out) as tmp:
+        tmp.write_bytes(b"whole")
+    assert out.read_bytes() == b"whole" and _listing(tmp_path) == ["x.bin"]
+
+
+def test_writer_commit_and_abort(tmp_path: Path) -> None:
+    out = tmp_path / "w.parquet"
+    with pytest.raises(ValueError, match="stage failed"), AtomicParquetWriter(out) as w:
+        w.write(TABLE.to_batches()[0])
+        assert w.tmp.exists() and not out.exists()
+        raise ValueError("stage failed")
+    assert _listing(tmp_path) == []  # aborted: the temporary file is gone
+
+    w = AtomicParquetWriter(out)
+    for b in TABLE.to_batches(max_chunksize=1):
+        w.write(b)
+    w.commit()
+    assert pq.read_table(out).equals(TABLE) and _listing(tmp_path) == ["w.parquet"]
+
+
+def test_writer_casts_to_its_schema_and_commits_empty(tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.large_string()), ("n", pa.int64())])
+    out = tmp_path / "cast.parquet"
+    w = AtomicParquetWriter(out, schema)
+    w.write(TABLE)
+    w.commit()
+    assert pq.read_schema(out) == schema
+
+    empty = tmp_path / "empty.parquet"
+    AtomicParquetWriter(empty, schema).commit()  # nothing written: an empty file of the schema
+    assert pq.read_table(empty).num_rows == 0 and pq.read_schema(empty) == schema
+    with pytest.raises(ValueError, match="no schema"):
+        AtomicParquetWriter(tmp_path / "none.parquet").commit()
+    assert _listing(tmp_path) == ["cast.parquet", "empty.parquet"]
