@@ -58,14 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _model_overrides(hf_config: dict[str, Any]) -> list[str]:
-    c = hf_config
-    return [
-        f"--model.dim={c['hidden_size']}", f"--model.n_layers={c['num_hidden_layers']}",
-        f"--model.n_heads={c['num_attention_heads']}", f"--model.n_kv_heads={c['num_key_value_heads']}",
-        f"--model.ffn_hidden={c['intermediate_size']}", f"--model.vocab_size={c['vocab_size']}",
-        f"--model.max_seq_len={c['max_position_embeddings']}",
-        f"--model.tie_embeddings={str(c['tie_word_embeddings']).lower()}",
-    ]  # fmt: skip
+    from llmpipe.train.hf import overrides
+
+    return overrides(hf_config)
 
 
 EVALS = 10  # validations during a fine-tune (and a checkpoint at each, to keep the best)
