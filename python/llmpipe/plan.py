@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from llmpipe.errors import ConfigError
+from llmpipe.train import pp_math  # the trainer's pipeline arithmetic (no torch)
 
 if TYPE_CHECKING:  # the trainer's typed config (train/config.py); llmpipe does not import it at run time
     from llmpipe.train.config import RunConfig
@@ -195,20 +196,16 @@ def _dp(p: PlanInput) -> int:
 
 
 def _stages_per_rank(p: PlanInput) -> int:
-    return p.stages_per_rank or (2 if p.pp_schedule == "interleaved_1f1b" else 1)
+    return pp_math.stages_per_rank(p.pp_schedule, p.stages_per_rank)
 
 
 def _microbatches(p: PlanInput) -> int:
-    return p.microbatches or p.pp * _stages_per_rank(p)
+    return pp_math.n_microbatches(p.pp, _stages_per_rank(p), p.microbatches)
 
 
 def bubble_fraction(p: PlanInput) -> float:
-    """Idle share of a pipeline step: (pp - 1) / (m + pp - 1) for GPipe and 1F1B, with m micro-batches;
-    interleaving v stages per rank makes each bubble v times shorter: (pp - 1) / (v m + pp - 1)."""
-    if p.pp == 1:
-        return 0.0
-    v = _stages_per_rank(p) if p.pp_schedule == "interleaved_1f1b" else 1
-    return (p.pp - 1) / (v * _microbatches(p) + p.pp - 1)
+    """Idle share of a pipeline step (the trainer's pipeline arithmetic, llmpipe.train.pp_math)."""
+    return pp_math.bubble_fraction(p.pp, p.pp_schedule, _microbatches(p), _stages_per_rank(p))
 
 
 def _rank_params(p: PlanInput) -> float:
@@ -219,7 +216,8 @@ def _rank_params(p: PlanInput) -> float:
         return m.params / (p.tp * p.pp)
     emb = m.vocab_size * m.dim
     block = (m.params - emb * (1 if m.tie_embeddings else 2) - m.dim) / m.n_layers
-    layers = math.ceil(m.n_layers / (p.pp * _stages_per_rank(p))) * _stages_per_rank(p)
+    v = _stages_per_rank(p)
+    layers = pp_math.layers_per_stage(m.n_layers, p.pp * v) * v
     return (layers * block + emb + m.dim) / p.tp
 
 
@@ -268,7 +266,7 @@ def activation_bytes(p: PlanInput, micro_batch: int) -> float:
     layers, in_flight, b = m.n_layers, 1, float(micro_batch)
     if p.pp > 1:
         v, mb = _stages_per_rank(p), _microbatches(p)
-        per_stage = math.ceil(m.n_layers / (p.pp * v))
+        per_stage = pp_math.layers_per_stage(m.n_layers, p.pp * v)
         b = micro_batch / mb
         if p.pp_schedule == "gpipe":
             layers, in_flight = per_stage * v, mb

@@ -115,7 +115,7 @@ def test_bad_requests_are_one_line_errors(
 
 
 def test_magnitude_pruning_fine_tuning_and_masks_through_resume(
-    base_run: Path, byte_shards: Path, tmp_path: Path
+    base_run: Path, byte_shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from llmpipe.compress.model_io import load_model
     from llmpipe.compress.prune import sparsity_of
@@ -127,6 +127,15 @@ def test_magnitude_pruning_fine_tuning_and_masks_through_resume(
     rep = _report(pruned)
     assert abs(rep["sparsity"] - 0.5) <= 0.005
     assert rep["after"]["bpb"] < rep["bpb_pruned_before_finetune"], rep  # fine-tuning recovers
+    stages = rep["bpb_stages"]  # every stage's figure, in the JSON and the text
+    assert stages == {"original": rep["before"]["bpb"], "pruned": rep["bpb_pruned_before_finetune"],
+                      "finetuned": rep["after"]["bpb"]}  # fmt: skip
+    assert rep["finetune_made_worse"] is False and rep["finetune_kept_step"] > 0
+    assert set(rep["finetune_val_loss"]) == {str(k) for k in range(0, 21, 2)}
+    text = (pruned / "compression_report.txt").read_text()
+    assert f"pruned (before fine-tuning) {stages['pruned']:.4f}" in text and "WARNING" not in text
+    err = capsys.readouterr().err.splitlines()  # the trainer's step lines streamed (stderr is no terminal)
+    assert [x for x in err if x.startswith("finetune: step     20 | loss")], err
     masks = load_file(str(pruned / "masks.safetensors"))
     tuned = load_model(pruned).model
     assert abs(sparsity_of(tuned) - 0.5) <= 0.005
@@ -215,3 +224,62 @@ def test_plan_matches_the_measured_quantized_size(
     planned = json.loads(capsys.readouterr().out)["memory_gb"]["weights"] * 1e9
     measured = rep["size_bytes"]["weights"]
     assert planned == pytest.approx(measured, rel=0.1), (planned, measured)
+
+
+def test_report_shows_every_stage_and_says_when_fine_tuning_made_it_worse(tmp_path: Path) -> None:
+    from llmpipe.compress.report import build_report, summary
+
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 100)
+    speed = {"latency_ms": 2.0, "tokens_per_s": 100.0, "seq_len": 64}
+
+    def report(tuned: float, kept: int) -> dict:
+        return build_report(
+            method="prune-magnitude-unstructured", source=tmp_path / "run", out=tmp_path,
+            weights_file=tmp_path / "model.safetensors", baseline_weights_bytes=100,
+            before={"bpb": 3.18, **speed}, after={"bpb": tuned, **speed},
+            extra={"bpb_pruned_before_finetune": 3.20, "finetune_steps": 200, "finetune_kept_step": kept},
+        )  # fmt: skip
+
+    worse = report(3.67, 200)
+    assert worse["bpb_stages"] == {"original": 3.18, "pruned": 3.20, "finetuned": 3.67}
+    assert worse["finetune_made_worse"] is True
+    text = summary(worse)
+    assert "original 3.1800" in text and "pruned (before fine-tuning) 3.2000 (+0.63% vs original)" in text
+    assert "fine-tuned 200 steps 3.6700 (+15.41% vs original, +14.69% vs pruned)" in text
+    assert "WARNING: fine-tuning made the model worse (3.2000 -> 3.6700 bits/byte)" in text
+    better = summary(report(3.19, 120))
+    assert (
+        "fine-tuned 200 steps (kept step 120: the best validation) 3.1900" in better
+        and "WARNING" not in better
+    )
+    kept = summary(report(3.20, 0))
+    assert "NOTE: fine-tuning never validated better than the pruned model" in kept
+    plain = summary(build_report(
+        method="int8", source=tmp_path, out=tmp_path, weights_file=tmp_path / "model.safetensors",
+        baseline_weights_bytes=100, before={"bpb": 3.0, **speed}, after={"bpb": 3.03, **speed},
+    ))  # fmt: skip
+    assert "bits/byte 3.0000 -> 3.0300 (+1.00%)" in plain and "pruned" not in plain
+
+
+def test_quantize_and_prune_show_progress_and_no_third_party_warnings(base_run: Path, tmp_path: Path) -> None:
+    """As a user runs them (own process, stderr a pipe as in a log): GPTQ's progress lines, then the
+    report on stdout; no deprecation lines of torch, torchao or transformers on stderr."""
+    import os
+    import subprocess
+    import sys
+
+    exe = str(Path(sys.executable).with_name("llmpipe"))
+    env = {**os.environ, "LLMPIPE_PROGRESS_EVERY": "0"}
+    for argv, progress in (
+        (["quantize", str(base_run), "--method", "gptq-int4", "--calib-seqs", "8"], "gptq: "),
+        (["quantize", str(base_run), "--method", "int8"], None),
+        (["prune", str(base_run), "--sparsity", "0.5"], None),
+    ):
+        out = tmp_path / argv[0] / argv[3]
+        proc = subprocess.run([exe, *argv, "--eval-rows", "8", "--out", str(out)], capture_output=True,
+                              text=True, timeout=600, env=env)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert "bits/byte" in proc.stdout
+        err = proc.stderr.splitlines()
+        assert all(progress and x.startswith(progress) for x in err), proc.stderr
+        assert bool(err) == bool(progress), proc.stderr

@@ -55,7 +55,11 @@ def test_bpb_of_hf_model_and_run_equal_transformers_loss(
         assert overall["tokens"] == tokens and overall["bytes"] == n_bytes and overall["docs"] == 3
         assert overall["bpb"] == pytest.approx(want, abs=1e-4)
         assert overall["ppl"] == pytest.approx(math.exp(overall["loss"]))
-        assert 1.0 < overall["bpb"] < 4.0  # trained: far below ln(257)/ln(2) = 8 bits per byte
+        # trained, not the initialisation: an untrained model spreads its guess over the 257 ids, log2(257)
+        # = 8.006 bits per byte. Not a quality bound: 300 tiny steps reach ~3.7-3.9 bits on the val split,
+        # and these three short lines, each scored from the EOS alone, land anywhere in ~3.8-4.3 with the
+        # seed or the CPU's kernels (bf16 matmuls round differently on AVX2 and AVX-512: another run)
+        assert 1.0 < overall["bpb"] < math.log2(257) - 2
     assert got["hf"]["overall"]["bpb"] == pytest.approx(got["run"]["overall"]["bpb"], abs=1e-4)
 
 
@@ -157,3 +161,46 @@ def test_lm_eval_harness_runs_a_local_task_on_the_export(
     assert results["bits_per_byte,none"] == pytest.approx(ours["bpb"], abs=1e-4)
     assert results["byte_perplexity,none"] == pytest.approx(2 ** ours["bpb"], rel=1e-4)
     assert results["word_perplexity,none"] > 1
+
+
+def test_progress_is_a_line_every_few_seconds_in_a_log() -> None:
+    """Not a terminal: no bar, one line per interval with the count, share, rate and ETA."""
+    import io
+
+    from llmpipe.progress import Progress
+
+    out = io.StringIO()  # isatty() is False
+    with Progress(40, "eval", "windows", every=0.0, stream=out) as bar:
+        assert bar.bar is None
+        for _ in range(4):
+            bar.update(10)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4 and lines[0].startswith("eval: 10 of 40 windows (25%), ") and "ETA" in lines[0]
+    assert lines[-1].startswith("eval: 40 of 40 windows (100%)") and "ETA" not in lines[-1]
+    quiet = io.StringIO()
+    with Progress(40, "eval", "windows", every=60.0, stream=quiet) as bar:
+        bar.update(40)
+    assert quiet.getvalue() == ""  # a step shorter than the interval says nothing
+
+
+def test_eval_shows_progress_and_no_third_party_warnings(
+    hf_export: Path, trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`llmpipe eval` as a user runs it (its own process, stderr a pipe as in a log): progress lines on
+    stderr, the table on stdout, and nothing else: no deprecation lines from torch/torchao/transformers."""
+    import os
+    import subprocess
+    import sys
+
+    data = tmp_path / "lines.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in LINES * 20))
+    for model in (hf_export, trained_run):
+        proc = subprocess.run(
+            [str(Path(sys.executable).with_name("llmpipe")), "eval", str(model), "--text", str(data),
+             "--batch-size", "1", "--device", "cpu"],
+            capture_output=True, text=True, timeout=300, env={**os.environ, "LLMPIPE_PROGRESS_EVERY": "0"},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert "overall" in proc.stdout
+        err = proc.stderr.splitlines()
+        assert err and all(x.startswith("eval: ") and " of 60 windows" in x for x in err), proc.stderr

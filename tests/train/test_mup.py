@@ -12,7 +12,7 @@ import torch
 from llmpipe.data import ShardDataset
 from llmpipe.train.config import OptimConfig, RunConfig
 from llmpipe.train.coord_check import coord_check, sample_tokens
-from llmpipe.train.export_hf import hf_config, hf_state_dict
+from llmpipe.train.hf import hf_config, hf_state_dict
 from llmpipe.train.model import ModelConfig, Transformer
 from llmpipe.train.optim import param_groups
 
@@ -81,7 +81,9 @@ def test_hf_export_folds_the_mup_multipliers(tokens: tuple[torch.Tensor, int], b
     cfg.model = ModelConfig(dim=128, n_layers=2, n_heads=4, vocab_size=vocab, max_seq_len=32, mup_base_dim=64)
     cfg.data.path = byte_shards
     ours = _model(cfg.model, seed=3).eval()
-    hf_cfg = {k: v for k, v in hf_config(cfg, ShardDataset(byte_shards, "train").vocab_size - 1).items()}
+    hf_cfg = {
+        k: v for k, v in hf_config(cfg.model, ShardDataset(byte_shards, "train").vocab_size - 1).items()
+    }
     hf = LlamaForCausalLM(LlamaConfig(**hf_cfg)).eval()
     hf.load_state_dict(hf_state_dict(ours), strict=False)
     with torch.no_grad():

@@ -13,7 +13,8 @@ from conftest import ROOT, read_metrics, torchrun
 from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.errors import LlmpipeError
 from llmpipe.train.byte_shards import byte_tokenizer_json
-from llmpipe.train.init_from import check_tokenizer, load_hf_weights, prepare
+from llmpipe.train.hf import load_weights
+from llmpipe.train.init_from import check_tokenizer, prepare
 from llmpipe.train.model import ModelConfig, Transformer
 
 
@@ -50,7 +51,7 @@ def test_loaded_model_gives_transformers_logits(hf_dir: Path, byte_shards: Path)
     cfg.max_seq_len = 64
     ours = Transformer(cfg)
     ours.init_weights(seed=1)
-    load_hf_weights(ours, cfg, hf_dir)
+    load_weights(ours, hf_dir)
     ours.eval()
     ids = next(iter(TokenLoader(ShardDataset(byte_shards, "val"), 4, seed=0, dtype=torch.int64))).input
     with torch.no_grad():

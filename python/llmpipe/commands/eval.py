@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         stride=args.stride,
         max_len=args.max_len,
+        progress=True,
     )
     results = ev.groups(groups) if groups else {}
     if args.shards is not None:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
             "Zero the lowest-scoring weights of the block Linears (unstructured or 2:4) or remove whole MLP "
             "channels (neurons: a smaller dense model), write an HF Llama checkpoint (with masks.safetensors "
             "for masked pruning) and compression_report.json/.txt. --finetune STEPS continues training with "
-            "the trainer (init.from_hf) while the masks hold, then exports the result to DIR."
+            "the trainer (init.from_hf) while the masks hold, validating every tenth of the run, and exports the "
+            "checkpoint that validates best to DIR (the pruned model itself when none beats it)."
         ),
     )
     p.add_argument("model", type=Path, metavar="MODEL", help="run directory or HF checkpoint directory")
@@ -42,24 +47,54 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--train-config", type=Path, default=None, help="trainer YAML for fine-tuning")
     p.add_argument("--nproc", type=int, default=1, help="fine-tuning processes (torchrun)")
-    p.add_argument("--lr", type=float, default=1e-3, help="fine-tuning learning rate")
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=1e-4,
+        help="fine-tuning peak learning rate (default 1e-4: a repair, not a second pretraining)",
+    )
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=run)
 
 
 def _model_overrides(hf_config: dict[str, Any]) -> list[str]:
-    c = hf_config
+    from llmpipe.train.hf import overrides
+
+    return overrides(hf_config)
+
+
+EVALS = 10  # validations during a fine-tune (and a checkpoint at each, to keep the best)
+
+
+def finetune_overrides(steps: int, args: argparse.Namespace) -> list[str]:
+    """Validate and checkpoint every tenth of the run (all checkpoints kept: the best one is the result)."""
+    every = max(1, steps // EVALS)
     return [
-        f"--model.dim={c['hidden_size']}", f"--model.n_layers={c['num_hidden_layers']}",
-        f"--model.n_heads={c['num_attention_heads']}", f"--model.n_kv_heads={c['num_key_value_heads']}",
-        f"--model.ffn_hidden={c['intermediate_size']}", f"--model.vocab_size={c['vocab_size']}",
-        f"--model.max_seq_len={c['max_position_embeddings']}",
-        f"--model.tie_embeddings={str(c['tie_word_embeddings']).lower()}",
+        f"--train.steps={steps}", f"--optim.lr={args.lr}", f"--optim.warmup_steps={max(1, steps // 10)}",
+        "--checkpoint.resume=true", f"--train.val_every={every}", f"--checkpoint.every={every}",
+        f"--checkpoint.keep={steps // every + 1}", f"--train.log_every={max(1, steps // 20)}",
+        "--guard.enabled=false",
     ]  # fmt: skip
 
 
+def best_step(run_dir: Path) -> tuple[int, dict[int, float]]:
+    """The step whose validation loss is lowest (0: the pruned model itself), and every step's loss."""
+    val: dict[int, float] = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if "val_loss" in rec:
+            val[int(rec["step"])] = float(rec["val_loss"])
+    if not val:
+        return -1, val
+    return min(val, key=lambda k: (val[k], k)), val
+
+
+STEP_LINE = re.compile(r"^step\s+(\d+) \|")
+
+
 def finetune(out: Path, data: Path, steps: int, args: argparse.Namespace) -> Path:
-    """Train ``steps`` steps from the pruned checkpoint in OUT (masks held) into OUT-finetune."""
+    """Train ``steps`` steps from the pruned checkpoint in OUT (masks held) into OUT-finetune, showing the
+    trainer's steps as they come (a bar on a terminal, its step lines in a log)."""
     from llmpipe.errors import LlmpipeError
 
     run_dir = out.with_name(f"{out.name}-finetune")
@@ -67,15 +102,53 @@ def finetune(out: Path, data: Path, steps: int, args: argparse.Namespace) -> Pat
     cmd = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}", "--standalone", "-m", "llmpipe.train", "--data", str(data), "--out", str(run_dir),
         *(["--config", str(args.train_config)] if args.train_config else []),
-        f"--init.from_hf={out}", *_model_overrides(cfg), f"--train.steps={steps}", f"--optim.lr={args.lr}",
-        f"--optim.warmup_steps={max(1, steps // 10)}", "--checkpoint.resume=true",
-        f"--train.val_every={steps}", f"--train.log_every={max(1, steps // 5)}", "--guard.enabled=false",
+        f"--init.from_hf={out}", *_model_overrides(cfg), *finetune_overrides(steps, args),
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise LlmpipeError(f"fine-tuning failed ({proc.returncode}): {tail}")
+    err: deque[str] = deque(maxlen=200)
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace"
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        drain = threading.Thread(target=err.extend, args=(proc.stderr,), daemon=True)
+        drain.start()
+        show_steps(proc.stdout, steps)
+        code = proc.wait()
+        drain.join()
+    if code != 0:
+        raise LlmpipeError(f"fine-tuning failed ({code}): {error_line(list(err))}")
     return run_dir
+
+
+def show_steps(lines: Iterable[str], steps: int) -> None:
+    """The trainer's output: its step lines as progress (a bar, or the lines themselves in a log)."""
+    from llmpipe.progress import Progress
+
+    bar = Progress(steps, "finetune", "steps")
+    try:
+        for line in lines:
+            m = STEP_LINE.match(line)
+            if m is None:
+                continue
+            step = int(m.group(1))
+            if bar.bar is not None:
+                bar.update(step - bar.done, line.split("|", 2)[1].strip() if "loss" in line else "")
+            else:
+                bar.done = step
+                print(f"finetune: {line.strip()}", file=sys.stderr, flush=True)
+    finally:
+        bar.close()
+
+
+def error_line(stderr: list[str]) -> str:
+    """The line that says why: the trainer's ``error: ...``, else the last line of a Python error."""
+    lines = [x.strip() for x in stderr if x.strip()]
+    for x in reversed(lines):
+        if x.startswith("error:"):
+            return x.removeprefix("error:").strip()
+    for x in reversed(lines):
+        if re.match(r"^[A-Za-z_.]*(Error|Exception)\b", x):
+            return x
+    return lines[-1] if lines else "(no output)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,17 +206,22 @@ def run(args: argparse.Namespace) -> int:
             eval_rows=args.eval_rows,
         )["bpb"]
         run_dir = finetune(args.out, data, args.finetune, args)
-        tuned = load_model(run_dir)
-        loaded.shards = loaded.shards or data
-        model = tuned.model
-        save_hf(
-            model,
-            args.out,
-            loaded,
-            masks=masks,
-            extra={"pruned_from": str(args.model), "finetuned_in": str(run_dir), **extra},
-        )
+        step, val = best_step(run_dir)
         extra["finetune_steps"] = args.finetune
+        extra["finetune_val_loss"] = val
+        extra["finetune_kept_step"] = step
+        if step != 0:  # a fine-tuned checkpoint validates better than the pruned model: it is the result
+            from llmpipe.train.export_hf import load_run
+
+            loaded.shards = loaded.shards or data
+            model = load_run(run_dir, step=None if step < 0 else step)[1]
+            save_hf(
+                model,
+                args.out,
+                loaded,
+                masks=masks,
+                extra={"pruned_from": str(args.model), "finetuned_in": str(run_dir), **extra},
+            )
         extra["sparsity"] = sparsity_of(model)
     after = measure(
         model,

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         else None
     )
     t0 = time.perf_counter()
-    quantize_model(model, spec, calib)
+    quantize_model(model, spec, calib, progress=True)
     took = time.perf_counter() - t0
     from llmpipe.compress.model_io import hf_config_of
 

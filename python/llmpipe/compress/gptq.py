@@ -18,6 +18,7 @@ from torch import nn
 
 from llmpipe.compress.rtn import apply_rtn
 from llmpipe.compress.spec import QuantSpec
+from llmpipe.progress import Progress
 
 QMIN, QMAX = -8, 7
 
@@ -85,7 +86,10 @@ def _install(model: nn.Module, spec: QuantSpec, name: str, codes: torch.Tensor, 
 
 
 @torch.no_grad()
-def apply_gptq(model: nn.Module, spec: QuantSpec, calib: torch.Tensor, damp: float = 0.01) -> None:
+def apply_gptq(
+    model: nn.Module, spec: QuantSpec, calib: torch.Tensor, damp: float = 0.01, progress: bool = False
+) -> None:
+    """``progress``: a bar (terminal) or a line every few seconds (log) over the Linears quantized."""
     groups: list[list[str]] = []
     for i, _ in enumerate(model.layers):  # type: ignore[arg-type]
         groups.append(
@@ -95,10 +99,17 @@ def apply_gptq(model: nn.Module, spec: QuantSpec, calib: torch.Tensor, damp: flo
             ]
         )
     groups.append(["output"])
-    for names in groups:
-        hs = _hessians(model, names, calib)
-        for name in names:
-            w: Any = model.get_submodule(name).weight
-            codes, scales = gptq_weight(w, hs[name], spec.group_size, damp)
-            _install(model, spec, name, codes, scales)
+    bar = Progress(sum(map(len, groups)), "gptq", "layers") if progress else None
+    try:
+        for names in groups:
+            hs = _hessians(model, names, calib)
+            for name in names:
+                w: Any = model.get_submodule(name).weight
+                codes, scales = gptq_weight(w, hs[name], spec.group_size, damp)
+                _install(model, spec, name, codes, scales)
+                if bar is not None:
+                    bar.update(1, name)
+    finally:
+        if bar is not None:
+            bar.close()
     apply_rtn(model, spec, only=lambda fqn: fqn == "tok_embeddings")

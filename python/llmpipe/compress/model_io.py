@@ -16,11 +16,9 @@ from typing import Any
 import torch
 
 from llmpipe.errors import InputError
-from llmpipe.train import export_hf
-from llmpipe.train.config import RunConfig
-from llmpipe.train.model import ModelConfig, Transformer
-
-MASKS_FILE = "masks.safetensors"
+from llmpipe.train import export_hf, hf
+from llmpipe.train.hf import MASKS_FILE
+from llmpipe.train.model import Transformer
 
 
 @dataclass
@@ -33,47 +31,8 @@ class Loaded:
     masks: dict[str, torch.Tensor]  # pruning masks saved with an HF checkpoint by `llmpipe prune`
 
 
-def model_config_from_hf(c: dict[str, Any]) -> ModelConfig:
-    if c.get("model_type") != "llama":
-        raise InputError(
-            f"config.json: model_type {c.get('model_type')!r}; only llama checkpoints are supported"
-        )
-    return ModelConfig(
-        dim=c["hidden_size"], n_layers=c["num_hidden_layers"], n_heads=c["num_attention_heads"],
-        n_kv_heads=c.get("num_key_value_heads"), ffn_hidden=c["intermediate_size"],
-        vocab_size=c["vocab_size"], max_seq_len=c["max_position_embeddings"], norm_eps=c["rms_norm_eps"],
-        rope_theta=c.get("rope_theta", 10000.0), tie_embeddings=bool(c.get("tie_word_embeddings", False)),
-        init_std=c.get("initializer_range", 0.02),
-    )  # fmt: skip
-
-
-def hf_to_ours(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Inverse of ``train.export_hf.hf_state_dict``."""
-    layer = {v: k for k, v in export_hf._LAYER.items()}
-    out: dict[str, torch.Tensor] = {}
-    for key, t in hf.items():
-        if key == "model.embed_tokens.weight":
-            name = "tok_embeddings.weight"
-        elif key == "model.norm.weight":
-            name = "norm.weight"
-        elif key == "lm_head.weight":
-            name = "output.weight"
-        elif key.startswith("model.layers."):
-            _, _, i, rest = key.split(".", 3)
-            module, param = rest.rsplit(".", 1)
-            if module not in layer:
-                raise InputError(f"unexpected tensor {key} in the checkpoint")
-            name = f"layers.{i}.{layer[module]}.{param}"
-        else:
-            raise InputError(f"unexpected tensor {key} in the checkpoint")
-        out[name] = t
-    return out
-
-
 def load_model(path: Path) -> Loaded:
     """A run directory (latest checkpoint) or an HF Llama directory -> fp32 CPU model in eval mode."""
-    from safetensors.torch import load_file
-
     if (path / "config.yaml").is_file():
         from llmpipe.data.format import MANIFEST, TOKENIZER_FILE
 
@@ -87,23 +46,18 @@ def load_model(path: Path) -> Loaded:
         if hasattr(cfg, "qat") and cfg.qat.scheme != "none":
             qat = {"scheme": cfg.qat.scheme, "group_size": cfg.qat.group_size}
         return Loaded(model, tok if tok and tok.is_file() else None, eos, shards, qat, {})
-    cfg_file, weights = path / "config.json", path / "model.safetensors"
-    if not cfg_file.is_file() or not weights.is_file():
+    if not (path / "config.json").is_file() or not (
+        (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file()
+    ):
         raise InputError(
             f"{path}: neither a run directory (config.yaml) nor an HF checkpoint (config.json + model.safetensors)"
         )
-    hf_cfg = json.loads(cfg_file.read_text())
-    model = Transformer(model_config_from_hf(hf_cfg))
-    state = hf_to_ours(load_file(str(weights)))
-    if model.cfg.tie_embeddings:
-        state.pop("output.weight", None)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not (k == "output.weight" and model.cfg.tie_embeddings)]
-    if missing or unexpected:
-        raise InputError(f"{weights}: missing {missing[:3]} / unexpected {unexpected[:3]} tensors")
+    hf_cfg = hf.read_config(path)
+    model = Transformer(hf.model_config(hf_cfg))
+    hf.load_weights(model, path)
     model.eval()
     tok = path / "tokenizer.json"
-    masks = load_file(str(path / MASKS_FILE)) if (path / MASKS_FILE).is_file() else {}
+    masks = hf.load_masks(path)
     meta = path / "llmpipe_export.json"
     shards = None
     if meta.is_file():
@@ -113,8 +67,7 @@ def load_model(path: Path) -> Loaded:
 
 
 def hf_config_of(model: Transformer, loaded: Loaded) -> dict[str, Any]:
-    result: dict[str, Any] = export_hf.hf_config(RunConfig(model=model.cfg), loaded.eos_id)
-    return result
+    return hf.hf_config(model.cfg, loaded.eos_id)
 
 
 def save_hf(
@@ -131,7 +84,7 @@ def save_hf(
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_file(export_hf.hf_state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    save_file(hf.hf_state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
     (tmp / "config.json").write_text(json.dumps(hf_config_of(model, loaded), indent=2) + "\n")
     if loaded.tokenizer is not None:
         shutil.copyfile(loaded.tokenizer, tmp / "tokenizer.json")

@@ -9,8 +9,11 @@ from llmpipe.compress.spec import QuantSpec, check, targets
 from llmpipe.errors import InputError
 
 
-def quantize_model(model: nn.Module, spec: QuantSpec, calib: torch.Tensor | None = None) -> nn.Module:
-    """Quantize ``model`` in place (fp32, CPU, eval) and return it. GPTQ needs ``calib`` token rows."""
+def quantize_model(
+    model: nn.Module, spec: QuantSpec, calib: torch.Tensor | None = None, *, progress: bool = False
+) -> nn.Module:
+    """Quantize ``model`` in place (fp32, CPU, eval) and return it. GPTQ needs ``calib`` token rows;
+    ``progress`` shows its calibration layer by layer (a bar, or a line every few seconds in a log)."""
     check(spec, model)
     if spec.method in ("int8", "int8-dynamic", "int4"):
         from llmpipe.compress.rtn import apply_rtn
@@ -25,7 +28,7 @@ def quantize_model(model: nn.Module, spec: QuantSpec, calib: torch.Tensor | None
             raise InputError("gptq-int4 needs calibration data: pass --calib SHARDS")
         from llmpipe.compress.gptq import apply_gptq
 
-        apply_gptq(model, spec, calib)
+        apply_gptq(model, spec, calib, progress=progress)
     round_scales(model)
     return model.eval()
 

@@ -1,9 +1,10 @@
 """The compression report: size on disk, bits per byte before and after, CPU tokens/s and latency.
 
 Written next to every output as ``compression_report.json`` plus a short text summary
-(``compression_report.txt``). Speed is a forward pass over one sequence of the model's context on the
-one CPU thread (median of a few runs after a warm-up): latency is its wall time, tokens/s the
-sequence length over it.
+(``compression_report.txt``). After pruning with fine-tuning it shows every stage's bits per byte
+(original, pruned before fine-tuning, fine-tuned) and says plainly when fine-tuning made it worse.
+Speed is a forward pass over one sequence of the model's context on the one CPU thread (median of a
+few runs after a warm-up): latency is its wall time, tokens/s the sequence length over it.
 """
 
 from __future__ import annotations
@@ -92,7 +93,43 @@ def build_report(
     }
     if before.get("bpb") and after.get("bpb"):
         rep["bpb_change"] = after["bpb"] / before["bpb"] - 1
+    pruned = rep.get("bpb_pruned_before_finetune")
+    if before.get("bpb") is not None and pruned is not None and after.get("bpb") is not None:
+        # every stage of prune + fine-tune: original -> pruned -> fine-tuned
+        rep["bpb_stages"] = {"original": before["bpb"], "pruned": pruned, "finetuned": after["bpb"]}
+        rep["finetune_bpb_change"] = after["bpb"] / pruned - 1
+        rep["finetune_made_worse"] = after["bpb"] > pruned
     return rep
+
+
+def _bpb_lines(rep: dict[str, Any]) -> list[str]:
+    b, a = rep["before"], rep["after"]
+    if a.get("bpb") is None or b.get("bpb") is None:
+        return []
+    stages = rep.get("bpb_stages")
+    if stages is None:
+        return [f"  bits/byte {b['bpb']:.4f} -> {a['bpb']:.4f} ({rep['bpb_change']:+.2%})"]
+    orig, pruned, tuned = stages["original"], stages["pruned"], stages["finetuned"]
+    steps, kept = rep.get("finetune_steps", "?"), rep.get("finetune_kept_step")
+    at = f" (kept step {kept}: the best validation)" if kept not in (None, -1, steps) else ""
+    lines = [
+        f"  bits/byte: original {orig:.4f}",
+        f"             pruned (before fine-tuning) {pruned:.4f} ({pruned / orig - 1:+.2%} vs original)",
+        f"             fine-tuned {steps} steps{at} {tuned:.4f} "
+        f"({rep['bpb_change']:+.2%} vs original, {rep['finetune_bpb_change']:+.2%} vs pruned)",
+    ]
+    if kept == 0:
+        lines.append(
+            f"  NOTE: fine-tuning never validated better than the pruned model in {steps} steps: the pruned "
+            "model is kept (the data is too small or the learning rate too high to repair it)"
+        )
+    elif rep["finetune_made_worse"]:
+        lines.append(
+            f"  WARNING: fine-tuning made the model worse ({pruned:.4f} -> {tuned:.4f} bits/byte): "
+            "too many steps or too high a learning rate for this data (fewer --finetune steps, a lower "
+            "--lr, or more --data)"
+        )
+    return lines
 
 
 def summary(rep: dict[str, Any]) -> str:
@@ -102,8 +139,7 @@ def summary(rep: dict[str, Any]) -> str:
         f"  weights on disk {s['weights'] / 1e6:.3f} MB vs fp32 {s['fp32_weights'] / 1e6:.3f} MB "
         f"({rep['size_ratio']:.3f}x)",
     ]
-    if a.get("bpb") is not None and b.get("bpb") is not None:
-        lines.append(f"  bits/byte {b['bpb']:.4f} -> {a['bpb']:.4f} ({rep['bpb_change']:+.2%})")
+    lines.extend(_bpb_lines(rep))
     lines.append(
         f"  CPU forward of {a['seq_len']} tokens: {b['tokens_per_s']:.0f} -> {a['tokens_per_s']:.0f} tokens/s, "
         f"latency {b['latency_ms']:.2f} -> {a['latency_ms']:.2f} ms"

@@ -10,16 +10,18 @@ import torch
 from torch import nn
 
 from llmpipe.compress.spec import QuantSpec
+from llmpipe.quiet import quiet_imports
 
 
 def _configs(spec: QuantSpec) -> tuple[object, object]:
     """(config for the Linears, config for the Embedding)."""
-    from torchao.quantization import (
-        Int8DynamicActivationInt8WeightConfig,
-        Int8WeightOnlyConfig,
-        IntxWeightOnlyConfig,
-    )
-    from torchao.quantization.granularity import PerGroup
+    with quiet_imports():
+        from torchao.quantization import (
+            Int8DynamicActivationInt8WeightConfig,
+            Int8WeightOnlyConfig,
+            IntxWeightOnlyConfig,
+        )
+        from torchao.quantization.granularity import PerGroup
 
     if spec.method == "int8":
         return Int8WeightOnlyConfig(), Int8WeightOnlyConfig()
@@ -31,7 +33,8 @@ def _configs(spec: QuantSpec) -> tuple[object, object]:
 
 def apply_rtn(model: nn.Module, spec: QuantSpec, only: Callable[[str], bool] = lambda _: True) -> None:
     """Quantize (in place) every Linear and Embedding whose name passes ``only``."""
-    from torchao.quantization import quantize_
+    with quiet_imports():
+        from torchao.quantization import quantize_
 
     linear_cfg, emb_cfg = _configs(spec)
     quantize_(model, linear_cfg, filter_fn=lambda m, fqn: isinstance(m, nn.Linear) and only(fqn))  # type: ignore[arg-type]

@@ -91,8 +91,8 @@ def save_quantized(
 def load_quantized(path: Path) -> tuple[nn.Module, QuantSpec]:
     from safetensors.torch import load_file
 
-    from llmpipe.compress.model_io import model_config_from_hf
     from llmpipe.compress.quantize import quantize_model
+    from llmpipe.train.hf import model_config
 
     meta_file = path / META
     if not meta_file.is_file():
@@ -103,7 +103,7 @@ def load_quantized(path: Path) -> tuple[nn.Module, QuantSpec]:
     from llmpipe.train.model import Transformer
 
     spec = QuantSpec(doc["method"], doc["group_size"])
-    model = Transformer(model_config_from_hf(json.loads((path / "config.json").read_text()))).eval()
+    model = Transformer(model_config(json.loads((path / "config.json").read_text()))).eval()
     if spec.method == "gptq-int4":  # same tensors as int4; GPTQ only chose other codes and scales
         quantize_model(model, QuantSpec("int4", spec.group_size))
     else:

@@ -4,15 +4,14 @@
   (``QATConfig(IntxWeightOnlyConfig(...), step="prepare")``) on the meta model, before FSDP2 shards it;
   parameter names do not change, so checkpoints and resume work as usual. The quantizers are off until
   ``qat.from_step``. ``llmpipe quantize RUN`` converts: the same scheme, quantized for real.
-- ``init.from_hf``: an HF checkpoint (``llmpipe prune --out``) whose weights start the run; if it holds
-  ``masks.safetensors``, the masks are re-applied after every optimizer step (pruned weights stay exactly
-  zero whatever AdamW's momentum and weight decay do), saved in each checkpoint's train state and
-  restored on resume.
+- pruning masks: when the run starts from an HF checkpoint that holds ``masks.safetensors``
+  (``model.init_from`` / ``init.from_hf``, train/init_from.py loads them into ``set_masks``), the masks
+  are re-applied after every optimizer step (pruned weights stay exactly zero whatever AdamW's momentum
+  and weight decay do), saved in each checkpoint's train state and restored on resume.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,11 +19,13 @@ from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from llmpipe.errors import ConfigError
+from llmpipe.quiet import quiet_imports
 
 
 def qat_base_config(scheme: str, group_size: int) -> Any:
-    from torchao.quantization import IntxWeightOnlyConfig
-    from torchao.quantization.granularity import PerAxis, PerGroup
+    with quiet_imports():
+        from torchao.quantization import IntxWeightOnlyConfig
+        from torchao.quantization.granularity import PerAxis, PerGroup
 
     if scheme == "int4":
         return IntxWeightOnlyConfig(
@@ -45,11 +46,8 @@ def _fake_quantizers(model: nn.Module) -> list[Any]:
 
 
 class TrainCompression:
-    def __init__(
-        self, qat_scheme: str, qat_group_size: int, qat_from_step: int, init_from: Path | None
-    ) -> None:
+    def __init__(self, qat_scheme: str, qat_group_size: int, qat_from_step: int) -> None:
         self.scheme, self.group_size, self.from_step = qat_scheme, qat_group_size, qat_from_step
-        self.init_from = init_from
         self.masks: dict[str, torch.Tensor] = {}  # full masks by parameter name (True = kept)
         self._local: dict[str, torch.Tensor] = {}  # the same, laid out like each (sharded) parameter
         if self.scheme != "none":
@@ -59,15 +57,16 @@ class TrainCompression:
 
     @property
     def active(self) -> bool:
-        return self.scheme != "none" or self.init_from is not None
+        return self.scheme != "none"
 
     # -- model building ---------------------------------------------------------------------------
     def prepare(self, model: nn.Module) -> None:
         """Before sharding: swap in fake-quantized Linear/Embedding modules (QAT)."""
         if self.scheme == "none":
             return
-        from torchao.quantization import quantize_
-        from torchao.quantization.qat import QATConfig
+        with quiet_imports():
+            from torchao.quantization import quantize_
+            from torchao.quantization.qat import QATConfig
 
         for name, m in model.named_modules():
             for width in (
@@ -83,34 +82,6 @@ class TrainCompression:
                     )
         quantize_(model, QATConfig(qat_base_config(self.scheme, self.group_size), step="prepare"),
                   filter_fn=lambda m, _fqn: isinstance(m, nn.Linear | nn.Embedding))  # fmt: skip
-
-    @torch.no_grad()
-    def load_init(self, model: nn.Module) -> None:
-        """After init_weights: load ``init.from_hf`` weights (every rank reads the full file) and masks."""
-        if self.init_from is None:
-            return
-        from safetensors.torch import load_file
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-        from llmpipe.compress.model_io import MASKS_FILE, hf_to_ours
-
-        weights = self.init_from / "model.safetensors"
-        if not weights.is_file():
-            raise ConfigError(f"init.from_hf: {weights} does not exist")
-        state = hf_to_ours(load_file(str(weights)))
-        if getattr(model, "cfg", None) is not None and model.cfg.tie_embeddings:  # type: ignore[union-attr]
-            state.pop("output.weight", None)
-        try:
-            set_model_state_dict(
-                model, dict(state), options=StateDictOptions(full_state_dict=True, strict=True)
-            )
-        except (RuntimeError, ValueError, KeyError) as e:
-            raise ConfigError(
-                f"init.from_hf: {weights} does not fit the model config ({str(e).splitlines()[0][:200]}); "
-                "set --model.* to the checkpoint's shape"
-            ) from e
-        if (self.init_from / MASKS_FILE).is_file():
-            self.set_masks(model, load_file(str(self.init_from / MASKS_FILE)))
 
     def set_masks(self, model: nn.Module, masks: dict[str, torch.Tensor]) -> None:
         params = dict(model.named_parameters())

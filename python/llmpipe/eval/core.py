@@ -13,20 +13,29 @@ import torch
 from llmpipe.errors import ConfigError, ShardError
 from llmpipe.eval.model import LM, load_lm, wrap_lm
 from llmpipe.eval.score import EvalResult, Window, score_windows, windows
+from llmpipe.progress import Progress
 
 
 class Evaluator:
     """Scores texts with one model: ``Evaluator(load_lm("runs/x")).texts(["..."])``.
 
     ``batch_size`` windows per forward pass; ``stride`` (default ``max_len``: lm-eval's rolling windows)
-    is how many new tokens each window after the first predicts."""
+    is how many new tokens each window after the first predicts. ``progress``: a bar on a terminal, else
+    a line every few seconds on stderr, as the windows are scored (``llmpipe eval`` turns it on)."""
 
     def __init__(
-        self, lm: LM, *, batch_size: int = 8, stride: int | None = None, max_len: int | None = None
+        self,
+        lm: LM,
+        *,
+        batch_size: int = 8,
+        stride: int | None = None,
+        max_len: int | None = None,
+        progress: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be positive, got {batch_size}")
         self.lm = lm
+        self.progress = progress
         self.batch_size = batch_size
         self.max_len = min(max_len or lm.max_len, lm.max_len)
         self.stride = stride
@@ -87,15 +96,21 @@ class Evaluator:
         return EvalResult(float(nll.sum()), tokens, n_bytes, len(ws))
 
     def _score(self, ws: list[Window], rank: int, world_size: int) -> np.ndarray:
-        return score_windows(
-            self.lm.forward,
-            ws,
-            batch_size=self.batch_size,
-            device=self.lm.device,
-            pad_id=self.lm.prefix_id,
-            rank=rank,
-            world_size=world_size,
-        )
+        bar = Progress(len(ws), "eval", "windows") if self.progress and rank == 0 else None
+        try:
+            return score_windows(
+                self.lm.forward,
+                ws,
+                batch_size=self.batch_size,
+                device=self.lm.device,
+                pad_id=self.lm.prefix_id,
+                rank=rank,
+                world_size=world_size,
+                on_batch=None if bar is None else lambda n: bar.update(n * world_size),
+            )
+        finally:
+            if bar is not None:
+                bar.close()
 
 
 def evaluate(

@@ -175,8 +175,11 @@ def load_lm(
     if (path / "config.json").is_file():
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from llmpipe.quiet import quiet_imports
+
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype))
+        with quiet_imports():  # transformers' quantizers import torchao, which logs deprecations
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype))
         return wrap_lm(model, tok, device=dev, name=str(path))
     raise InputError(
         f"{path}: neither a training run (config.yaml, checkpoints/) nor a HF model (config.json)"

@@ -121,11 +121,13 @@ def score_windows(
     pad_id: int = 0,
     rank: int = 0,
     world_size: int = 1,
+    on_batch: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """NLL (nats, float64) of each window's predicted tokens; batched, longest windows first.
 
     With ``world_size > 1`` each rank scores every ``world_size``-th window (the others stay 0: sum over
-    ranks) and every rank runs the same number of forward passes, as FSDP needs."""
+    ranks) and every rank runs the same number of forward passes, as FSDP needs. ``on_batch(n)`` is
+    called after each forward pass with the number of windows it scored (progress)."""
     nll = np.zeros(len(ws), dtype=np.float64)
     order = sorted(range(len(ws)), key=lambda i: -len(ws[i].ids))[rank::world_size]
     per_rank = math.ceil(len(ws) / world_size)
@@ -140,4 +142,6 @@ def score_windows(
             logits.float().flatten(0, 1), targets.to(device).flatten(), ignore_index=-100, reduction="none"
         ).view(len(idx), -1)
         nll[idx] = losses.double().sum(dim=1).cpu().numpy()
+        if on_batch is not None:
+            on_batch(len(idx))
     return nll

@@ -168,7 +168,7 @@ class QatConfig:
 
 @dataclass
 class InitConfig:
-    from_hf: Path | None = None  # HF checkpoint whose weights start the run; its pruning masks are held
+    from_hf: Path | None = None  # the older name of model.init_from (train/init_from.py): the same feature
 
 
 @dataclass

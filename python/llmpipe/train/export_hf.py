@@ -9,7 +9,7 @@ tokenizer_config.json (``PreTrainedTokenizerFast``, so ``AutoTokenizer`` adds no
 special_tokens_map.json (``<|endoftext|>``, the shards' EOS, as bos/eos/pad: documents are separated by
 it in training, so it is the context before a document's first token).
 
-The trainer's rotary layout is HF's (``rotate_half``), so export only renames tensors. The result loads
+The trainer's rotary layout is HF's (``rotate_half``), so export only renames tensors (train/hf.py). The result loads
 with ``transformers.AutoModelForCausalLM.from_pretrained(HF_DIR)`` and gives the trainer's logits.
 (Attention masking across packed documents is a training-time option; HF attends over the whole input.)
 """
@@ -31,19 +31,8 @@ from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_
 from llmpipe.errors import LlmpipeError
 from llmpipe.train.checkpoint import list_checkpoints, load_dcp, step_dir
 from llmpipe.train.config import RunConfig, from_saved
+from llmpipe.train.hf import hf_config, hf_state_dict
 from llmpipe.train.model import Transformer
-
-_LAYER = {
-    "attn.wq": "self_attn.q_proj",
-    "attn.wk": "self_attn.k_proj",
-    "attn.wv": "self_attn.v_proj",
-    "attn.wo": "self_attn.o_proj",
-    "ffn.w1": "mlp.gate_proj",
-    "ffn.w3": "mlp.up_proj",
-    "ffn.w2": "mlp.down_proj",
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-}
 
 
 def load_run(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Transformer, Path]:
@@ -71,65 +60,6 @@ def load_run(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Transfo
     model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()}, strict=False)
     model.eval()
     return cfg, model, path
-
-
-def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """HF names; a muP model's attention scale and output multiplier are folded into q_proj and lm_head
-    (HF Llama scales attention by 1/sqrt(head_dim) and has no output multiplier)."""
-    m = model.cfg
-    if m.mup_base_dim and m.tie_embeddings:
-        raise LlmpipeError("a muP model with tied embeddings cannot fold its output multiplier for HF")
-    out: dict[str, torch.Tensor] = {}
-    for name, t in model.state_dict().items():
-        if m.mup_base_dim and name.endswith("attn.wq.weight"):
-            t = t * ((m.attn_scale or 0.0) * m.head_dim**0.5)
-        elif m.mup_base_dim and name == "output.weight":
-            t = t / m.width_mult
-        if name == "tok_embeddings.weight":
-            key = "model.embed_tokens.weight"
-        elif name == "norm.weight":
-            key = "model.norm.weight"
-        elif name == "output.weight":
-            if model.cfg.tie_embeddings:
-                continue
-            key = "lm_head.weight"
-        else:
-            _, i, rest = name.split(".", 2)
-            module, param = rest.rsplit(".", 1)
-            key = f"model.layers.{i}.{_LAYER[module]}.{param}"
-        out[key] = t.detach().to(torch.float32).contiguous().clone()
-    return out
-
-
-def hf_config(cfg: RunConfig, eos_id: int | None) -> dict[str, object]:
-    """config.json of ``LlamaForCausalLM`` with the run's shapes; bos = eos = pad = the shards' EOS."""
-    m = cfg.model
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": m.vocab_size,
-        "hidden_size": m.dim,
-        "intermediate_size": m.hidden,
-        "num_hidden_layers": m.n_layers,
-        "num_attention_heads": m.n_heads,
-        "num_key_value_heads": m.kv_heads,
-        "head_dim": m.head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": m.max_seq_len,
-        "rms_norm_eps": m.norm_eps,
-        "rope_theta": m.rope_theta,
-        "rope_scaling": None,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "mlp_bias": False,
-        "tie_word_embeddings": m.tie_embeddings,
-        "initializer_range": m.init_std,
-        "bos_token_id": eos_id,
-        "eos_token_id": eos_id,
-        "pad_token_id": eos_id,
-        "torch_dtype": "float32",
-        "use_cache": True,
-    }
 
 
 def tokenizer_files(tokenizer_json: str, eos_id: int | None, max_len: int | None) -> dict[str, str]:
@@ -229,7 +159,7 @@ def export(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_weights(hf_state_dict(model), tmp, max_shard_size)
-    (tmp / "config.json").write_text(json.dumps(hf_config(cfg, eos_id), indent=2) + "\n")
+    (tmp / "config.json").write_text(json.dumps(hf_config(cfg.model, eos_id), indent=2) + "\n")
     (tmp / "generation_config.json").write_text(json.dumps(generation_config(eos_id), indent=2) + "\n")
     for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len).items():
         (tmp / name).write_text(text, encoding="utf-8")

@@ -2,69 +2,43 @@
 
 ``model.init_from: HF_DIR`` (config.json + model.safetensors, or sharded with
 model.safetensors.index.json) sets the model's shape from config.json, loads the weights by the inverse
-of train/export_hf.py's renaming (the rotary layout is HF's, so nothing is permuted), and refuses shards
-tokenised by another tokenizer: the vocabularies, merges and added tokens of the shards'
+of the export's renaming (train/hf.py; the rotary layout is HF's, so nothing is permuted), holds the
+pruning masks the checkpoint carries (``masks.safetensors``, written by ``llmpipe prune``: pruned weights
+stay zero after every optimizer step, and the masks travel in each checkpoint's train state), and
+refuses shards tokenised by another tokenizer: the vocabularies, merges and added tokens of the shards'
 ``tokenizer.json`` and the checkpoint's (``tokenizer.json``, or ``vocab.json`` + ``merges.txt``) must be
 equal after normalisation (not the file bytes: the same tokenizer saved by another version differs in
 layout). The optimizer starts fresh; a resumed run loads its own checkpoint instead.
+
+``init.from_hf: HF_DIR`` (what ``llmpipe prune --finetune`` passes) is the same feature under its older
+name: it means exactly ``model.init_from: HF_DIR``.
 """
 
 from __future__ import annotations
 
 import json
-from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from safetensors import safe_open
 from torch import nn
-from torch.distributed.tensor import DTensor, distribute_tensor
 
 from llmpipe.data.format import TOKENIZER_FILE
 from llmpipe.errors import ConfigError, LlmpipeError
-from llmpipe.train.export_hf import _LAYER
+from llmpipe.train import hf
 from llmpipe.train.model import ModelConfig
 
-_FROM_HF = {v: k for k, v in _LAYER.items()}
+if TYPE_CHECKING:
+    from llmpipe.compress.training import TrainCompression
+    from llmpipe.train.config import RunConfig
 
 
-def read_hf_config(hf_dir: Path) -> dict[str, Any]:
-    path = hf_dir / "config.json"
-    if not path.is_file():
-        raise LlmpipeError(f"model.init_from {hf_dir}: no config.json (a HuggingFace model directory?)")
-    cfg: dict[str, Any] = json.loads(path.read_text())
-    if cfg.get("model_type") != "llama":
-        raise LlmpipeError(
-            f"model.init_from {hf_dir}: model_type {cfg.get('model_type')!r}, only 'llama' loads"
-        )
-    unsupported = [
-        f"{k}={cfg.get(k)!r}"
-        for k, ok in (
-            ("hidden_act", cfg.get("hidden_act", "silu") == "silu"),
-            ("rope_scaling", cfg.get("rope_scaling") is None),
-            ("attention_bias", not cfg.get("attention_bias", False)),
-            ("mlp_bias", not cfg.get("mlp_bias", False)),
-            ("head_dim", cfg.get("head_dim") in (None, cfg["hidden_size"] // cfg["num_attention_heads"])),
-        )
-        if not ok
-    ]
-    if unsupported:
-        raise LlmpipeError(f"model.init_from {hf_dir}: unsupported {', '.join(unsupported)}")
-    return cfg
-
-
-def apply_hf_shape(model: ModelConfig, hf: dict[str, Any]) -> None:
-    """The model's shape from the checkpoint's config.json (the YAML's shape keys do not apply)."""
-    model.dim = hf["hidden_size"]
-    model.n_layers = hf["num_hidden_layers"]
-    model.n_heads = hf["num_attention_heads"]
-    model.n_kv_heads = hf.get("num_key_value_heads") or hf["num_attention_heads"]
-    model.ffn_hidden = hf["intermediate_size"]
-    model.vocab_size = hf["vocab_size"]
-    model.norm_eps = hf.get("rms_norm_eps", 1e-6)
-    model.rope_theta = hf.get("rope_theta", 10000.0)
-    model.tie_embeddings = bool(hf.get("tie_word_embeddings", False))
+def directory(cfg: RunConfig) -> Path | None:
+    """The checkpoint a run starts from: ``model.init_from``, or ``init.from_hf`` (the same feature)."""
+    a = Path(cfg.model.init_from) if cfg.model.init_from else None
+    b = cfg.init.from_hf
+    if a is not None and b is not None and a != b:
+        raise ConfigError(f"model.init_from {a} and init.from_hf {b}: name one checkpoint (they are one key)")
+    return a if a is not None else b
 
 
 def _merges(raw: list[Any]) -> list[tuple[str, str]]:
@@ -108,68 +82,26 @@ def check_tokenizer(shards: Path, hf_dir: Path) -> None:
         )
 
 
-def _hf_key(name: str, cfg: ModelConfig) -> str | None:
-    if name == "tok_embeddings.weight":
-        return "model.embed_tokens.weight"
-    if name == "norm.weight":
-        return "model.norm.weight"
-    if name == "output.weight":
-        return None if cfg.tie_embeddings else "lm_head.weight"
-    _, i, rest = name.split(".", 2)
-    module, param = rest.rsplit(".", 1)
-    return f"model.layers.{i}.{_LAYER[module]}.{param}"
-
-
-def _files(hf_dir: Path) -> dict[str, Path]:
-    """Tensor name -> the safetensors file holding it."""
-    index = hf_dir / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return {k: hf_dir / v for k, v in weight_map.items()}
-    single = hf_dir / "model.safetensors"
-    if not single.is_file():
-        raise LlmpipeError(f"model.init_from {hf_dir}: no model.safetensors (or its index)")
-    with safe_open(str(single), framework="pt") as f:
-        return {k: single for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
-
-
-@torch.no_grad()
-def load_hf_weights(model: nn.Module, cfg: ModelConfig, hf_dir: Path) -> None:
-    """Copy every parameter from the checkpoint (after ``to_empty``/``init_weights``); a sharded
-    parameter takes its slice of the full tensor, one tensor in memory at a time."""
-    where = _files(hf_dir)
-    wanted = {}
-    for name, p in model.named_parameters():
-        key = _hf_key(name, cfg)
-        if key is None:
-            continue
-        if key not in where:
-            raise LlmpipeError(f"model.init_from {hf_dir}: no tensor {key} for the model's {name}")
-        wanted[name] = (key, p)
-    with ExitStack() as stack:
-        handles: dict[Path, Any] = {}
-        for name, (key, p) in wanted.items():
-            path = where[key]
-            if path not in handles:
-                handles[path] = stack.enter_context(safe_open(str(path), framework="pt"))
-            full = handles[path].get_tensor(key)
-            if tuple(full.shape) != tuple(p.shape):
-                raise LlmpipeError(
-                    f"model.init_from {hf_dir}: {key} has shape {tuple(full.shape)}, {name} {tuple(p.shape)}"
-                )
-            full = full.to(dtype=p.dtype, device=p.to_local().device if isinstance(p, DTensor) else p.device)
-            if isinstance(p, DTensor):
-                full = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
-            p.copy_(full)
-
-
-def prepare(model: ModelConfig, shards: Path) -> None:
-    """Before the model is built: check the tokenizer and take the checkpoint's shape."""
-    if model.init_from is None:
+def prepare(model: ModelConfig, shards: Path, hf_dir: Path | None = None) -> None:
+    """Before the model is built: check the tokenizer and take the checkpoint's shape
+    (``hf_dir``, default ``model.init_from``; nothing to do without one)."""
+    if hf_dir is None and model.init_from is not None:
+        hf_dir = Path(model.init_from)
+    if hf_dir is None:
         return
-    hf_dir = Path(model.init_from)
     if not hf_dir.is_dir():
         raise ConfigError(f"model.init_from {hf_dir}: not a directory")
-    hf = read_hf_config(hf_dir)
+    if model.mup_base_dim:
+        raise ConfigError("model.init_from loads standard-parametrisation HF weights: set mup_base_dim to 0")
+    config = hf.read_config(hf_dir)
     check_tokenizer(shards, hf_dir)
-    apply_hf_shape(model, hf)
+    hf.apply_shape(model, config)
+
+
+def load(model: nn.Module, hf_dir: Path, hooks: TrainCompression) -> None:
+    """After the model is built and initialised: the checkpoint's weights, and its pruning masks held
+    by ``hooks`` when it has them."""
+    hf.load_weights(model, hf_dir)
+    masks = hf.load_masks(hf_dir)
+    if masks:
+        hooks.set_masks(model, masks)

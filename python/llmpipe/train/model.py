@@ -1,8 +1,9 @@
 """A Llama-style decoder in one file: RMSNorm, rotary embeddings, SwiGLU, SDPA / FlexAttention.
 
 Read top to bottom: ``ModelConfig`` -> ``RMSNorm`` -> rotary helpers -> ``Attention`` -> ``FeedForward``
--> ``Block`` -> ``Transformer``. The parameter names and the rotary layout (``rotate_half``, as in HF
-``LlamaForCausalLM``) are chosen so that export to transformers is a renaming, never a permutation.
+-> ``Block`` -> ``LayerRange`` (the forward, shared with pipeline stages) -> ``Transformer``. The
+parameter names and the rotary layout (``rotate_half``, as in HF ``LlamaForCausalLM``) are chosen so
+that export to transformers is a renaming, never a permutation.
 
 The model is built on the meta device by the trainer, sharded, then materialised with ``to_empty`` and
 ``init_weights``: no rank ever holds the full model, only one full parameter at a time, and the
@@ -12,7 +13,7 @@ weights depend on the seed alone, not on the number of ranks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -223,8 +224,51 @@ class Block(nn.Module):
         return x + F.dropout(self.ffn(self.ffn_norm(x)), self.dropout, self.training)
 
 
-class Transformer(nn.Module):
-    rope: torch.Tensor  # [2, max_seq_len, head_dim // 2] cos/sin tables, a non-persistent buffer
+class LayerRange(nn.Module):
+    """Consecutive blocks of the model, with the embedding in front when it has it and the final norm and
+    output layer behind when it has them: the whole ``Transformer``, or one pipeline stage of it
+    (parallel.Stage). Both run this one forward."""
+
+    cfg: ModelConfig
+    rope: torch.Tensor  # [2, max_seq_len, head_dim] cos/sin tables, a non-persistent buffer
+    tok_embeddings: nn.Embedding | None
+    norm: RMSNorm | None
+    output: nn.Linear | None
+    activation_checkpointing: bool
+    checkpoint_every: int  # with activation_checkpointing: blocks 0, N, 2N, ... (model index) recompute
+
+    def blocks(self) -> Iterator[tuple[int, nn.Module]]:
+        """(index in the whole model, block), in order."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [B, L] (with the embedding) or hidden states [B, L, dim] -> logits [B, L, vocab] (fp32;
+        with the output layer) or hidden states. ``doc_ids`` masks attention across documents."""
+        n = x.shape[1]
+        rope = self.rope[:, :n]
+        mask: AttnMask = None
+        if self.cfg.doc_mask and doc_ids is not None:
+            mask = doc_mask(doc_ids, attention_kind(self.cfg, x.device))
+        h = x
+        if self.tok_embeddings is not None:
+            h = F.dropout(self.tok_embeddings(x), self.cfg.dropout, self.training)
+        for i, block in self.blocks():
+            if self.activation_checkpointing and self.training and i % self.checkpoint_every == 0:
+                h = checkpoint(block, h, rope, mask, use_reentrant=False)
+            else:
+                h = block(h, rope, mask)
+        if self.norm is None or self.output is None:
+            return h
+        logits = self.output(self.norm(h)).float()
+        if self.cfg.mup_base_dim:  # muP's output multiplier: logits / width_mult
+            logits = logits / self.cfg.width_mult
+        return logits
+
+
+class Transformer(LayerRange):
+    tok_embeddings: nn.Embedding
+    norm: RMSNorm
+    output: nn.Linear
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -242,7 +286,7 @@ class Transformer(nn.Module):
         rope = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta, torch.get_default_device())
         self.register_buffer("rope", rope, persistent=False)
         self.activation_checkpointing = False
-        self.checkpoint_every = 1  # with activation_checkpointing: blocks 0, N, 2N, ... recompute
+        self.checkpoint_every = 1
 
     @torch.no_grad()
     def init_weights(self, seed: int = 0, only: dict[str, torch.Tensor] | None = None) -> None:
@@ -279,23 +323,8 @@ class Transformer(nn.Module):
             elif std is not None:  # another stage's: draw it all the same, so the stream stays aligned
                 torch.empty(p.shape, dtype=p.dtype, device=gen.device).normal_(0.0, std, generator=gen)
 
-    def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens [B, L] -> logits [B, L, vocab] (fp32). ``doc_ids`` masks attention across documents."""
-        n = tokens.shape[1]
-        rope = self.rope[:, :n]
-        mask: AttnMask = None
-        if self.cfg.doc_mask and doc_ids is not None:
-            mask = doc_mask(doc_ids, attention_kind(self.cfg, tokens.device))
-        h = F.dropout(self.tok_embeddings(tokens), self.cfg.dropout, self.training)
-        for i, block in enumerate(self.layers):
-            if self.activation_checkpointing and self.training and i % self.checkpoint_every == 0:
-                h = checkpoint(block, h, rope, mask, use_reentrant=False)
-            else:
-                h = block(h, rope, mask)
-        logits = self.output(self.norm(h)).float()
-        if self.cfg.mup_base_dim:  # muP's output multiplier: logits / width_mult
-            logits = logits / self.cfg.width_mult
-        return logits
+    def blocks(self) -> Iterator[tuple[int, nn.Module]]:
+        return enumerate(self.layers)
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -36,8 +37,9 @@ from torch.distributed.tensor.parallel import (
 )
 
 from llmpipe.errors import ConfigError
+from llmpipe.train import pp_math
 from llmpipe.train.config import ParallelConfig
-from llmpipe.train.model import AttnMask, Block, ModelConfig, Transformer, attention_kind, doc_mask
+from llmpipe.train.model import Block, LayerRange, ModelConfig, Transformer
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
 
@@ -62,13 +64,11 @@ class Layout:
 
 
 def stages_per_rank(cfg: ParallelConfig) -> int:
-    if cfg.pp_stages_per_rank:
-        return cfg.pp_stages_per_rank
-    return 2 if cfg.pp_schedule == "interleaved_1f1b" else 1
+    return pp_math.stages_per_rank(cfg.pp_schedule, cfg.pp_stages_per_rank)
 
 
 def microbatches(cfg: ParallelConfig) -> int:
-    return cfg.pp_microbatches or cfg.pp * stages_per_rank(cfg)
+    return pp_math.n_microbatches(cfg.pp, stages_per_rank(cfg), cfg.pp_microbatches)
 
 
 def resolve_layout(cfg: ParallelConfig, world: int, model: ModelConfig | None = None) -> Layout:
@@ -200,12 +200,11 @@ def build_mesh(
 
 
 # -- pipeline stages ---------------------------------------------------------------------------------
-class Stage(nn.Module):
+class Stage(LayerRange):
     """Consecutive blocks of the model, with the embedding (first stage) or the final norm and output
-    layer (last stage). Parameter names are the whole model's (``layers.5.attn.wq.weight``), so
-    checkpoints and the optimizer see one model whatever the split."""
-
-    rope: torch.Tensor
+    layer (last stage); its forward is the model's (``LayerRange``). Parameter names are the whole
+    model's (``layers.5.attn.wq.weight``), so checkpoints and the optimizer see one model whatever the
+    split."""
 
     def __init__(self, model: Transformer, layer_ids: list[int], first: bool, last: bool) -> None:
         super().__init__()
@@ -218,28 +217,10 @@ class Stage(nn.Module):
         self.output = model.output if last else None
         self.register_buffer("rope", model.rope, persistent=False)
         self.activation_checkpointing = False
-        self.checkpoint_every = 1  # as Transformer's: blocks whose global index is a multiple recompute
+        self.checkpoint_every = 1
 
-    def forward(self, x: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
-        n = x.shape[1]
-        rope = self.rope[:, :n]
-        mask: AttnMask = None
-        if self.cfg.doc_mask and doc_ids is not None:
-            mask = doc_mask(doc_ids, attention_kind(self.cfg, x.device))
-        h = x
-        if self.tok_embeddings is not None:
-            h = nn.functional.dropout(self.tok_embeddings(x), self.cfg.dropout, self.training)
-        for i, block in self.layers.items():
-            if self.activation_checkpointing and self.training and int(i) % self.checkpoint_every == 0:
-                h = torch.utils.checkpoint.checkpoint(block, h, rope, mask, use_reentrant=False)
-            else:
-                h = block(h, rope, mask)
-        if self.norm is not None and self.output is not None:
-            logits = self.output(self.norm(h)).float()
-            if self.cfg.mup_base_dim:  # muP's output multiplier, as Transformer.forward
-                logits = logits / self.cfg.width_mult
-            return logits
-        return h
+    def blocks(self) -> Iterator[tuple[int, nn.Module]]:
+        return ((int(i), block) for i, block in self.layers.items())
 
 
 class StageParts(nn.Module):
@@ -257,24 +238,13 @@ class StageParts(nn.Module):
                 self.norm, self.output = s.norm, s.output
 
 
-def split_layers(n_layers: int, n_stages: int) -> list[list[int]]:
-    """Blocks per stage, as even as possible, earlier stages one more."""
-    base, extra = divmod(n_layers, n_stages)
-    out, start = [], 0
-    for s in range(n_stages):
-        k = base + (1 if s < extra else 0)
-        out.append(list(range(start, start + k)))
-        start += k
-    return out
-
-
 def stage_ids(cfg: ParallelConfig, pp_rank: int) -> list[int]:
     """Stage indices on this pp rank: ``r`` (one per rank) or ``r, r + pp, ...`` (looped, interleaved)."""
-    return [pp_rank + v * cfg.pp for v in range(stages_per_rank(cfg))]
+    return pp_math.stage_ids(cfg.pp, pp_rank, stages_per_rank(cfg))
 
 
 # -- tensor parallel ---------------------------------------------------------------------------------
-def apply_tp(model: Transformer | Stage, mesh: DeviceMesh, loss_par: bool) -> None:
+def apply_tp(model: LayerRange, mesh: DeviceMesh, loss_par: bool) -> None:
     """Megatron-style TP with sequence parallel: between blocks the residual stream is sharded over the
     sequence; attention and MLP gather it, split heads / hidden over tp ranks and reduce-scatter back."""
     if model.tok_embeddings is not None:
@@ -292,8 +262,7 @@ def apply_tp(model: Transformer | Stage, mesh: DeviceMesh, loss_par: bool) -> No
                 use_local_output=not loss_par,
             ),
         )
-    layers = model.layers.values() if isinstance(model.layers, nn.ModuleDict) else model.layers
-    for block in layers:
+    for _, block in model.blocks():
         assert isinstance(block, Block)
         plan = {
             "attn_norm": SequenceParallel(),
@@ -342,7 +311,7 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:
     module of DTensors) and bf16 / fp16 come from ``autocast``."""
     if d.layout.tp > 1:
         apply_tp(model, d.mesh["tp"], cfg.loss_parallel)  # type: ignore[arg-type]
-    if isinstance(model, Transformer | Stage):
+    if isinstance(model, LayerRange):
         model.activation_checkpointing = cfg.activation_checkpointing
         model.checkpoint_every = cfg.checkpoint_every
     layers = model.get_submodule("layers")

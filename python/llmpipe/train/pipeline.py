@@ -28,7 +28,8 @@ from torch.distributed.pipelining.stage import _PipelineStageBase
 from llmpipe.data import Batch
 from llmpipe.train.config import RunConfig
 from llmpipe.train.model import Transformer, rope_tables
-from llmpipe.train.parallel import Dist, Stage, StageParts, microbatches, parallelize, split_layers, stage_ids
+from llmpipe.train.parallel import Dist, Stage, StageParts, microbatches, parallelize, stage_ids
+from llmpipe.train.pp_math import split_layers
 
 
 class Pipeline:

@@ -36,26 +36,23 @@ from llmpipe.train.trainer import Trainer
 
 def compression_hooks(cfg: RunConfig) -> TrainCompression:
     q = cfg.qat
-    return TrainCompression(q.scheme, q.group_size, q.from_step, cfg.init.from_hf)
+    return TrainCompression(q.scheme, q.group_size, q.from_step)
 
 
 def build_model(cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None) -> Transformer:
     """Build on the meta device, parallelise (TP, then FSDP), then allocate only this rank's shards and
-    initialise them (QAT fake quantizers go in before sharding; ``init.from_hf`` weights and masks after)."""
+    initialise them (QAT fake quantizers go in before sharding)."""
     hooks = hooks or compression_hooks(cfg)
     with torch.device("meta"):
         model = Transformer(cfg.model)
     hooks.prepare(model)
     if cfg.parallel.float8:
         if hooks.active or d.layout.tp > 1:
-            raise LlmpipeError(
-                "parallel.float8 needs parallel.tp=1 and no qat / init.from_hf (llmpipe.compress)"
-            )
+            raise LlmpipeError("parallel.float8 needs parallel.tp=1 and no qat (llmpipe.compress)")
         apply_float8(model)
     parallelize(model, cfg.parallel, d)
     model.to_empty(device=d.device)
     model.init_weights(seed=cfg.train.seed)
-    hooks.load_init(model)
     return model
 
 
@@ -66,7 +63,7 @@ def build_parallel_model(
     if d.layout.pp == 1:
         return build_model(cfg, d, hooks), None
     if hooks is not None and hooks.active:
-        raise LlmpipeError("qat and init.from_hf (llmpipe.compress) need parallel.pp=1")
+        raise LlmpipeError("qat (llmpipe.compress) needs parallel.pp=1")
     with torch.device("meta"):
         model = Transformer(cfg.model)
     if cfg.parallel.float8:
@@ -175,7 +172,8 @@ def run(cfg: RunConfig, out: Path) -> None:
 
 def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     train_ds = open_train(cfg.data)
-    init_from.prepare(cfg.model, first_directory(cfg.data))  # the checkpoint's shape, its tokenizer checked
+    hf_dir = init_from.directory(cfg)  # model.init_from or init.from_hf: one feature
+    init_from.prepare(cfg.model, first_directory(cfg.data), hf_dir)  # its shape, its tokenizer checked
     cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
     cfg.model.max_seq_len = cfg.model.max_seq_len or train_ds.seq_len
     if cfg.model.vocab_size < train_ds.vocab_size or cfg.model.max_seq_len < train_ds.seq_len:
@@ -194,14 +192,14 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     if d.is_main:
         for line in verify_notices(data):
             print(f"note: {line}", flush=True)
+    if hf_dir is not None and d.layout.pp > 1:
+        raise LlmpipeError("model.init_from loads a whole model: use it with parallel.pp=1")
     hooks = compression_hooks(cfg)
     model, pipeline = build_parallel_model(cfg, d, hooks)
-    if cfg.model.init_from is not None:
-        if pipeline is not None:
-            raise LlmpipeError("model.init_from loads a whole model: use it with parallel.pp=1")
-        init_from.load_hf_weights(model, cfg.model, Path(cfg.model.init_from))
+    if hf_dir is not None:
+        init_from.load(model, hf_dir, hooks)  # the weights, and the pruning masks it holds
         if d.is_main:
-            print(f"model weights from {cfg.model.init_from} (a fresh optimizer)", flush=True)
+            print(f"model weights from {hf_dir} (a fresh optimizer)", flush=True)
     with torch.device("meta"):
         whole = Transformer(cfg.model)
     n_params = count_params(whole)
