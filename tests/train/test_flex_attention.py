@@ -122,9 +122,8 @@ def test_cuda_only_options_refused_on_cpu() -> None:
 def test_cli_refuses_float8_on_cpu_in_one_line(
     byte_shards: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:
+    from conftest import free_port
     from llmpipe.train.pretrain import main
-
-    from tests.train.conftest import free_port
 
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     args = ["--data", str(byte_shards), "--config", str(ROOT / "configs/train/tiny.yaml")]

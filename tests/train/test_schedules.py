@@ -40,9 +40,11 @@ def test_batch_schedule_doubles_by_tokens_and_counts_samples() -> None:
 def test_data_sources_from_the_command_line(tmp_path: Path) -> None:
     _, cfg = parse_args(["--out", "r", "--data", "web=shards/web:0.49", "--data", "fin=/d/fin:x:0.51"])
     got = [(s.name, str(s.path), s.weight) for s in cfg.data.sources]
-    assert got == [("web", "shards/web", 0.49), ("fin", "/d/fin:x", 0.51)] and cfg.data.path is None
+    # absolute, so the run directory's config.yaml works from any directory
+    web = str(Path("shards/web").absolute())
+    assert got == [("web", web, 0.49), ("fin", "/d/fin:x", 0.51)] and cfg.data.path is None
     _, cfg = parse_args(["--out", "r", "--data", "shards/"])
-    assert cfg.data.path == Path("shards/") and cfg.data.sources == []
+    assert cfg.data.path == Path("shards").absolute() and cfg.data.sources == []
     with pytest.raises(ConfigError, match="names must be unique"):
         parse_args(["--out", "r", "--data", "a=x:1", "--data", "a=y:1"])
     with pytest.raises(ConfigError, match=r"unknown source\(s\) \['c'\]"):
