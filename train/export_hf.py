@@ -1,7 +1,7 @@
 """Export a run as a HuggingFace model: a thin wrapper over ``llmpipe.train.export_hf``.
 
-    python train/export_hf.py RUN_DIR --out HF_DIR [--step N] [--max-shard-size 5GB]
-    llmpipe export RUN_DIR --out HF_DIR            (the same, as a command)
+python train/export_hf.py RUN_DIR --out HF_DIR [--step N] [--max-shard-size 5GB]
+llmpipe export RUN_DIR --out HF_DIR            (the same, as a command)
 """
 
 import sys
