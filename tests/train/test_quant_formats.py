@@ -27,7 +27,7 @@ class Logits(nn.Module):
 
 
 def _quantize(run: Path, out: Path, *extra: str) -> dict:
-    assert llmpipe(["quantize", str(run), "--out", str(out), "--eval-rows", "16", *extra]) == 0
+    assert llmpipe(["quantize", str(run), "--out", str(out), "--eval-rows", "8", *extra]) == 0
     return json.loads((out / "compression_report.json").read_text())
 
 
@@ -35,7 +35,7 @@ def _real_ids(data_dir: Path, tokenizer: Path) -> tuple[str, torch.Tensor]:
     from tokenizers import Tokenizer
 
     text = (data_dir / TEXT).read_text()[20_000:20_400]
-    return text, torch.tensor([Tokenizer.from_file(str(tokenizer)).encode(text).ids[:96]])
+    return text, torch.tensor([Tokenizer.from_file(str(tokenizer)).encode(text).ids[:64]])
 
 
 def test_compressed_tensors_loads_in_transformers_with_llmpipes_logits(
@@ -52,7 +52,7 @@ def test_compressed_tensors_loads_in_transformers_with_llmpipes_logits(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     text, ids = _real_ids(data_dir, byte_shards / "tokenizer.json")
-    for method, strategy in (("int8", "channel"), ("int4", "group"), ("gptq-int4", "group")):
+    for method, strategy in (("int8", "channel"), ("gptq-int4", "group")):  # int4 RTN: the same layout
         out = tmp_path / method
         rep = _quantize(trained_run, out, "--method", method, "--group-size", "32", "--calib-seqs", "8")
         assert rep["format"] == "compressed-tensors"  # the default
@@ -83,7 +83,7 @@ def test_compressed_tensors_loads_in_transformers_with_llmpipes_logits(
             got, want = hf(ids).logits, ours(ids)
         torch.testing.assert_close(got, want, rtol=0, atol=1e-3)
         assert rep["after"]["bpb"] == pytest.approx(
-            bits_per_byte(Logits(hf), byte_shards, max_rows=16), rel=1e-5
+            bits_per_byte(Logits(hf), byte_shards, max_rows=8), rel=1e-5
         )
         assert rep["after"]["bpb"] != rep["before"]["bpb"]  # really quantized
         assert rep["size_bytes"]["weights"] == (out / "model.safetensors").stat().st_size
@@ -92,8 +92,8 @@ def test_compressed_tensors_loads_in_transformers_with_llmpipes_logits(
             tok(text).input_ids == Tokenizer.from_file(str(byte_shards / "tokenizer.json")).encode(text).ids
         )
     sizes = {m: json.loads((tmp_path / m / "compression_report.json").read_text())["size_bytes"]["weights"]
-             for m in ("int8", "int4", "gptq-int4")}  # fmt: skip
-    assert sizes["int4"] == sizes["gptq-int4"] < sizes["int8"]
+             for m in ("int8", "gptq-int4")}  # fmt: skip
+    assert sizes["gptq-int4"] < sizes["int8"]
 
 
 def test_gguf_reads_back_and_loads_in_transformers_with_the_dequantized_logits(
@@ -137,12 +137,12 @@ def test_gguf_reads_back_and_loads_in_transformers_with_the_dequantized_logits(
         with torch.no_grad():
             torch.testing.assert_close(hf(ids).logits, ours(ids), rtol=0, atol=1e-3)
         assert rep["after"]["bpb"] == pytest.approx(
-            bits_per_byte(Logits(hf), byte_shards, max_rows=16), rel=1e-5
+            bits_per_byte(Logits(hf), byte_shards, max_rows=8), rel=1e-5
         )
         tok = AutoTokenizer.from_pretrained(out, gguf_file="model.gguf")
         for t in (text, " leading space, héllo 🙂\n\n  tabs\tand <|endoftext|> too"):
             enc = tok(t, add_special_tokens=False).input_ids
-            assert enc == run_tok.encode(t).ids and tok.decode(enc) == t
+            assert enc == run_tok.encode(t).ids and tok.decode(enc, clean_up_tokenization_spaces=False) == t
     assert sizes["Q4_0"] < sizes["Q8_0"] < sizes["F16"]
 
 
@@ -173,7 +173,7 @@ def test_gguf_tokenizer_with_merges_round_trips_and_bad_requests_are_one_line_er
     hf_tok = AutoTokenizer.from_pretrained(out.parent, gguf_file=out.name)
     text = src.read_text()[300_000:302_000] + "  don't 1234 héllo\r\n\n\tend"
     ids = hf_tok(text, add_special_tokens=False).input_ids
-    assert ids == gpt2.encode(text) and hf_tok.decode(ids) == text
+    assert ids == gpt2.encode(text) and hf_tok.decode(ids, clean_up_tokenization_spaces=False) == text
     assert len(ids) < len(text.encode()) * 0.8  # the merges are used
 
     cases = [
