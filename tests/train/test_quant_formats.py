@@ -108,6 +108,8 @@ def test_gguf_reads_back_and_loads_in_transformers_with_the_dequantized_logits(
 
     run_tok = Tokenizer.from_file(str(byte_shards / "tokenizer.json"))
     text, ids = _real_ids(data_dir, byte_shards / "tokenizer.json")
+    with torch.no_grad():
+        fp32 = load_model(trained_run).model(ids)
     sizes = {}
     for method, gtype in (("f16", "F16"), ("int8", "Q8_0"), ("q4_0", "Q4_0")):  # int8 means q8_0 here
         out = tmp_path / method
@@ -135,7 +137,9 @@ def test_gguf_reads_back_and_loads_in_transformers_with_the_dequantized_logits(
         ours = load_model(trained_run).model
         quantize_gguf(ours, gtype.lower())
         with torch.no_grad():
-            torch.testing.assert_close(hf(ids).logits, ours(ids), rtol=0, atol=1e-3)
+            got, want = hf(ids).logits, ours(ids)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-3)
+        assert not torch.equal(want, fp32)  # really rounded
         assert rep["after"]["bpb"] == pytest.approx(
             bits_per_byte(Logits(hf), byte_shards, max_rows=8), rel=1e-5
         )
