@@ -33,6 +33,8 @@ RAY = str(BIN / "ray")
 SMALL = (
     "pack:\n  seq_len: 128\n  samples_per_shard: 200\n  val_fraction: 0.1\ntokenizer:\n  vocab_size: 300\n"
     "near_dedup:\n  enabled: true\n  partition_mb: 0.005\n"
+    # line and substring dedup on: their phases as cluster tasks (two suffix-array partitions or more)
+    "line_dedup:\n  enabled: true\nsubstring_dedup:\n  enabled: true\n  min_length: 100\n  partition_bytes: 400000\n"
 )
 INPUTS = (
     "cc-en-head-0091.jsonl",
@@ -194,6 +196,9 @@ def test_job_submit_matches_local(
     assert done.get("near_dedup groups", 0) >= 3, done
     assert done.get("near_dedup edges", 0) == 2, done
     assert done.get("exact_dedup groups", 0) >= 1, done
+    assert done.get("line_dedup counts", 0) >= 1, done
+    k = done.get("substring_dedup spans", 0)  # a suffix array per pair of its k >= 2 partitions
+    assert k >= 2 and done.get("substring_dedup suffix arrays", 0) == k * (k + 1) // 2, done
 
 
 def test_job_submit_in_small_chunks_matches_local(
