@@ -112,14 +112,15 @@ def main() -> None:
             for f in (root / "datatrove" / "out").glob("*.jsonl")
             for line in f.open(encoding="utf-8")
         )
-        print(f"{mb:.1f} MB JSONL, line dedup, 1 process each")
+        text_in = sum(len(json.loads(line)["text"].encode()) for line in src.open(encoding="utf-8"))
+        print(f"{mb:.1f} MB JSONL ({text_in / 1e6:.1f} MB of text), line dedup, 1 process each")
         for who, (wall, cpu, rss) in res.items():
             print(
                 f"{who:10s} {wall:7.2f} s wall {cpu:7.2f} CPU-s {mb / cpu:6.2f} MB/CPU-s  peak RSS {rss:7.0f} MB"
             )
         print(
             f"llmpipe removed {stats['counters']['lines_removed']:,} lines, "
-            f"{stats['counters']['bytes_removed'] / 1e6:.1f} MB; datatrove kept {out_dt / 1e6:.1f} MB of text"
+            f"{stats['counters']['bytes_removed'] / 1e6:.1f} MB; datatrove removed {(text_in - out_dt) / 1e6:.1f} MB"
         )
         (w1, c1, r1), (w2, c2, r2) = res["llmpipe"], res["datatrove"]
         print(f"ratio (datatrove / llmpipe): CPU {c2 / c1:.1f}, wall {w2 / w1:.1f}, peak RSS {r2 / r1:.2f}")

@@ -53,7 +53,7 @@ def main() -> None:
     from llmpipe import _core
 
     text = corpus(int(args.mb * 1e6))
-    arr = np.frombuffer(text, np.uint8)
+    arr = np.frombuffer(text, np.uint8).copy()  # pydivsufsort needs a writable array
     ours = np.frombuffer(_core.suffix_array(text), np.int32)
     theirs = pydivsufsort.divsufsort(arr)
     assert np.array_equal(ours, theirs.astype(np.int32)), "suffix arrays differ"

@@ -26,7 +26,7 @@ fn strs<'a>(offsets: &'a [i64], data: &'a [u8]) -> Result<Vec<&'a str>, String> 
 }
 
 fn keys16(b: &[u8], what: &str) -> PyResult<Vec<[u8; 16]>> {
-    if b.len() % 16 != 0 {
+    if !b.len().is_multiple_of(16) {
         return Err(ConfigError::new_err(format!("{what}: length {} is not a multiple of 16", b.len())));
     }
     Ok(b.chunks_exact(16).map(|c| c.try_into().expect("16 bytes")).collect())
