@@ -19,13 +19,14 @@ import argparse
 import json
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def run_llmpipe(src: Path, work: Path) -> None:
-    """Read, prepare keys per 10k documents, resolve (hash partitions on disk), rewrite, write."""
+    """Stream the JSONL: keys per block, resolve (hash partitions on disk), stream again: rewrite, write."""
     import pyarrow as pa
     import pyarrow.json as pajson
     import pyarrow.parquet as pq
@@ -33,17 +34,22 @@ def run_llmpipe(src: Path, work: Path) -> None:
     from llmpipe.curate.stages.line_dedup import LineDedup
 
     stage = LineDedup(LineDedup.Config(enabled=True, unit="line", max_occurrences=1, keep_first=True))
-    table = pajson.read_json(src).select(["id", "text"])
+
+    def batches() -> Iterator[pa.RecordBatch]:  # the JSONL streamed in blocks, twice: keys, rewrite
+        opts = pajson.ReadOptions(block_size=8 << 20)
+        for b in pajson.open_json(src, read_options=opts):
+            yield b.select(["id", "text"])
+
     keys = []
-    for j, start in enumerate(range(0, table.num_rows, 10_000)):
+    for j, batch in enumerate(batches()):
         f = work / f"{j:05d}.keys.parquet"
-        pq.write_table(stage.prepare(table.slice(start, 10_000).combine_chunks().to_batches()[0]), f)
+        pq.write_table(stage.prepare(batch), f)
         keys.append(f)
     stage.resolve(keys, work / "global", RunContext(input_words=0))
     rewrite = stage.rewriter(work / "global")
     counts = StageCounts(stage.name)
     with pq.ParquetWriter(work / "out.parquet", pa.schema([("id", pa.string()), ("text", pa.string())])) as w:
-        for batch in table.to_batches(max_chunksize=1000):
+        for batch in batches():
             w.write_batch(rewrite.run(batch, counts).select(["id", "text"]))
     (work / "stats.json").write_text(json.dumps(counts.to_dict()))
 

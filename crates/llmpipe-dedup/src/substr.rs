@@ -92,25 +92,23 @@ pub fn repeated_spans(text: &[u8], from: usize, min_len: usize) -> Vec<(usize, u
     let best = longest_previous(&sa, &lcp);
     drop(lcp);
     drop(sa);
+    // forward, one document at a time (its end cuts the matches); starts increase, so each span
+    // merges into the last one or opens a new one
     let mut out: Vec<(usize, usize)> = Vec::new();
-    let mut doc_end = text.len();
-    // walk backwards to know each position's document end, then emit in order
-    let mut spans: Vec<(usize, usize)> = Vec::new();
-    for p in (from..text.len()).rev() {
-        if text[p] == SEP {
-            doc_end = p;
-            continue;
+    let mut p = from;
+    while p < text.len() {
+        let doc_end = memchr::memchr(SEP, &text[p..]).map_or(text.len(), |k| p + k);
+        for (q, &b) in best.iter().enumerate().take(doc_end).skip(p) {
+            let m = (b as usize).min(doc_end - q);
+            if m < min_len {
+                continue;
+            }
+            match out.last_mut() {
+                Some(last) if q <= last.1 => last.1 = last.1.max(q + m),
+                _ => out.push((q, q + m)),
+            }
         }
-        let m = (best[p] as usize).min(doc_end - p);
-        if m >= min_len {
-            spans.push((p, p + m));
-        }
-    }
-    for (s, e) in spans.into_iter().rev() {
-        match out.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => out.push((s, e)),
-        }
+        p = doc_end + 1;
     }
     out
 }
