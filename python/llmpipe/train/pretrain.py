@@ -14,11 +14,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import yaml
 
 from llmpipe.compress.training import TrainCompression
 from llmpipe.data.format import TOKENIZER_FILE
 from llmpipe.errors import LlmpipeError
-from llmpipe.lock import DirLock
+from llmpipe.lock import LOCK_FILE, DirLock
+from llmpipe.outdir import OutputDir
 from llmpipe.plan import Plan, plan_for_run, render_memory
 from llmpipe.train import init_from
 from llmpipe.train.checkpoint import Checkpointer
@@ -32,6 +34,32 @@ from llmpipe.train.pipeline import Pipeline
 from llmpipe.train.schedule import BatchSchedule
 from llmpipe.train.text_eval import TextEval
 from llmpipe.train.trainer import Trainer
+
+
+def _earlier_run(out: Path) -> bool:
+    """``out`` holds a trainer run (checkpoints, metrics, a sweep trial's log, or a saved run config)."""
+    if any((out / n).exists() for n in ("checkpoints", "metrics.jsonl", "launches.jsonl")):
+        return True
+    try:
+        saved = yaml.safe_load((out / "config.yaml").read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(saved, dict) and {"model", "train", "optim", "data"} <= saved.keys()
+
+
+#: what a run writes into its directory (``launches.jsonl``, ``train.log``: a sweep trial's; ``result.json``:
+#: an ablation proxy's), so a resumed run or a sweep trial finds only these
+RUN_DIR = OutputDir(
+    "run directory",
+    frozenset(
+        {
+            "config.yaml", "metrics.jsonl", "tensorboard", "checkpoints", "grads", LOCK_FILE,
+            "launches.jsonl", "train.log", "result.json",
+        }
+    ),  # fmt: skip
+    (),
+    _earlier_run,
+)
 
 
 def compression_hooks(cfg: RunConfig) -> TrainCompression:
@@ -135,12 +163,14 @@ def startup_summary(
     return lines
 
 
-def lock_run_dir(out: Path, d: Dist) -> DirLock | None:
-    """Rank 0 creates ``out`` and takes its lock; every rank stops with the same one line if it cannot."""
+def lock_run_dir(out: Path, d: Dist, overwrite: bool = False) -> DirLock | None:
+    """Rank 0 creates ``out`` and takes its lock; every rank stops with the same one line if it cannot
+    (a directory holding files llmpipe did not write is refused unless ``overwrite``)."""
     lock: DirLock | None = None
     box: list[str | None] = [None]
     if d.is_main:
         try:
+            RUN_DIR.check(out, overwrite)
             out.mkdir(parents=True, exist_ok=True)
             lock = DirLock(out, "run directory").acquire()
         except OSError as e:
@@ -154,7 +184,7 @@ def lock_run_dir(out: Path, d: Dist) -> DirLock | None:
     return lock
 
 
-def run(cfg: RunConfig, out: Path) -> None:
+def run(cfg: RunConfig, out: Path, overwrite: bool = False) -> None:
     d = init_distributed(cfg.parallel, cfg.model)
     resolve_for_device(cfg, d.device)
     if d.layout.pp > 1 and (cfg.data.batch_size % microbatches(cfg.parallel)):
@@ -162,7 +192,7 @@ def run(cfg: RunConfig, out: Path) -> None:
             f"data.batch_size {cfg.data.batch_size} is not a multiple of the {microbatches(cfg.parallel)} "
             "pipeline micro-batches (parallel.pp_microbatches)"
         )
-    lock = lock_run_dir(out, d)
+    lock = lock_run_dir(out, d, overwrite)
     try:
         _run(cfg, out, d)
     finally:
@@ -251,7 +281,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         args, cfg = parse_args(argv)
-        run(cfg, args.out)
+        run(cfg, args.out, args.overwrite)
     except LlmpipeError as e:
         print(f"error: {e}", file=sys.stderr)
         return getattr(e, "exit_code", 2)
