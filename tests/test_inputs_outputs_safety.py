@@ -183,6 +183,12 @@ def test_item5_out_with_foreign_files_is_refused_and_lock_symlinks_are_not_follo
     lock = lock_run_dir(run, rank0, overwrite=True)  # type: ignore[arg-type]
     assert lock is not None and (run / ".llmpipe.lock").is_file()
     lock.release()
+    # export (which replaces its --out whole) and tokenizer train: a user's files are not replaced
+    rc = main(["export", str(tmp_path / "no-run"), "--out", str(run)])
+    assert "holds files llmpipe did not write (notes.txt)" in _one_line(rc, capsys.readouterr().err.strip())
+    rc = main(["tokenizer", "train", str(inp), "--vocab-size", "300", "--out", str(run / "notes.txt")])
+    assert "is not a tokenizer.json" in _one_line(rc, capsys.readouterr().err.strip())
+    assert (run / "notes.txt").read_text() == "mine"
 
 
 def test_item6_manifest_names_must_stay_in_the_shard_directory(
@@ -192,7 +198,9 @@ def test_item6_manifest_names_must_stay_in_the_shard_directory(
     from llmpipe.errors import ShardError
     from llmpipe.train.byte_shards import write_byte_shards
 
-    shards = write_byte_shards(data_dir / "reference" / "books" / "tiny-shakespeare.txt", tmp_path / "s", max_chars=20_000)
+    shards = write_byte_shards(
+        data_dir / "reference" / "books" / "tiny-shakespeare.txt", tmp_path / "s", max_chars=20_000
+    )
     good = json.loads((shards / "manifest.json").read_text())
     (tmp_path / "passwd").write_text("root:x:0:0\n")
     bad_names = ["../passwd", "/etc/hostname", "sub/train-00000.arrow", "..", ".", "a\0b", ""]

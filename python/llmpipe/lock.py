@@ -49,7 +49,7 @@ class DirLock:
                 fd = os.open(self.path, flags)
             except FileNotFoundError:
                 continue  # removed by its holder in between: create it
-            except OSError as e:
+            except OSError:
                 if os.path.islink(self.path):
                     raise LlmpipeError(
                         f"{self.path}: a symlink, not llmpipe's lock file; remove it (its target is not "

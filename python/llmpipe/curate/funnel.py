@@ -140,4 +140,6 @@ def write_outputs(
     skipped = stats["inputs"]["skipped"]
     if skipped:
         shown = "; ".join(skipped[:3]) + (f"; and {len(skipped) - 3} more" if len(skipped) > 3 else "")
-        log(f"curate: {len(skipped)} input path(s) not read ({shown}): see {out / 'stats.json'} inputs.skipped")
+        log(
+            f"curate: {len(skipped)} input path(s) not read ({shown}): see {out / 'stats.json'} inputs.skipped"
+        )

@@ -101,7 +101,9 @@ class RemoteOut:
             detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
             if unreachable(e):
                 raise InputError(f"--out {self.url}: cannot reach the store's endpoint ({detail})") from None
-            raise InputError(f"--out {self.url}: cannot reach the store ({type(e).__name__}: {detail})") from None
+            raise InputError(
+                f"--out {self.url}: cannot reach the store ({type(e).__name__}: {detail})"
+            ) from None
 
     def finished(self, fp: str) -> dict[str, Any] | None:
         """The stats of a finished run with fingerprint ``fp`` on the store, else None."""

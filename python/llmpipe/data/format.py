@@ -175,10 +175,10 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         plain_file_name(manifest["tokenizer"]["file"], f"{path}: tokenizer.file")
     for split, entry in manifest["splits"].items():
         shards = entry.get("shards") if isinstance(entry, dict) else None
-        if not isinstance(shards, list) or not all(isinstance(e, dict) and "file" in e for e in shards):
+        if not isinstance(shards, list) or not all(isinstance(x, dict) and "file" in x for x in shards):
             raise ShardError(f"{path}: splits.{split}.shards must be a list of entries with a file name")
-        for e in shards:
-            plain_file_name(e["file"], f"{path}: splits.{split}.shards")
+        for shard in shards:
+            plain_file_name(shard["file"], f"{path}: splits.{split}.shards")
     return manifest
 
 

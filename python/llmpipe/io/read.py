@@ -82,7 +82,9 @@ def records(
         yield Bad("empty_file", "file", "the file has no bytes")
     elif fmt == "truncated":
         yield Bad(
-            "truncated_or_corrupt_stream", "file", "the compressed stream ends before its first block is complete"
+            "truncated_or_corrupt_stream",
+            "file",
+            "the compressed stream ends before its first block is complete",
         )
     else:
         yield Bad(f"unsupported_format_{fmt}", "file", f"detected format {fmt!r}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import warnings
@@ -29,6 +30,7 @@ from safetensors.torch import save_file
 from llmpipe.config import load_yaml
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
 from llmpipe.errors import LlmpipeError
+from llmpipe.outdir import OutputDir
 from llmpipe.train.checkpoint import list_checkpoints, load_dcp, step_dir
 from llmpipe.train.config import RunConfig, from_saved
 from llmpipe.train.hf import hf_config, hf_state_dict
@@ -125,6 +127,27 @@ def parse_size(text: str) -> int:
     return int(value * units[unit])
 
 
+EXPORT_MARKER = "llmpipe_export.json"
+#: what an export writes (the directory is replaced whole): a re-export replaces only an earlier export
+EXPORT_OUT = OutputDir(
+    "model directory",
+    frozenset(
+        {
+            "config.json",
+            "generation_config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "model.safetensors",
+            "model.safetensors.index.json",
+            EXPORT_MARKER,
+        }
+    ),
+    (re.compile(r"model-\d+-of-\d+\.safetensors"),),
+    lambda d: (d / EXPORT_MARKER).is_file(),
+)
+
+
 def export(
     run_dir: Path,
     out: Path,
@@ -132,7 +155,10 @@ def export(
     step: int | None = None,
     tokenizer: Path | None = None,
     max_shard_size: int | str | None = None,
+    overwrite: bool = False,
 ) -> Path:
+    """``out`` is replaced whole: one that holds files llmpipe did not write is refused unless ``overwrite``."""
+    EXPORT_OUT.check(out, overwrite)
     cfg, model, path = load_run(run_dir, step)
     shards = cfg.data.path or (
         cfg.data.sources[0].path if cfg.data.sources else None
@@ -163,9 +189,7 @@ def export(
     (tmp / "generation_config.json").write_text(json.dumps(generation_config(eos_id), indent=2) + "\n")
     for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len).items():
         (tmp / name).write_text(text, encoding="utf-8")
-    (tmp / "llmpipe_export.json").write_text(
-        json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n"
-    )
+    (tmp / EXPORT_MARKER).write_text(json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n")
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
@@ -175,7 +199,14 @@ def export(
 def run(args: argparse.Namespace) -> int:
     """Export as ``args`` say; raises LlmpipeError on bad input."""
     size = parse_size(args.max_shard_size) if args.max_shard_size else None
-    path = export(args.run_dir, args.out, step=args.step, tokenizer=args.tokenizer, max_shard_size=size)
+    path = export(
+        args.run_dir,
+        args.out,
+        step=args.step,
+        tokenizer=args.tokenizer,
+        max_shard_size=size,
+        overwrite=args.overwrite,
+    )
     print(f"exported {path} -> {args.out}")
     return 0
 

@@ -53,10 +53,17 @@ RUN_DIR = OutputDir(
     "run directory",
     frozenset(
         {
-            "config.yaml", "metrics.jsonl", "tensorboard", "checkpoints", "grads", LOCK_FILE,
-            "launches.jsonl", "train.log", "result.json",
+            "config.yaml",
+            "metrics.jsonl",
+            "tensorboard",
+            "checkpoints",
+            "grads",
+            LOCK_FILE,
+            "launches.jsonl",
+            "train.log",
+            "result.json",
         }
-    ),  # fmt: skip
+    ),
     (),
     _earlier_run,
 )
