@@ -14,7 +14,6 @@ import os
 import socket
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -165,22 +164,23 @@ def test_item5_out_with_foreign_files_is_refused_and_lock_symlinks_are_not_follo
     rc, _, err = _curate(capsys, str(inp), "--out", str(planted))
     assert ".llmpipe.lock: a symlink, not llmpipe's lock file" in _one_line(rc, err)
     assert target.read_text() == "precious"
-    # the trainer's run directory (rank 0's check, as torchrun's processes run it): the same refusals
+    # the trainer's run directory: rank 0's check and lock (``pretrain.lock_run_dir``), the same refusals
     from llmpipe.errors import LlmpipeError
-    from llmpipe.train.pretrain import lock_run_dir
+    from llmpipe.lock import DirLock
+    from llmpipe.train.rundir import RUN_DIR
 
-    rank0 = SimpleNamespace(is_main=True)
     run = tmp_path / "run"
     run.mkdir()
     (run / "notes.txt").write_text("mine")
     with pytest.raises(LlmpipeError, match=r"--out .*run: holds files llmpipe did not write \(notes.txt\)"):
-        lock_run_dir(run, rank0)  # type: ignore[arg-type]
+        RUN_DIR.check(run, overwrite=False)
+    RUN_DIR.check(planted, overwrite=False)  # only a lock file: nothing of the user's to protect
     with pytest.raises(LlmpipeError, match="a symlink, not llmpipe's lock file"):
-        lock_run_dir(planted, rank0)  # type: ignore[arg-type]
+        DirLock(planted, "run directory").acquire()
     assert target.read_text() == "precious" and sorted(os.listdir(run)) == ["notes.txt"]
-    lock = lock_run_dir(run, rank0, overwrite=True)  # type: ignore[arg-type]
-    assert lock is not None and (run / ".llmpipe.lock").is_file()
-    lock.release()
+    RUN_DIR.check(run, overwrite=True)
+    with DirLock(run, "run directory"):
+        assert (run / ".llmpipe.lock").is_file() and not (run / ".llmpipe.lock").is_symlink()
     # export (which replaces its --out whole) and tokenizer train: a user's files are not replaced
     rc = main(["export", str(tmp_path / "no-run"), "--out", str(run)])
     assert "holds files llmpipe did not write (notes.txt)" in _one_line(rc, capsys.readouterr().err.strip())

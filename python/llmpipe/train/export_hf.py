@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import sys
 import warnings
@@ -30,11 +29,11 @@ from safetensors.torch import save_file
 from llmpipe.config import load_yaml
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
 from llmpipe.errors import LlmpipeError
-from llmpipe.outdir import OutputDir
 from llmpipe.train.checkpoint import list_checkpoints, load_dcp, step_dir
 from llmpipe.train.config import RunConfig, from_saved
 from llmpipe.train.hf import hf_config, hf_state_dict
 from llmpipe.train.model import Transformer
+from llmpipe.train.rundir import EXPORT_MARKER, EXPORT_OUT
 
 
 def load_run(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Transformer, Path]:
@@ -125,27 +124,6 @@ def parse_size(text: str) -> int:
     if unit not in units or value <= 0:
         raise LlmpipeError(f"--max-shard-size {text!r}: expected a size such as 5GB, 500MB or 2GiB")
     return int(value * units[unit])
-
-
-EXPORT_MARKER = "llmpipe_export.json"
-#: what an export writes (the directory is replaced whole): a re-export replaces only an earlier export
-EXPORT_OUT = OutputDir(
-    "model directory",
-    frozenset(
-        {
-            "config.json",
-            "generation_config.json",
-            "tokenizer.json",
-            "tokenizer_config.json",
-            "special_tokens_map.json",
-            "model.safetensors",
-            "model.safetensors.index.json",
-            EXPORT_MARKER,
-        }
-    ),
-    (re.compile(r"model-\d+-of-\d+\.safetensors"),),
-    lambda d: (d / EXPORT_MARKER).is_file(),
-)
 
 
 def export(

@@ -14,13 +14,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import yaml
 
 from llmpipe.compress.training import TrainCompression
 from llmpipe.data.format import TOKENIZER_FILE
 from llmpipe.errors import LlmpipeError
-from llmpipe.lock import LOCK_FILE, DirLock
-from llmpipe.outdir import OutputDir
+from llmpipe.lock import DirLock
 from llmpipe.plan import Plan, plan_for_run, render_memory
 from llmpipe.train import init_from
 from llmpipe.train.checkpoint import Checkpointer
@@ -31,42 +29,10 @@ from llmpipe.train.model import Transformer, _local, count_params
 from llmpipe.train.optim import build_optimizer, build_scheduler
 from llmpipe.train.parallel import Dist, apply_float8, init_distributed, microbatches, parallelize
 from llmpipe.train.pipeline import Pipeline
+from llmpipe.train.rundir import RUN_DIR
 from llmpipe.train.schedule import BatchSchedule
 from llmpipe.train.text_eval import TextEval
 from llmpipe.train.trainer import Trainer
-
-
-def _earlier_run(out: Path) -> bool:
-    """``out`` holds a trainer run (checkpoints, metrics, a sweep trial's log, or a saved run config)."""
-    if any((out / n).exists() for n in ("checkpoints", "metrics.jsonl", "launches.jsonl")):
-        return True
-    try:
-        saved = yaml.safe_load((out / "config.yaml").read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return False
-    return isinstance(saved, dict) and {"model", "train", "optim", "data"} <= saved.keys()
-
-
-#: what a run writes into its directory (``launches.jsonl``, ``train.log``: a sweep trial's; ``result.json``:
-#: an ablation proxy's), so a resumed run or a sweep trial finds only these
-RUN_DIR = OutputDir(
-    "run directory",
-    frozenset(
-        {
-            "config.yaml",
-            "metrics.jsonl",
-            "tensorboard",
-            "checkpoints",
-            "grads",
-            LOCK_FILE,
-            "launches.jsonl",
-            "train.log",
-            "result.json",
-        }
-    ),
-    (),
-    _earlier_run,
-)
 
 
 def compression_hooks(cfg: RunConfig) -> TrainCompression:
