@@ -271,3 +271,27 @@ class SamplePacker:
     def finish(self) -> tuple[IdBuffer, IdBuffer]: ...
     @property
     def counts(self) -> tuple[int, int, int]: ...
+
+# line/paragraph and exact-substring dedup (crates/llmpipe-py/src/segments.rs)
+def segment_keys(
+    offsets: object, data: object, unit: str = "line", min_chars: int = 0, seed: int = 0
+) -> tuple[IdBuffer, bytes]:
+    """Each text's distinct segment keys: (uint32 text index per row, 16-byte keys), texts in order."""
+
+def drop_segments(
+    offsets: object,
+    data: object,
+    repeated: object,
+    exempt_docs: object,
+    exempt_keys: object,
+    unit: str = "line",
+    min_chars: int = 0,
+    seed: int = 0,
+) -> tuple[IdBuffer, IdBuffer, IdBuffer, IdBuffer]:
+    """Texts without their repeated segments: (int64 offsets, data, uint32 segments, int64 bytes removed)."""
+
+def repeated_spans(text: object, start: int, min_len: int) -> IdBuffer:
+    """int64 (start, end) pairs of the repeated spans of ``text`` at or after ``start``, relative to it."""
+
+def suffix_array(text: object) -> IdBuffer:
+    """The int32 suffix array of ``text``."""

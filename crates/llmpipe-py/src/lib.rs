@@ -13,6 +13,7 @@ mod dedup;
 mod errors;
 mod fasttext;
 mod quality;
+mod segments;
 mod shard;
 mod text;
 
@@ -26,5 +27,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     quality::register(m)?;
     fasttext::register(m)?;
     shard::register(m)?;
+    segments::register(m)?;
     Ok(())
 }

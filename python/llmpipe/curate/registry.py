@@ -8,12 +8,15 @@ from llmpipe.curate.stages.exact_dedup import ExactDedup
 from llmpipe.curate.stages.heuristics import FineWeb, GopherQuality, GopherRepetition
 from llmpipe.curate.stages.language import LanguageFilter
 from llmpipe.curate.stages.length import LengthFilter
+from llmpipe.curate.stages.line_dedup import LineDedup
 from llmpipe.curate.stages.near_dedup import NearDedup
 from llmpipe.curate.stages.normalize import Normalize
 from llmpipe.curate.stages.pii import PiiRedact
 from llmpipe.curate.stages.quality_model import QualityModelFilter
+from llmpipe.curate.stages.substring_dedup import SubstringDedup
 
-#: extract -> language -> heuristics -> exact dedup -> near dedup -> model score -> PII; then tokenize, pack
+#: extract -> language -> heuristics -> exact dedup -> near dedup -> line dedup -> substring dedup
+#: -> model score -> PII; then tokenize, pack (line and substring dedup are off by default)
 STAGES: list[type[Stage]] = [
     Normalize,
     LengthFilter,
@@ -24,6 +27,8 @@ STAGES: list[type[Stage]] = [
     FineWeb,
     ExactDedup,
     NearDedup,
+    LineDedup,
+    SubstringDedup,
     QualityModelFilter,
     PiiRedact,
 ]

@@ -27,6 +27,7 @@ from llmpipe.curate.quarantine import QuarantineWriter
 from llmpipe.curate.settings import CurateConfig
 from llmpipe.curate.stage import (
     DocStage,
+    GlobalRewrite,
     GlobalStage,
     RunContext,
     StageCounts,
@@ -166,11 +167,15 @@ def _source_batches(
             yield from read_documents(as_input(path), key, cfg, on_bad, read, extract, span)
         return
     assert seg.after is not None
-    drops = ListedDrops(_load_drops(str(work.drops(k - 1))))
+    step: DocStage | ListedDrops
+    if isinstance(seg.after, GlobalRewrite):  # rewrites documents (line, substring dedup)
+        step = seg.after.rewriter(work.global_dir(k - 1))
+    else:
+        step = ListedDrops(_load_drops(str(work.drops(k - 1))))
     c = StageCounts(seg.after.name)
     counts.append(c)
     for batch in pq.ParquetFile(work.docs(k - 1, i)).iter_batches(batch_size=1000):
-        kept = drops.run(batch, c)
+        kept = step.run(batch, c)
         if kept.num_rows:
             yield kept
 
