@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 
 mod bpe;
 mod buffers;
+mod curation;
 mod dedup;
 mod errors;
 mod fasttext;
@@ -26,5 +27,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     quality::register(m)?;
     fasttext::register(m)?;
     shard::register(m)?;
+    curation::register(m)?;
     Ok(())
 }
