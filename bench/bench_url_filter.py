@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from url_corpus import ORDINARY, crawl_urls, list_urls  # noqa: E402
 
+from llmpipe.buffers import string_buffers  # noqa: E402
 from llmpipe.curate.stages.url_filter import REASONS, UrlFilter  # noqa: E402
 
 DT = {
@@ -69,7 +70,7 @@ def main() -> None:
     t = time.process_time()
     codes = []
     for i in range(0, len(urls), args.batch):
-        codes.append(np.frombuffer(core.judge_urls(pa.array(urls[i : i + args.batch])), np.uint8))
+        codes.append(np.frombuffer(core.judge_urls(string_buffers(pa.array(urls[i : i + args.batch]))), np.uint8))
     mine_s = time.process_time() - t
     mine = [REASONS[c] for c in np.concatenate(codes).tolist()]
 
