@@ -34,7 +34,8 @@ impl UrlFilter {
     /// Add one list file's bytes (UTF-8; invalid bytes replaced) to `kind` (domains, urls,
     /// banned_words, banned_subwords, soft_banned_words); returns its entries.
     fn add_list(&mut self, py: Python<'_>, kind: &str, data: &[u8]) -> PyResult<usize> {
-        let kind = ListKind::parse(kind).ok_or_else(|| ConfigError::new_err(format!("unknown list kind {kind:?}")))?;
+        let kind = ListKind::parse(kind)
+            .ok_or_else(|| ConfigError::new_err(format!("unknown list kind {kind:?}")))?;
         let inner = &mut self.inner;
         self.finished = false;
         Ok(enter_ok(py, || inner.add_list(kind, &String::from_utf8_lossy(data))))
@@ -64,7 +65,12 @@ impl UrlFilter {
 
     /// One verdict code per document metadata (JSON objects): its URL is the first of `fields`
     /// that holds a non-empty string.
-    fn judge_metas<'py>(&self, py: Python<'py>, metas: Texts, fields: Vec<String>) -> PyResult<Bound<'py, PyBytes>> {
+    fn judge_metas<'py>(
+        &self,
+        py: Python<'py>,
+        metas: Texts,
+        fields: Vec<String>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         self.check()?;
         let t = metas.strs()?;
         let f: Vec<&str> = fields.iter().map(String::as_str).collect();

@@ -144,7 +144,8 @@ pub fn domains(psl_rules: &Psl, host: &str) -> (String, String) {
         return (String::new(), String::new());
     }
     let registered = format!("{domain}.{suffix}");
-    let fqdn = if si >= 2 { format!("{}.{registered}", labels[..si - 1].join(".")) } else { registered.clone() };
+    let fqdn =
+        if si >= 2 { format!("{}.{registered}", labels[..si - 1].join(".")) } else { registered.clone() };
     (registered, fqdn)
 }
 
@@ -256,7 +257,8 @@ impl UrlFilter {
             v.dedup();
         }
         // an empty subword matches nothing in pyahocorasick; it is left out here too
-        let words: HashSet<&str> = self.subwords.iter().map(String::as_str).filter(|w| !w.is_empty()).collect();
+        let words: HashSet<&str> =
+            self.subwords.iter().map(String::as_str).filter(|w| !w.is_empty()).collect();
         self.automaton = if words.is_empty() {
             None
         } else {
@@ -274,7 +276,13 @@ impl UrlFilter {
 
     /// Entries of each list: (domains, urls, banned words, banned subwords, soft-banned words).
     pub fn sizes(&self) -> (usize, usize, usize, usize, usize) {
-        (self.domains.len(), self.urls.len(), self.banned_words.len(), self.subwords.len(), self.soft_words.len())
+        (
+            self.domains.len(),
+            self.urls.len(),
+            self.banned_words.len(),
+            self.subwords.len(),
+            self.soft_words.len(),
+        )
     }
 
     fn listed(list: &[u64], s: &str) -> bool {
