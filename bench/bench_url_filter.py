@@ -26,10 +26,9 @@ sys.path.insert(0, str(ROOT / "tests"))  # the URL corpus the parity test uses
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
-from url_corpus import ORDINARY, crawl_urls, list_urls  # noqa: E402
-
 from llmpipe.buffers import string_buffers  # noqa: E402
 from llmpipe.curate.stages.url_filter import REASONS, UrlFilter  # noqa: E402
+from url_corpus import ORDINARY, crawl_urls, list_urls  # noqa: E402
 
 DT = {
     "domain": "url_domain",
@@ -70,7 +69,9 @@ def main() -> None:
     t = time.process_time()
     codes = []
     for i in range(0, len(urls), args.batch):
-        codes.append(np.frombuffer(core.judge_urls(string_buffers(pa.array(urls[i : i + args.batch]))), np.uint8))
+        codes.append(
+            np.frombuffer(core.judge_urls(string_buffers(pa.array(urls[i : i + args.batch]))), np.uint8)
+        )
     mine_s = time.process_time() - t
     mine = [REASONS[c] for c in np.concatenate(codes).tolist()]
 
@@ -91,7 +92,9 @@ def main() -> None:
     assert same == len(urls), f"decisions differ on {len(urls) - same} URLs"
     dropped = sum(r is not None for r in mine)
     print(f"same decisions on {same:,}/{len(urls):,} URLs ({dropped:,} dropped)")
-    print(f"load lists   llmpipe {load_mine:6.2f} CPU-s   datatrove {load_dt:6.2f} CPU-s   ratio {load_dt / load_mine:.2f}")
+    print(
+        f"load lists   llmpipe {load_mine:6.2f} CPU-s   datatrove {load_dt:6.2f} CPU-s   ratio {load_dt / load_mine:.2f}"
+    )
     print(
         f"judge URLs   llmpipe {len(urls) / mine_s / 1e6:6.2f} M URLs/CPU-s ({mine_s:.3f} s)   "
         f"datatrove {len(urls) / dt_s / 1e6:6.3f} M URLs/CPU-s ({dt_s:.2f} s)   ratio {dt_s / mine_s:.1f}"

@@ -15,7 +15,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import run_cli
-
 from llmpipe.curate.stage import StageCounts
 from llmpipe.curate.stages.decontaminate import Decontaminate
 from llmpipe.errors import ConfigError
@@ -32,11 +31,18 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str
     books = data_dir / "reference" / "books"
     alice = [p.replace("\n", " ") for p in books.joinpath("wonderland.txt").read_text().split("\n\n")]
     alice = [p for p in alice if len(p.split()) >= 30][:200]
-    speeches = [s for s in books.joinpath("tiny-shakespeare.txt").read_text().split("\n\n") if len(s.split()) >= 30]
+    speeches = [
+        s for s in books.joinpath("tiny-shakespeare.txt").read_text().split("\n\n") if len(s.split()) >= 30
+    ]
     speeches = speeches[:300]
     (d / "alice.jsonl").write_text("".join(json.dumps({"question": p}) + "\n" for p in alice))
     pq.write_table(pa.table({"text": speeches}), d / "shakespeare.parquet")
-    docs = [json.loads(x) for x in gzip.decompress((data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz").read_bytes()).splitlines()]
+    docs = [
+        json.loads(x)
+        for x in gzip.decompress(
+            (data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz").read_bytes()
+        ).splitlines()
+    ]
     docs = [{"id": r["id"], "text": r["text"]} for r in docs[:300] if r["text"].strip()]
     rng = random.Random(7)
     planted: dict[str, str] = {}
@@ -54,8 +60,17 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str
             planted[docs[i]["id"]] = name
     (d / "in").mkdir()
     (d / "in" / "crawl.jsonl").write_text("".join(json.dumps(r) + "\n" for r in docs))
-    cfg = {"alice": {"path": str(d / "alice.jsonl"), "field": "question"}, "shakespeare": str(d / "shakespeare.parquet")}
-    return {"dir": d, "docs": docs, "planted": planted, "sets": cfg, "texts": {"alice": alice, "shakespeare": speeches}}
+    cfg = {
+        "alice": {"path": str(d / "alice.jsonl"), "field": "question"},
+        "shakespeare": str(d / "shakespeare.parquet"),
+    }
+    return {
+        "dir": d,
+        "docs": docs,
+        "planted": planted,
+        "sets": cfg,
+        "texts": {"alice": alice, "shakespeare": speeches},
+    }
 
 
 def oracle(docs: list[dict[str, str]], sets: dict[str, list[str]], n: int) -> dict[str, str]:
@@ -64,7 +79,10 @@ def oracle(docs: list[dict[str, str]], sets: dict[str, list[str]], n: int) -> di
     from lm_eval.decontamination.janitor import Janitor, word_ngrams
 
     j = Janitor(ngram_n=n)
-    grams = {name: {g for t in texts for g in word_ngrams(j.normalize_string(t), n)} for name, texts in sets.items()}
+    grams = {
+        name: {g for t in texts for g in word_ngrams(j.normalize_string(t), n)}
+        for name, texts in sets.items()
+    }
     out = {}
     for doc in docs:
         mine = set(word_ngrams(j.normalize_string(doc["text"]), n))
@@ -82,7 +100,11 @@ def test_planted_passages_are_removed_and_attributed(corpus: dict, tmp_path: Pat
     batch = pa.RecordBatch.from_pydict({"id": [r["id"] for r in docs], "text": [r["text"] for r in docs]})
     counts = StageCounts(stage.name)
     kept = stage.run(batch, counts)
-    got = {i: r.removeprefix("contaminated_") for i, r in zip(batch.column("id").to_pylist(), stage.reasons(batch), strict=True) if r}
+    got = {
+        i: r.removeprefix("contaminated_")
+        for i, r in zip(batch.column("id").to_pylist(), stage.reasons(batch), strict=True)
+        if r
+    }
     assert got == want
     assert kept.num_rows == len(docs) - len(want)
     assert dict(counts.dropped) == {"contaminated_alice": 4, "contaminated_shakespeare": 4}
@@ -103,8 +125,21 @@ def test_planted_passages_are_removed_and_attributed(corpus: dict, tmp_path: Pat
     trees = []
     for workers in ("1", "2"):
         out = tmp_path / f"out{workers}"
-        run_cli("curate", str(d / "in"), "--out", str(out), "--config", str(cfg), "--workers", workers, "--chunk-mb", "0.3")
-        trees.append({f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(out.glob("*.arrow"))})
+        run_cli(
+            "curate",
+            str(d / "in"),
+            "--out",
+            str(out),
+            "--config",
+            str(cfg),
+            "--workers",
+            workers,
+            "--chunk-mb",
+            "0.3",
+        )
+        trees.append(
+            {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(out.glob("*.arrow"))}
+        )
     assert trees[0] == trees[1] and trees[0]
     stats = json.loads((tmp_path / "out1" / "stats.json").read_text())
     st = next(s for s in stats["stages"] if s["name"] == "decontaminate")
@@ -116,4 +151,6 @@ def test_planted_passages_are_removed_and_attributed(corpus: dict, tmp_path: Pat
         Decontaminate(Decontaminate.Config(enabled=True, eval_sets={"x": str(tmp_path / "none.jsonl")}))
     (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\nnot json\n')
     with pytest.raises(ConfigError, match=r"bad\.jsonl:2: not JSON"):
-        _ = Decontaminate(Decontaminate.Config(enabled=True, eval_sets={"x": str(tmp_path / "bad.jsonl")})).table
+        _ = Decontaminate(
+            Decontaminate.Config(enabled=True, eval_sets={"x": str(tmp_path / "bad.jsonl")})
+        ).table

@@ -8,14 +8,22 @@ from pathlib import Path
 
 import yaml
 from conftest import run_cli
-
 from llmpipe.config import config_file
 from llmpipe.curate.settings import CurateConfig
 
 ORDER = {
     # FineWeb: URL filter -> extraction -> language -> Gopher repetition -> Gopher quality -> C4 -> FineWeb
     # -> MinHash -> PII
-    "fineweb": ["read", "url_filter", "extract", "language", "gopher_repetition", "gopher_quality", "c4", "fineweb"]
+    "fineweb": [
+        "read",
+        "url_filter",
+        "extract",
+        "language",
+        "gopher_repetition",
+        "gopher_quality",
+        "c4",
+        "fineweb",
+    ]
     + ["near_dedup", "pii", "tokenize", "pack"],
     # DCLM: URL filter -> extraction -> RefinedWeb heuristics -> dedup (the classifier slot is off: no model)
     "dclm": ["read", "url_filter", "extract", "normalize", "length", "language", "gopher_repetition"]

@@ -12,11 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import run_cli
-from url_corpus import ORDINARY, crawl_urls, list_urls
-
 from llmpipe.buffers import string_buffers
 from llmpipe.curate.stages.url_filter import REASONS, UrlFilter, shipped
 from llmpipe.errors import ConfigError
+from url_corpus import ORDINARY, crawl_urls, list_urls
 
 datatrove = pytest.importorskip("datatrove")  # the test-only oracle (requirements.in)
 ASSETS = Path(datatrove.__file__).parent / "assets"
@@ -53,7 +52,10 @@ def test_parity_with_datatrove_url_filter(data_dir: Path) -> None:
     assert len(set(crawl)) > 150  # the WARC/ARC record URIs and the JSONL documents' URLs
     urls = sorted(set(crawl + list_urls(ASSETS) + ORDINARY))
     stage = UrlFilter(datatrove_config())
-    mine = [REASONS[c] for c in np.frombuffer(stage.core.judge_urls(string_buffers(pa.array(urls))), np.uint8).tolist()]
+    mine = [
+        REASONS[c]
+        for c in np.frombuffer(stage.core.judge_urls(string_buffers(pa.array(urls))), np.uint8).tolist()
+    ]
 
     oracle = URLFilter()
     oracle.tldextractor = TLDExtract(suffix_list_urls=())  # the PSL snapshot tldextract bundles: no network
@@ -107,7 +109,9 @@ def test_stage_in_curate_workers_and_errors(data_dir: Path, tmp_path: Path) -> N
         out = tmp_path / f"out{workers}"
         p = run_cli("curate", str(inputs), "--out", str(out), "--config", str(cfg), "--workers", workers)
         assert "read -> url_filter -> extract ->" in p.stdout
-        trees.append({f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(out.glob("*.arrow"))})
+        trees.append(
+            {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(out.glob("*.arrow"))}
+        )
     assert trees[0] == trees[1] and trees[0]
     stats = json.loads((tmp_path / "out1" / "stats.json").read_text())
     names = [s["name"] for s in stats["stages"]]
@@ -124,7 +128,9 @@ def test_stage_in_curate_workers_and_errors(data_dir: Path, tmp_path: Path) -> N
     bad = tmp_path / "bad.yaml"
     bad.write_text("url_filter:\n  enabled: true\n  blocklists: [/nonexistent/ut1]\n")
     p = run_cli("curate", str(inputs), "--out", str(tmp_path / "bad"), "--config", str(bad), check=False)
-    assert p.returncode == 2 and p.stderr.startswith("llmpipe: error: url_filter.blocklists: /nonexistent/ut1")
+    assert p.returncode == 2 and p.stderr.startswith(
+        "llmpipe: error: url_filter.blocklists: /nonexistent/ut1"
+    )
     assert len(p.stderr.strip().splitlines()) == 1
     with pytest.raises(ConfigError, match="holds no 'domains'"):
         UrlFilter(UrlFilter.Config(enabled=True, blocklists=[str(tmp_path / "in")])).core  # noqa: B018

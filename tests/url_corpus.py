@@ -10,7 +10,6 @@ import tarfile
 from pathlib import Path
 
 from fastwarc.warc import ArchiveIterator
-
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.fs import as_input
 from llmpipe.io.read import read_input
@@ -88,14 +87,22 @@ def list_urls(assets: Path, seed: int = 0, per_list: int = 400) -> list[str]:
     soft = [w.strip() for w in (assets / "soft_banned_words.txt").read_text().splitlines() if w.strip()]
     out: list[str] = []
     for d in domains:
-        out += [f"http://{d}/", f"https://www.{d}/page.html", f"http://a.b.{d}:8080/x?q=1", f"https://{d.upper()}/"]
+        out += [
+            f"http://{d}/",
+            f"https://www.{d}/page.html",
+            f"http://a.b.{d}:8080/x?q=1",
+            f"https://{d.upper()}/",
+        ]
         out.append(f"https://{d}.example-not-listed.org/")  # the listed name as a subdomain elsewhere
     for u in full:
         out += [u, f"http://{u}", u.rstrip("/") + "/more"]
     for w in rng.sample(words, min(60, len(words))):
         out += [f"https://example.com/{w}/", f"https://example.com/x{w}y", f"https://example.com/{w.upper()}"]
     for w in rng.sample(subwords, min(60, len(subwords))):
-        out += [f"https://shop.example.org/best{w.replace(' ', '-')}deals", f"https://{w.replace(' ', '')}.example.net/"]
+        out += [
+            f"https://shop.example.org/best{w.replace(' ', '-')}deals",
+            f"https://{w.replace(' ', '')}.example.net/",
+        ]
     for _ in range(60):
         a, b = rng.sample(soft, 2)
         out += [f"https://example.com/{a}/{b}", f"https://example.com/{a}", f"https://{a}.example.com/{a}"]

@@ -184,7 +184,14 @@ def _curate(run: Run) -> dict[str, Any]:
     stages = stages_of(job)
     segments = segments_of(stages)
     pre = before_extract(stages)
-    names = ["read", *[s.name for s in pre], "extract", *[s.name for s in stages if s not in pre], "tokenize", "pack"]
+    names = [
+        "read",
+        *[s.name for s in pre],
+        "extract",
+        *[s.name for s in stages if s not in pre],
+        "tokenize",
+        "pack",
+    ]
     log(f"curate: {len(run.files)} input(s) in {len(parts)} part(s), stages: {' -> '.join(names)}")
     each = range(len(parts))
     funnel = Funnel()

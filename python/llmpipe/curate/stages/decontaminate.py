@@ -12,11 +12,11 @@ sets is attributed to the first set of the config.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import re
 from collections.abc import Iterator
-import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -98,13 +98,13 @@ class Decontaminate(Filter):
         """(sorted unique n-gram hashes, the index of the first set holding each): once per process."""
         from llmpipe import _core
 
-        hashes, sets = [], []
-        for k, (name, s) in enumerate(self.sets.items()):
-            texts = pa.array(list(eval_texts(name, s)), pa.large_string())
+        hashes, owners = [], []
+        for k, (name, es) in enumerate(self.sets.items()):
+            texts = pa.array(list(eval_texts(name, es)), pa.large_string())
             h = np.frombuffer(_core.decont_ngram_hashes(string_buffers(texts), self.cfg.ngram), np.uint64)
             hashes.append(h)
-            sets.append(np.full(len(h), k, np.int32))
-        h, s = np.concatenate(hashes), np.concatenate(sets)
+            owners.append(np.full(len(h), k, np.int32))
+        h, s = np.concatenate(hashes), np.concatenate(owners)
         order = np.lexsort((s, h))  # by hash, then set: the first set of each hash comes first
         h, s = h[order], s[order]
         first = np.ones(len(h), bool)

@@ -15,9 +15,9 @@ It runs before extraction, on the record URI of crawl archives (``url`` in the m
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tarfile
-import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
@@ -156,7 +156,11 @@ class UrlFilter(Filter):
     def _path(p: str, what: str) -> Path:
         path = Path(p).expanduser()
         if not path.exists():
-            hint = " (a UT1 blocklist directory or .tar.gz; docs/quality.md 'URL filter')" if what == "blocklists" else ""
+            hint = (
+                " (a UT1 blocklist directory or .tar.gz; docs/quality.md 'URL filter')"
+                if what == "blocklists"
+                else ""
+            )
             raise ConfigError(f"url_filter.{what}: {p} does not exist{hint}")
         if what != "blocklists" and not path.is_file():
             raise ConfigError(f"url_filter.{what}: {p} is not a file")
@@ -200,7 +204,9 @@ def build_filter(cfg: UrlFilter.Config) -> Any:
     """A ``_core.UrlFilter`` with the config's lists loaded."""
     from llmpipe import _core
 
-    f = _core.UrlFilter(psl_rules(shipped("public_suffix_list.dat").read_text("utf-8")), cfg.soft_word_threshold)
+    f = _core.UrlFilter(
+        psl_rules(shipped("public_suffix_list.dat").read_text("utf-8")), cfg.soft_word_threshold
+    )
     for p in cfg.blocklists:
         for kind, data in _read_lists(UrlFilter._path(p, "blocklists"), "blocklists"):
             f.add_list(kind, data)
