@@ -79,9 +79,19 @@ def list_urls(assets: Path, seed: int = 0, per_list: int = 400) -> list[str]:
         for m in tar.getmembers():
             f = tar.extractfile(m) if m.isfile() else None
             if f is not None:
-                lists[m.name.rsplit("/", 1)[-1]] = f.read().decode("utf-8").splitlines()
-    domains = rng.sample(lists["domains"], per_list)
-    full = rng.sample(lists["urls"], per_list // 2)
+                lists[m.name.rsplit("/", 1)[-1]] = f.read()
+
+    def sample(data: bytes, k: int) -> list[str]:
+        """``k`` lines at random byte offsets (no split of the 4.6M lines)."""
+        out = []
+        for off in sorted(rng.sample(range(len(data)), k)):
+            start = data.rfind(b"\n", 0, off) + 1
+            end = data.find(b"\n", off)
+            out.append(data[start : end if end >= 0 else len(data)].decode("utf-8").strip())
+        return [x for x in dict.fromkeys(out) if x and not x.startswith("#")]
+
+    domains = sample(lists["domains"], per_list)
+    full = sample(lists["urls"], per_list // 2)
     words = [w.strip() for w in (assets / "banned_words.txt").read_text().splitlines() if w.strip()]
     subwords = [w.strip() for w in (assets / "banned_subwords.txt").read_text().splitlines() if w.strip()]
     soft = [w.strip() for w in (assets / "soft_banned_words.txt").read_text().splitlines() if w.strip()]
