@@ -79,7 +79,7 @@ def test_stage_in_curate_workers_and_errors(data_dir: Path, tmp_path: Path) -> N
     web = data_dir / "web"
     inputs = tmp_path / "in"
     inputs.mkdir()
-    for name in ("wget-crawl-0000.warc.gz", "cc-2009-sample.arc"):
+    for name in ("wget-crawl-0000.warc.gz",):
         (inputs / name).symlink_to(web / name)
     # a JSONL whose records carry their URL in a field of another name
     rows = [
