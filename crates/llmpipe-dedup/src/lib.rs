@@ -9,6 +9,7 @@
 //! Nothing here knows about Python; `llmpipe-py` converts arguments and releases the GIL.
 
 pub mod cluster;
+pub mod decont;
 pub mod lines;
 pub mod lsh;
 pub mod minhash;

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 
 mod bpe;
 mod buffers;
+mod curation;
 mod dedup;
 mod errors;
 mod fasttext;
@@ -28,5 +29,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     fasttext::register(m)?;
     shard::register(m)?;
     segments::register(m)?;
+    curation::register(m)?;
     Ok(())
 }

@@ -32,6 +32,7 @@ from llmpipe.curate.stages.tokenize import TrainTokenizer
 from llmpipe.curate.steps import (
     Job,
     Part,
+    before_extract,
     map_segment,
     ready,
     resolve_global,
@@ -190,7 +191,15 @@ def _curate(run: Run) -> dict[str, Any]:
     job = Job(config, str(work.root), tuple(map(str, run.files)), run.keys, run.strict, parts)
     stages = stages_of(job)
     segments = segments_of(stages)
-    names = ["read", "extract", *[s.name for s in stages], "tokenize", "pack"]
+    pre = before_extract(stages)
+    names = [
+        "read",
+        *[s.name for s in pre],
+        "extract",
+        *[s.name for s in stages if s not in pre],
+        "tokenize",
+        "pack",
+    ]
     log(f"curate: {len(run.files)} input(s) in {len(parts)} part(s), stages: {' -> '.join(names)}")
     each = range(len(parts))
     funnel = Funnel()

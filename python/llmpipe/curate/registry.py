@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmpipe.curate.stage import Stage
 from llmpipe.curate.stages.c4 import C4
+from llmpipe.curate.stages.decontaminate import Decontaminate
 from llmpipe.curate.stages.exact_dedup import ExactDedup
 from llmpipe.curate.stages.heuristics import FineWeb, GopherQuality, GopherRepetition
 from llmpipe.curate.stages.language import LanguageFilter
@@ -14,10 +15,12 @@ from llmpipe.curate.stages.normalize import Normalize
 from llmpipe.curate.stages.pii import PiiRedact
 from llmpipe.curate.stages.quality_model import QualityModelFilter
 from llmpipe.curate.stages.substring_dedup import SubstringDedup
+from llmpipe.curate.stages.url_filter import UrlFilter
 
-#: extract -> language -> heuristics -> exact dedup -> near dedup -> line dedup -> substring dedup
-#: -> model score -> PII; then tokenize, pack (line and substring dedup are off by default)
+#: URL filter (before extraction) -> extract -> language -> heuristics -> exact dedup -> near dedup
+#: -> line dedup -> substring dedup -> model score -> decontamination -> PII; then tokenize, pack
 STAGES: list[type[Stage]] = [
+    UrlFilter,
     Normalize,
     LengthFilter,
     LanguageFilter,
@@ -30,5 +33,6 @@ STAGES: list[type[Stage]] = [
     LineDedup,
     SubstringDedup,
     QualityModelFilter,
+    Decontaminate,
     PiiRedact,
 ]
