@@ -19,7 +19,7 @@ class ReadConfig:
     max_doc_bytes: int = 20_000_000
     #: a batch is handed on at ``batch_size`` documents or once its texts hold this many UTF-8 bytes
     #: (one Arrow string column holds at most 2 GiB); Parquet row groups are decoded in slices of
-    #: about this many bytes
+    #: at most a quarter of it (a slice is held as Arrow and as Python strings at once)
     max_batch_bytes: int = 64 << 20
     #: HTML pages: keep only the main content (resiliparse's heuristics), else all visible text
     html_main_content: bool = True

@@ -72,7 +72,7 @@ def records(
         yield from read_jsonl(path, cfg.text_field, cfg.id_field, cfg.max_doc_bytes, span)
     elif fmt == "parquet":
         yield from read_parquet(
-            path, cfg.text_field, cfg.id_field, span, cfg.max_doc_bytes, cfg.max_batch_bytes
+            path, cfg.text_field, cfg.id_field, span, cfg.max_doc_bytes, cfg.max_batch_bytes // 4
         )
     elif fmt == "text":
         yield from read_text(path, cfg.max_doc_bytes)
