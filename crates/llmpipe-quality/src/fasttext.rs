@@ -521,7 +521,7 @@ impl FastText {
         let label_counts: Vec<i64> = entries[nwords as usize..].iter().map(|e| e.1).collect();
         // the Huffman tree is built with 1e15 as "no node yet": counts and their sum stay below it
         let total = label_counts.iter().try_fold(0i64, |t, &c| t.checked_add(c).filter(|_| c > 0));
-        if loss == LossKind::HierarchicalSoftmax && !total.is_some_and(|t| t < MAX_LABEL_COUNTS) {
+        if loss == LossKind::HierarchicalSoftmax && total.is_none_or(|t| t >= MAX_LABEL_COUNTS) {
             return Err("invalid fastText model: label counts not positive or too large for its tree".into());
         }
         let mut ft = FastText {
