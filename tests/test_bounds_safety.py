@@ -202,7 +202,7 @@ def test_item9_deep_html_is_dropped_before_extraction(data_dir: Path, tmp_path: 
     ext = _stage(json.loads((out / "stats.json").read_text()), "extract")
     assert ext["docs_in"] == 2 and ext["docs_out"] == 1, ext
     assert ext["dropped"] == {"html_too_deep": 1}, ext
-    # the limit is the config's: raised past the page's depth, the page is parsed (and kept)
+    # the limit is a typed config key, checked when the config is read
     with pytest.raises(ValueError, match="max_html_depth"):
         ReadConfig(max_html_depth=0)
 
