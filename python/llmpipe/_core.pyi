@@ -181,6 +181,7 @@ def normalize_batch(
     strip_punctuation: bool = False,
     nfc: bool = True,
 ) -> list[str]: ...
+def html_depths(pages: Sequence[str], limit: int) -> list[int]: ...
 def content_hashes(
     texts: Sequence[str],
     seed: int = 0,
