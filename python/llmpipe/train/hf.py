@@ -10,7 +10,7 @@ train/init_from.py) and compression (compress/model_io.py, compress/store.py) al
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -214,8 +214,8 @@ def load_weights(
     model: nn.Module,
     hf_dir: Path,
     *,
-    params: dict[str, torch.Tensor] | None = None,
-    into: dict[str, Callable[[torch.Tensor], None]] | None = None,
+    params: Mapping[str, torch.Tensor] | None = None,
+    into: Mapping[str, Callable[[torch.Tensor], Any]] | None = None,
 ) -> None:
     """Copy every parameter of ``model`` (our names; plain, FSDP- or TP-sharded) from the checkpoint in
     ``hf_dir``: a sharded parameter takes its slice of the full tensor, one tensor in memory at a time.

@@ -57,8 +57,10 @@ def is_adapter(name: str) -> bool:
 class NF4Weight(nn.Module):
     """A frozen weight in NF4 with double quantization, in four non-persistent buffers: ``codes`` (two
     4-bit level indices per byte), ``scales`` (int8, one per block of 64), ``factors`` (fp32, one per 256
-    scales) and ``mean`` (fp32, the mean scale). A length that is not a multiple of the blocks is padded
-    with zeros (the padding is never read back)."""
+    scales) and ``mean`` (fp32, the mean scale). A last block of fewer than 64 weights is padded with
+    zeros; a last group of fewer than 256 scales has its own factor. For the shapes torchao's
+    ``NF4Tensor`` takes, the scales and factors are its values and the codes its codes (but for ties:
+    these are the paper's NF4 levels, torchao's are rounded to four decimals)."""
 
     codes: torch.Tensor
     scales: torch.Tensor
@@ -68,11 +70,10 @@ class NF4Weight(nn.Module):
     def __init__(self, shape: tuple[int, int]) -> None:
         super().__init__()
         self.shape = shape
-        n = math.prod(shape)
-        blocks = math.ceil(n / BLOCK)
+        blocks = math.ceil(math.prod(shape) / BLOCK)
         groups = math.ceil(blocks / SCALE_BLOCK)
         self.register_buffer("codes", torch.zeros(blocks * BLOCK // 2, dtype=torch.uint8), persistent=False)
-        self.register_buffer("scales", torch.zeros(groups * SCALE_BLOCK, dtype=torch.int8), persistent=False)
+        self.register_buffer("scales", torch.zeros(blocks, dtype=torch.int8), persistent=False)
         self.register_buffer("factors", torch.ones(groups, dtype=torch.float32), persistent=False)
         self.register_buffer("mean", torch.zeros(1, dtype=torch.float32), persistent=False)
 
@@ -88,26 +89,29 @@ class NF4Weight(nn.Module):
         blocks = F.pad(flat, (0, self.codes.numel() * 2 - flat.numel())).view(-1, BLOCK)
         absmax = blocks.abs().amax(dim=1)
         mean = absmax.mean()
-        centred = F.pad(absmax - mean, (0, self.scales.numel() - absmax.numel())).view(-1, SCALE_BLOCK)
+        n = absmax.numel()
+        centred = F.pad(absmax - mean, (0, self.factors.numel() * SCALE_BLOCK - n)).view(-1, SCALE_BLOCK)
         factor = 256 / (2 * centred.abs().amax(dim=1).clamp(min=1e-12))
-        self.scales.copy_((centred * factor[:, None]).round().clamp(-128, 127).flatten().to(torch.int8))
+        quantized = (centred * factor[:, None]).round().clamp(-128, 127).flatten()[:n]
+        self.scales.copy_(quantized.to(torch.int8))
         self.factors.copy_(factor)
         self.mean.fill_(mean)
         levels = torch.tensor(NF4_LEVELS, device=flat.device)
-        normed = blocks / torch.where(absmax == 0, 1.0, absmax)[:, None]
+        normed = (blocks / torch.where(absmax == 0, 1.0, absmax)[:, None]).flatten()
         idx = torch.empty(normed.numel(), dtype=torch.uint8, device=flat.device)
         chunk = 1 << 20  # bounded memory: 16 distances per weight
         for start in range(0, normed.numel(), chunk):
-            part = normed.flatten()[start : start + chunk]
+            part = normed[start : start + chunk]
             idx[start : start + chunk] = (part[:, None] - levels).abs().argmin(dim=1).to(torch.uint8)
         self.codes.copy_(idx[0::2] << 4 | idx[1::2])
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        scales = (self.scales.view(-1, SCALE_BLOCK).float() / self.factors[:, None]).flatten() + self.mean
+        n = self.scales.numel()
+        factors = self.factors.repeat_interleave(SCALE_BLOCK)[:n]
+        scales = self.scales.float() / factors + self.mean
         levels = torch.tensor(NF4_LEVELS, device=self.codes.device)
         idx = torch.stack([self.codes >> 4, self.codes & 0xF], dim=1).flatten().long()
-        n_blocks = self.codes.numel() * 2 // BLOCK
-        w = levels[idx].view(n_blocks, BLOCK) * scales[:n_blocks, None]
+        w = levels[idx].view(n, BLOCK) * scales[:, None]
         return w.flatten()[: math.prod(self.shape)].view(self.shape).to(dtype)
 
 
@@ -139,8 +143,10 @@ class LoraLinear(nn.Module):
             self.weight = None
             self.nf4: NF4Weight | None = NF4Weight((self.out_features, self.in_features))
         else:
-            self.weight = base.weight
-            self.weight.requires_grad_(False)
+            weight = base.weight
+            assert isinstance(weight, nn.Parameter)
+            weight.requires_grad_(False)
+            self.weight = weight
             self.nf4 = None
         self.lora_A = nn.Linear(self.in_features, cfg.rank, bias=False)
         self.lora_B = nn.Linear(cfg.rank, self.out_features, bias=False)
@@ -178,7 +184,8 @@ def apply_lora(model: nn.Module, cfg: LoraConfig) -> None:
     for p in model.parameters():
         p.requires_grad_(False)
     layers = model.get_submodule("layers")
-    for block in layers.values() if isinstance(layers, nn.ModuleDict) else layers:
+    assert isinstance(layers, nn.ModuleDict | nn.ModuleList)
+    for block in list(layers.values()) if isinstance(layers, nn.ModuleDict) else list(layers):
         for target in cfg.targets:
             parent_name, _, attr = MODULES[target].rpartition(".")
             parent = block.get_submodule(parent_name)

@@ -215,6 +215,9 @@ def run(cfg: RunConfig, out: Path) -> None:
 
 
 def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
+    # dropout (model.dropout, lora.dropout) draws from the global generator: the same masks in every run
+    # of this config (a resume restores the generator's state from the checkpoint)
+    torch.manual_seed(cfg.train.seed + d.dp_rank)
     train_ds = open_train(cfg.data)
     hf_dir = init_from.directory(cfg)  # model.init_from or init.from_hf: one feature
     init_from.prepare(cfg.model, first_directory(cfg.data), hf_dir)  # its shape, its tokenizer checked
