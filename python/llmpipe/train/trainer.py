@@ -233,7 +233,8 @@ class Trainer:
         grads = {}
         for name, p in self.model.named_parameters():
             g = p.grad
-            assert g is not None
+            if g is None:  # frozen (a LoRA run's base)
+                continue
             grads[name] = (g.full_tensor() if isinstance(g, DTensor) else g).detach().cpu()
         if self.d.rank == 0 or self.d.layout.pp > 1:
             out.mkdir(parents=True, exist_ok=True)
