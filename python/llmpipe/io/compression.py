@@ -115,3 +115,16 @@ def peek(path: InputPath, n: int = 4096) -> bytes:
         return head[:n]
     except (OSError, EOFError, ValueError, zlib.error, zstandard.ZstdError):
         return b""
+
+
+def cut_before_first_block(path: InputPath) -> bool:
+    """A compressed file whose stream ends (or breaks) before it gives its first byte: truncated, not
+    binary. Only asked when ``peek`` found nothing, so at most one block is decompressed."""
+    if compression_of(path) is None:
+        return False
+    try:
+        with open_binary(path) as z:
+            z.read(1)
+    except (OSError, EOFError, ValueError, zlib.error, zstandard.ZstdError):
+        return True
+    return False

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from llmpipe.io.chunks import Span
-from llmpipe.io.compression import peek
+from llmpipe.io.compression import cut_before_first_block, peek
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.fs import InputPath
 from llmpipe.io.jsonl import BLOCK_BYTES, read_jsonl, read_jsonl_blocks
@@ -28,7 +28,8 @@ HTML_BATCH_BYTES = 1 << 20
 
 
 def detect_format(path: InputPath) -> str:
-    """One of jsonl, parquet, warc, arc, text, empty, binary."""
+    """One of jsonl, parquet, warc, arc, text, empty, binary, truncated (a compressed stream cut before
+    its first block ends: nothing of it can be read)."""
     if path.stat().st_size == 0:
         return "empty"
     with path.open("rb") as f:
@@ -36,7 +37,7 @@ def detect_format(path: InputPath) -> str:
             return "parquet"
     head = peek(path)
     if not head:
-        return "empty" if path.stat().st_size == 0 else "binary"
+        return "truncated" if cut_before_first_block(path) else "binary"
     stripped = head.lstrip()
     if stripped.startswith(b"WARC/"):
         return "warc"
@@ -79,6 +80,12 @@ def records(
         yield from (warc.read_warc if fmt == "warc" else warc.read_arc)(path, cfg, span)
     elif fmt == "empty":
         yield Bad("empty_file", "file", "the file has no bytes")
+    elif fmt == "truncated":
+        yield Bad(
+            "truncated_or_corrupt_stream",
+            "file",
+            "the compressed stream ends before its first block is complete",
+        )
     else:
         yield Bad(f"unsupported_format_{fmt}", "file", f"detected format {fmt!r}")
 

@@ -35,6 +35,7 @@ from llmpipe.train.checkpoint import STATE_FILE, list_checkpoints, load_dcp, loa
 from llmpipe.train.config import RunConfig, from_saved
 from llmpipe.train.hf import hf_config, hf_state_dict
 from llmpipe.train.model import Transformer
+from llmpipe.train.rundir import EXPORT_MARKER, EXPORT_OUT
 
 
 def run_config(run_dir: Path) -> RunConfig:
@@ -158,9 +159,12 @@ def export(
     tokenizer: Path | None = None,
     max_shard_size: int | str | None = None,
     merge: bool = False,
+    overwrite: bool = False,
 ) -> Path:
     """The HF model directory of a run; a LoRA run's adapters as a PEFT directory, or with ``merge`` the
-    base with the adapters merged in."""
+    base with the adapters merged in. ``out`` is replaced whole: one that holds files llmpipe did not
+    write is refused unless ``overwrite``."""
+    EXPORT_OUT.check(out, overwrite)
     lora_run = bool(run_config(run_dir).lora.rank)
     adapters = lora_run and not merge
     if merge and not lora_run:
@@ -198,9 +202,7 @@ def export(
         (tmp / "generation_config.json").write_text(json.dumps(generation_config(eos_id), indent=2) + "\n")
     for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len).items():
         (tmp / name).write_text(text, encoding="utf-8")
-    (tmp / "llmpipe_export.json").write_text(
-        json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n"
-    )
+    (tmp / EXPORT_MARKER).write_text(json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n")
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
@@ -217,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         max_shard_size=size,
         merge=args.merge,
+        overwrite=args.overwrite,
     )
     print(f"exported {path} -> {args.out}")
     return 0
