@@ -23,3 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="split the weights into safetensors shards of at most SIZE (5GB, 500MB) with an index",
     )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="a LoRA run: write the base with the adapters merged in (default: a PEFT adapter directory)",
+    )
