@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +81,7 @@ def test_stage_in_curate_workers_and_errors(data_dir: Path, tmp_path: Path) -> N
     inputs = tmp_path / "in"
     inputs.mkdir()
     for name in ("wget-crawl-0000.warc.gz",):
-        (inputs / name).symlink_to(web / name)
+        shutil.copyfile(web / name, inputs / name)  # a copy: symlinks out of the inputs are not read
     # a JSONL whose records carry their URL in a field of another name
     rows = [
         {"text": "a page about gardening and tomatoes " * 5, "link": "https://garden.example.org/tomatoes"},
