@@ -85,10 +85,6 @@ def test_item11_corrupted_distcp_same_size_is_detected(
 ) -> None:
     run = _copy(genuine_run, tmp_path)
     ckpt = run / LATEST
-    assert json.loads((ckpt / "checksums.json").read_text())["files"].keys() >= {
-        ".metadata", "train_state.pt", "__0_0.distcp",
-    }  # fmt: skip
-    assert not list(ckpt.glob("__*_checksums.json"))  # the per-rank parts were merged
     distcp = ckpt / "__0_0.distcp"
     _flip(distcp, distcp.stat().st_size // 2)  # inside a weight: DCP reads it back without a word
 
@@ -100,6 +96,10 @@ def test_item11_corrupted_distcp_same_size_is_detected(
     doc.write_text("To be, or not to be, that is the question.\n")
     rc, err = _llmpipe(capsys, "eval", str(run), "--text", str(doc), "--device", "cpu")
     _one_error(rc, err, "step-00000004 is damaged")
+    assert json.loads((ckpt / "checksums.json").read_text())["files"].keys() >= {
+        ".metadata", "train_state.pt", "__0_0.distcp",
+    }  # fmt: skip
+    assert not list(ckpt.glob("__*_checksums.json"))  # the per-rank parts were merged
     # the export of an earlier, intact checkpoint still works
     rc, err = _llmpipe(capsys, "export", str(run), "--step", "2", "--out", str(tmp_path / "hf2"))
     assert rc == 0, err

@@ -484,6 +484,7 @@ class Checkpointer:
         tmp.rename(final)
         self._verified.add(final)
         for old in list_checkpoints(self.root)[: -self.cfg.keep]:
+            self._verified.discard(old)
             shutil.rmtree(old, ignore_errors=True)
 
     # -- loading ----------------------------------------------------------------------------------
