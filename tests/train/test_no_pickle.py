@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 from conftest import ROOT, torchrun
-from llmpipe.train.checkpoint import write_checksums
+from llmpipe.train.checkpoint import file_checksum, write_checksums
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 TINY = str(ROOT / "configs/train/tiny.yaml")
@@ -155,7 +155,8 @@ def test_distcp_values_are_loaded_without_code(genuine_run: Path, byte_shards: P
     for f in ckpt.glob("*.distcp"):
         f.unlink()
     dcp.save(state, checkpoint_id=str(ckpt), no_dist=True)
-    write_checksums(ckpt)  # whoever rewrites the files rewrites their checksums too
+    # whoever rewrites the files rewrites their checksums too
+    write_checksums(ckpt, {f.name: file_checksum(f) for f in ckpt.glob("*.distcp")})
     _refused(_resume(run, byte_shards), "step-00000004", marker)
     proc = _llmpipe("export", str(run), "--out", str(tmp_path / "hf"))
     _refused(proc, "step-00000004", marker)
