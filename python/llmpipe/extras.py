@@ -15,6 +15,8 @@ EXTRA_OF_MODULE = {
     "huggingface_hub": "train",
     "torchao": "train",
     "transformers": "eval",
+    "compressed_tensors": "compress",
+    "gguf": "compress",
     "ray": "ray",
     "s3fs": "s3",
     "optuna": "tune",

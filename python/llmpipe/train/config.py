@@ -250,6 +250,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, RunCo
         help="shard directory written by `llmpipe curate`; repeat NAME=DIR:WEIGHT to mix sources",
     )
     p.add_argument("--out", type=Path, required=True, help="run directory: checkpoints, logs, config")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into --out even when it holds files llmpipe did not write (default: refused)",
+    )
     args, rest = p.parse_known_args(argv)
     overrides = []
     for item in rest:

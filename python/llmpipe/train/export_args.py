@@ -10,6 +10,11 @@ from pathlib import Path
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path, metavar="RUN", help="run directory of the trainer")
     p.add_argument("--out", type=Path, required=True, help="HF model directory to write")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --out even when it holds files llmpipe did not write (they are deleted)",
+    )
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
     p.add_argument("--tokenizer", type=Path, default=None, help="tokenizer.json (default: the shards')")
     p.add_argument(

@@ -33,6 +33,7 @@ from llmpipe.train.checkpoint import list_checkpoints, load_dcp, step_dir
 from llmpipe.train.config import RunConfig, from_saved
 from llmpipe.train.hf import hf_config, hf_state_dict
 from llmpipe.train.model import Transformer
+from llmpipe.train.rundir import EXPORT_MARKER, EXPORT_OUT
 
 
 def load_run(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Transformer, Path]:
@@ -152,7 +153,10 @@ def export(
     step: int | None = None,
     tokenizer: Path | None = None,
     max_shard_size: int | str | None = None,
+    overwrite: bool = False,
 ) -> Path:
+    """``out`` is replaced whole: one that holds files llmpipe did not write is refused unless ``overwrite``."""
+    EXPORT_OUT.check(out, overwrite)
     cfg, model, path = load_run(run_dir, step)
     shards = cfg.data.path or (
         cfg.data.sources[0].path if cfg.data.sources else None
@@ -183,9 +187,7 @@ def export(
     (tmp / "generation_config.json").write_text(json.dumps(generation_config(eos_id), indent=2) + "\n")
     for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len).items():
         (tmp / name).write_text(text, encoding="utf-8")
-    (tmp / "llmpipe_export.json").write_text(
-        json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n"
-    )
+    (tmp / EXPORT_MARKER).write_text(json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n")
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
@@ -195,7 +197,14 @@ def export(
 def run(args: argparse.Namespace) -> int:
     """Export as ``args`` say; raises LlmpipeError on bad input."""
     size = parse_size(args.max_shard_size) if args.max_shard_size else None
-    path = export(args.run_dir, args.out, step=args.step, tokenizer=args.tokenizer, max_shard_size=size)
+    path = export(
+        args.run_dir,
+        args.out,
+        step=args.step,
+        tokenizer=args.tokenizer,
+        max_shard_size=size,
+        overwrite=args.overwrite,
+    )
     print(f"exported {path} -> {args.out}")
     return 0
 

@@ -29,6 +29,7 @@ from llmpipe.train.model import Transformer, _local, count_params
 from llmpipe.train.optim import build_optimizer, build_scheduler
 from llmpipe.train.parallel import Dist, apply_float8, init_distributed, microbatches, parallelize
 from llmpipe.train.pipeline import Pipeline
+from llmpipe.train.rundir import RUN_DIR
 from llmpipe.train.schedule import BatchSchedule
 from llmpipe.train.text_eval import TextEval
 from llmpipe.train.trainer import Trainer
@@ -135,12 +136,14 @@ def startup_summary(
     return lines
 
 
-def lock_run_dir(out: Path, d: Dist) -> DirLock | None:
-    """Rank 0 creates ``out`` and takes its lock; every rank stops with the same one line if it cannot."""
+def lock_run_dir(out: Path, d: Dist, overwrite: bool = False) -> DirLock | None:
+    """Rank 0 creates ``out`` and takes its lock; every rank stops with the same one line if it cannot
+    (a directory holding files llmpipe did not write is refused unless ``overwrite``)."""
     lock: DirLock | None = None
     box: list[str | None] = [None]
     if d.is_main:
         try:
+            RUN_DIR.check(out, overwrite)
             out.mkdir(parents=True, exist_ok=True)
             lock = DirLock(out, "run directory").acquire()
         except OSError as e:
@@ -154,7 +157,7 @@ def lock_run_dir(out: Path, d: Dist) -> DirLock | None:
     return lock
 
 
-def run(cfg: RunConfig, out: Path) -> None:
+def run(cfg: RunConfig, out: Path, overwrite: bool = False) -> None:
     d = init_distributed(cfg.parallel, cfg.model)
     resolve_for_device(cfg, d.device)
     if d.layout.pp > 1 and (cfg.data.batch_size % microbatches(cfg.parallel)):
@@ -162,7 +165,7 @@ def run(cfg: RunConfig, out: Path) -> None:
             f"data.batch_size {cfg.data.batch_size} is not a multiple of the {microbatches(cfg.parallel)} "
             "pipeline micro-batches (parallel.pp_microbatches)"
         )
-    lock = lock_run_dir(out, d)
+    lock = lock_run_dir(out, d, overwrite)
     try:
         _run(cfg, out, d)
     finally:
@@ -251,7 +254,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         args, cfg = parse_args(argv)
-        run(cfg, args.out)
+        run(cfg, args.out, args.overwrite)
     except LlmpipeError as e:
         print(f"error: {e}", file=sys.stderr)
         return getattr(e, "exit_code", 2)
