@@ -40,6 +40,19 @@ def trained_run(byte_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.fixture(scope="session")
+def genuine_run(byte_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four steps of the tiny model on one process, checkpoints at steps 2 and 4: the run directory the
+    tests of what a run directory may hold (pickles, damage) copy and tamper with."""
+    run = tmp_path_factory.mktemp("genuine") / "run"
+    torchrun(
+        1, "--data", str(byte_shards), "--config", str(ROOT / "configs/train/tiny.yaml"), "--out", str(run),
+        "--train.steps=4", "--checkpoint.every=2", "--checkpoint.keep=2", "--metrics.tensorboard=false",
+        "--train.val_every=0", "--train.log_every=1",
+    )  # fmt: skip
+    return run
+
+
+@pytest.fixture(scope="session")
 def hf_export(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``llmpipe export`` of the trained run."""
     from llmpipe.cli import main

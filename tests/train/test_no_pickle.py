@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from conftest import ROOT, torchrun
+from llmpipe.train.checkpoint import file_checksum, write_checksums
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 TINY = str(ROOT / "configs/train/tiny.yaml")
@@ -32,16 +32,6 @@ class Payload:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (exec, (f"open({str(self.marker)!r}, 'w').close()",))
-
-
-@pytest.fixture(scope="module")
-def genuine_run(byte_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run = tmp_path_factory.mktemp("genuine") / "run"
-    torchrun(
-        1, "--data", str(byte_shards), "--config", TINY, "--out", str(run), "--train.steps=4",
-        "--checkpoint.every=2", "--checkpoint.keep=2", *QUIET,
-    )  # fmt: skip
-    return run
 
 
 def _copy(run: Path, tmp_path: Path) -> Path:
@@ -165,6 +155,8 @@ def test_distcp_values_are_loaded_without_code(genuine_run: Path, byte_shards: P
     for f in ckpt.glob("*.distcp"):
         f.unlink()
     dcp.save(state, checkpoint_id=str(ckpt), no_dist=True)
+    # whoever rewrites the files rewrites their checksums too
+    write_checksums(ckpt, {f.name: file_checksum(f) for f in ckpt.glob("*.distcp")})
     _refused(_resume(run, byte_shards), "step-00000004", marker)
     proc = _llmpipe("export", str(run), "--out", str(tmp_path / "hf"))
     _refused(proc, "step-00000004", marker)
@@ -175,9 +167,14 @@ def test_a_genuine_checkpoint_and_one_of_the_previous_format_resume(
     genuine_run: Path, byte_shards: Path, tmp_path: Path
 ) -> None:
     run = _copy(genuine_run, tmp_path)
-    # the previous format: the same dict, pickled by torch.save with no conversion at save
-    state = run / LATEST / "train_state.pt"
-    torch.save(torch.load(state, weights_only=True), state)
+    # the previous format: the same dict, pickled by torch.save with no conversion at save, and no
+    # checksums (they came later)
+    for ckpt in (run / "checkpoints").iterdir():
+        state = ckpt / "train_state.pt"
+        saved = torch.load(state, weights_only=True)
+        del saved["checksums"]
+        torch.save(saved, state)
+        (ckpt / "checksums.json").unlink()
     proc = _resume(run, byte_shards)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resumed from" in proc.stdout and "at step 4" in proc.stdout

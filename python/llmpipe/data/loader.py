@@ -17,6 +17,7 @@ import torch
 
 from llmpipe import _core
 from llmpipe.data.dataset import ShardDataset
+from llmpipe.data.format import MANIFEST
 from llmpipe.data.mixture import MixedShards, MixEvent, MixtureOrder
 from llmpipe.errors import ShardError
 
@@ -102,7 +103,9 @@ class TokenLoader:
     def _tensors(self, raw: tuple[Any, Any, Any]) -> Batch:
         b, w = self.batch_size, self.ds.seq_len + 1
         rows_buf, tgt_buf, doc_buf = raw
-        rows = torch.from_numpy(np.frombuffer(rows_buf, dtype=rows_buf.dtype).reshape(b, w))
+        ids = np.frombuffer(rows_buf, dtype=rows_buf.dtype)
+        self._check_ids(ids)
+        rows = torch.from_numpy(ids.reshape(b, w))
         tgt = None if tgt_buf is None else torch.from_numpy(np.frombuffer(tgt_buf, dtype=tgt_buf.dtype))
         docs = None if doc_buf is None else torch.from_numpy(np.frombuffer(doc_buf, dtype=np.int32))
         if self.device.type == "cuda":  # one pinned copy of the rows serves inputs and targets
@@ -111,6 +114,25 @@ class TokenLoader:
             docs = None if docs is None else self._to_device(docs)
         target = rows[:, 1:] if tgt is None else tgt.view(b, w - 1)
         return Batch(rows[:, :-1], target, None if docs is None else docs.view(b, w - 1))
+
+    def _check_ids(self, ids: np.ndarray) -> None:
+        """Every id of a batch below the manifest's vocab_size (a few microseconds per batch, before
+        the model looks anything up by id: an out-of-range id is an IndexError on CPU, a device-side
+        assert on GPU)."""
+        if not len(ids):
+            return
+        low, high = int(ids.min()), int(ids.max())
+        if low >= 0 and high < self.ds.vocab_size:
+            return
+        where = (
+            f"{self.ds.directory / MANIFEST}"
+            if isinstance(self.ds, ShardDataset)
+            else f"the manifests of {self.ds.directory}"
+        )
+        raise ShardError(
+            f"{where}: the shards hold token id {high if high >= self.ds.vocab_size else low} but the "
+            f"manifest's vocab_size is {self.ds.vocab_size} (the manifest does not describe these shards)"
+        )
 
     def _stream(self, plan: np.ndarray) -> Iterator[tuple[int, Batch]]:
         """Batches of ``plan`` (one row of sample indices per batch) in order, as (row, batch).

@@ -29,6 +29,8 @@ def read_texts(path: str | Path, *, field: str = "text", max_docs: int | None = 
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise InputError(f"{path}:{n}: not JSON ({e.msg})") from e
+                except RecursionError:  # the parser stops cleanly at Python's recursion limit
+                    raise InputError(f"{path}:{n}: JSON nested too deeply to read") from None
                 if not isinstance(rec, dict) or not isinstance(rec.get(field), str):
                     raise InputError(f"{path}:{n}: no string field {field!r}")
                 texts.append(rec[field])

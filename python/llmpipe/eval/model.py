@@ -8,6 +8,8 @@ already in memory (a transformers ``PreTrainedModel`` or the trainer's ``Transfo
 from __future__ import annotations
 
 import json
+import pickle
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,13 +179,37 @@ def load_lm(
 
         from llmpipe.quiet import quiet_imports
 
-        tok = AutoTokenizer.from_pretrained(path)
-        with quiet_imports():  # transformers' quantizers import torchao, which logs deprecations
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype))
+        try:
+            tok = AutoTokenizer.from_pretrained(path)
+            with quiet_imports():  # transformers' quantizers import torchao, which logs deprecations
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype))
+        except (OSError, ValueError) as e:
+            raise _hf_load_error(path, e) from None
         return wrap_lm(model, tok, device=dev, name=str(path))
     raise InputError(
         f"{path}: neither a training run (config.yaml, checkpoints/) nor a HF model (config.json)"
     )
+
+
+def _hf_load_error(path: Path, e: BaseException) -> BaseException:
+    """What transformers raised while loading ``path``, in one line: a weights file that is a pickle
+    naming anything but tensors (torch loads ``*.bin`` with ``weights_only=True``) is refused; another
+    file it cannot read is an input error. An OS error of the machine (disk full...) is kept as it is."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = e
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    for c in chain:
+        if isinstance(c, pickle.UnpicklingError):
+            found = re.search(r"GLOBAL (\S+)", str(c))
+            names = f"it names {found.group(1)}" if found else "it is not plain tensors"
+            bins = ", ".join(sorted(f.name for f in path.glob("*.bin"))) or "a weights file"
+            return InputError(f"{path}: refused: {bins}: {names}, a pickle that could run code")
+    if isinstance(e, OSError) and e.errno is not None:
+        return e
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+    return InputError(f"{path}: not a model transformers can load ({first})")
 
 
 def _load_run(path: Path, dev: torch.device, dtype: torch.dtype) -> LM:

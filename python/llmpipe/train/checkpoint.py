@@ -12,11 +12,23 @@ A run directory may come from someone else, so nothing in it runs code when it i
 ``.metadata`` (a pickle) is read by an unpickler that knows only DCP's metadata classes; the non-tensor
 values in the ``.distcp`` files (optimizer hyperparameters) are read with ``weights_only=True``. Anything
 else is refused with one line naming the file (:class:`UnsafeCheckpointError`).
+
+Every checkpoint records the CRC-32 of each 1 MiB block of each of its files in ``checksums.json``
+(the shards' block checksums, computed by the Rust core): each rank checksums the ``.distcp`` files it
+wrote right after writing them (still in the page cache; in the background thread for an asynchronous
+save), and rank 0 adds ``.metadata`` and ``train_state.pt`` and writes the file before the directory is
+renamed to ``step-*``. Every load checks them first (resume on rank 0, export, eval, quantize, prune),
+so a file changed on disk, even without changing its size, is found before a weight is read:
+:func:`damage` names the byte ranges. This detects corruption (bad disks, partial copies), not
+tampering: whoever can rewrite the files can rewrite the checksums, and nothing in a run directory runs
+code in any case. A checkpoint written before checksums existed (no ``checksums.json``, and its
+``train_state.pt`` does not ask for one) loads unchecked, without a message.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import pickle
 import re
 import shutil
@@ -33,19 +45,105 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.planner import ReadItem
+from torch.distributed.checkpoint.planner import ReadItem, SavePlan, SavePlanner
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.storage import WriteResult
+from torch.futures import Future as TorchFuture
 
+from llmpipe.data.format import BLOCK_BYTES, damaged_blocks, describe_ranges, file_block_crc32s
 from llmpipe.errors import LlmpipeError
 from llmpipe.train.config import CheckpointConfig
 
 _NAME = re.compile(r"^step-(\d{8})$")
 STATE_FILE = "train_state.pt"
 METADATA_FILE = ".metadata"
+CHECKSUMS_FILE = "checksums.json"
+_CHECKSUMS_FORMAT = "llmpipe-checkpoint-checksums"
+_MAX_CHECKSUMS_BYTES = 64 << 20  # ~16M blocks of 1 MiB: a 16 TiB checkpoint
 
 
 class UnsafeCheckpointError(LlmpipeError):
     """A checkpoint file holds a pickle that could run code (or names a file outside its directory)."""
+
+
+class DamagedCheckpointError(LlmpipeError):
+    """A checkpoint's files differ from what was written (checksums, sizes) or are missing."""
+
+
+# -- checksums ------------------------------------------------------------------------------------
+def file_checksum(path: Path) -> dict[str, Any]:
+    """A file's size and the CRC-32 of each 1 MiB block (the shard manifest's representation)."""
+    return {
+        "bytes": path.stat().st_size,
+        "block_bytes": BLOCK_BYTES,
+        "block_crc32": file_block_crc32s(path, BLOCK_BYTES).tolist(),
+    }
+
+
+def write_checksums(path: Path, files: dict[str, dict[str, Any]] | None = None) -> None:
+    """``checksums.json`` of the checkpoint directory ``path``: ``files`` (already computed) plus the
+    metadata's and train state's, checksummed here."""
+    files = dict(files or {})
+    for name in (METADATA_FILE, STATE_FILE):
+        if (path / name).is_file():
+            files[name] = file_checksum(path / name)
+    body = {"format": _CHECKSUMS_FORMAT, "version": 1, "files": dict(sorted(files.items()))}
+    tmp = path / f".{CHECKSUMS_FILE}.tmp"
+    tmp.write_text(json.dumps(body, separators=(",", ":")) + "\n")
+    tmp.rename(path / CHECKSUMS_FILE)
+
+
+def _read_checksums(path: Path) -> dict[str, dict[str, Any]] | str:
+    """The ``files`` of ``checksums.json``, or what is wrong with it (it is data from the run directory:
+    bounded, and every entry's shape checked before use)."""
+    f = path / CHECKSUMS_FILE
+    if f.stat().st_size > _MAX_CHECKSUMS_BYTES:
+        return f"{CHECKSUMS_FILE} is larger than {_MAX_CHECKSUMS_BYTES >> 20} MiB"
+    try:
+        body = json.loads(f.read_bytes())
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return f"{CHECKSUMS_FILE} cannot be read ({type(e).__name__})"
+    files = body.get("files") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or body.get("format") != _CHECKSUMS_FORMAT or not isinstance(files, dict):
+        return f"{CHECKSUMS_FILE} is not a checksum list of llmpipe"
+    for name, entry in files.items():
+        ok = (
+            _plain_file_name(name)
+            and isinstance(entry, dict)
+            and type(entry.get("bytes")) is int
+            and entry["bytes"] >= 0
+            and type(entry.get("block_bytes")) is int
+            and entry["block_bytes"] > 0
+            and isinstance(entry.get("block_crc32"), list)
+            and all(type(c) is int and 0 <= c < 1 << 32 for c in entry["block_crc32"])
+        )
+        if not ok:
+            return f"{CHECKSUMS_FILE} has a malformed entry for {str(name)[:80]!r}"
+    return files
+
+
+def checksum_problem(path: Path, meta: Metadata, wants_checksums: bool) -> str | None:
+    """What differs from ``checksums.json`` in the checkpoint directory ``path`` (None: every file as
+    written, or a checkpoint from before checksums that does not ask for them: ``wants_checksums`` is
+    what its train state says)."""
+    if not (path / CHECKSUMS_FILE).is_file():
+        return f"{CHECKSUMS_FILE} is missing" if wants_checksums else None
+    files = _read_checksums(path)
+    if isinstance(files, str):
+        return files
+    needed = {METADATA_FILE, STATE_FILE} | {info.relative_path for info in (meta.storage_data or {}).values()}
+    for name in sorted(needed):
+        entry = files.get(name)
+        if entry is None:
+            return f"{CHECKSUMS_FILE} has no checksum for {name}"
+        if not (path / name).is_file():
+            return f"{name} is missing"
+        bad = damaged_blocks(path / name, entry)
+        if bad:
+            return (
+                f"{name}: {describe_ranges(bad)} differ from their checksums (changed since it was written)"
+            )
+    return None
 
 
 # -- loading what a stranger may have written -------------------------------------------------------
@@ -116,6 +214,31 @@ class SafeFileSystemReader(dcp.FileSystemReader):
         return meta
 
 
+class ChecksummingWriter(dcp.FileSystemWriter):
+    """DCP's file writer that leaves ``checksums.json`` in the checkpoint: each rank checksums the files
+    it wrote as soon as they are written (a part file per rank), and the coordinator merges the parts
+    with the checksums of the metadata and the train state once every rank is done."""
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> TorchFuture[list[WriteResult]]:
+        fut = super().write_data(plan, planner)  # written (DCP's file writer returns a done future)
+        root = Path(self.path)
+        names = sorted({wr.storage_data.relative_path for wr in fut.wait()})
+        part = {name: file_checksum(root / name) for name in names}
+        (root / f"{plan.storage_data.prefix}{CHECKSUMS_FILE}").write_text(json.dumps(part))
+        return fut
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        super().finish(metadata, results)  # writes .metadata: every rank's data is written by now
+        root = Path(self.path)
+        files: dict[str, dict[str, Any]] = {}
+        parts = sorted(root.glob(f"__*_{CHECKSUMS_FILE}"))
+        for part in parts:
+            files.update(json.loads(part.read_text()))
+        write_checksums(root, files)
+        for part in parts:
+            part.unlink()
+
+
 def _refusal(path: Path | str, what: str, e: pickle.UnpicklingError) -> UnsafeCheckpointError:
     """A weights_only load's failure, in one line (torch's message is several paragraphs)."""
     found = re.search(r"GLOBAL (\S+)", str(e))
@@ -145,15 +268,23 @@ class SafeLoadPlanner(DefaultLoadPlanner):
             self.state_dict[fqn] = obj
 
 
-def load_dcp(state: dict[str, Any], path: Path, *, no_dist: bool = False) -> None:
-    """``dcp.load`` into ``state`` from the checkpoint directory ``path``, running no code from it."""
+def load_dcp(state: dict[str, Any], path: Path, *, no_dist: bool = False, verify: bool = True) -> None:
+    """``dcp.load`` into ``state`` from the checkpoint directory ``path``, running no code from it;
+    with ``verify``, every file is checked against ``checksums.json`` first
+    (:class:`DamagedCheckpointError` on a mismatch)."""
     reader, planner = SafeFileSystemReader(str(path)), SafeLoadPlanner(path)
     try:  # first alone: DCP logs a failed metadata read with a traceback, then tries other files
-        reader.read_metadata()
+        meta = reader.read_metadata()
     except UnsafeCheckpointError:
         raise
     except Exception as e:  # noqa: BLE001 - a damaged file raises several kinds
-        raise LlmpipeError(f"{path}: its DCP metadata cannot be read ({type(e).__name__}: {e})") from None
+        raise DamagedCheckpointError(
+            f"{path}: its DCP metadata cannot be read ({type(e).__name__}: {e})"
+        ) from None
+    if verify:
+        problem = _size_problem(path, meta) or checksum_problem(path, meta, _wants_checksums(path))
+        if problem is not None:
+            raise DamagedCheckpointError(f"checkpoint {path} is damaged ({problem})")
     try:
         dcp.load(state, checkpoint_id=str(path), storage_reader=reader, planner=planner, no_dist=no_dist)
     except (Exception, CheckpointException) as e:  # DCP rewraps errors; a refusal is said as it is
@@ -207,10 +338,22 @@ def list_checkpoints(root: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def damage(path: Path) -> str | None:
-    """What is wrong with a checkpoint directory (None: intact as far as sizes tell).
+def _wants_checksums(path: Path) -> bool:
+    """Whether the checkpoint's train state says it was written with ``checksums.json`` (a train state
+    that cannot be read says nothing here: the checksums, or the load, find what is wrong with it)."""
+    try:
+        return bool(load_train_state(path / STATE_FILE).get("checksums"))
+    except UnsafeCheckpointError:
+        raise
+    except Exception:  # noqa: BLE001 - missing or damaged: the caller's checks say which
+        return False
 
-    Every byte range the DCP metadata lists must exist in its file, and the train state must load."""
+
+def damage(path: Path, *, checksums: bool = True) -> str | None:
+    """What is wrong with a checkpoint directory (None: intact).
+
+    Every byte range the DCP metadata lists must exist in its file, the train state must load, and
+    (with ``checksums``) every file must match ``checksums.json``."""
     state = path / STATE_FILE
     if not state.is_file():
         return f"{STATE_FILE} is missing"
@@ -220,6 +363,20 @@ def damage(path: Path) -> str | None:
         raise
     except Exception as e:  # noqa: BLE001 - any unreadable metadata means a damaged checkpoint
         return f"its DCP metadata cannot be read ({type(e).__name__})"
+    try:
+        saved = load_train_state(state)  # before the checksums: a planted pickle is refused as such
+    except UnsafeCheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a truncated file raises several kinds
+        return _size_problem(path, meta) or f"{STATE_FILE} cannot be read ({type(e).__name__})"
+    problem = _size_problem(path, meta)
+    if problem is None and checksums:
+        problem = checksum_problem(path, meta, bool(saved.get("checksums")))
+    return problem
+
+
+def _size_problem(path: Path, meta: Metadata) -> str | None:
+    """A data file the metadata lists that is missing or shorter than the byte ranges it lists."""
     sizes: dict[str, int] = {}
     for info in (meta.storage_data or {}).values():
         name = info.relative_path
@@ -230,12 +387,6 @@ def damage(path: Path) -> str | None:
             return f"{name} is missing"
         if sizes[name] < info.offset + info.length:
             return f"{name} is cut short ({sizes[name]} of at least {info.offset + info.length} bytes)"
-    try:
-        load_train_state(state)
-    except UnsafeCheckpointError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a truncated file raises several kinds
-        return f"{STATE_FILE} cannot be read ({type(e).__name__})"
     return None
 
 
@@ -263,6 +414,7 @@ class Checkpointer:
         self.rank = rank
         self.world_size = world_size
         self._pending: tuple[Future[Any], Path, Path] | None = None
+        self._verified: set[Path] = set()  # written or checked by this process: not checksummed again
         self._async_group: dist.ProcessGroup | None = None
         if cfg.async_save and dist.is_initialized():
             group = dist.new_group(backend="gloo")  # keeps checkpoint I/O off the training group
@@ -299,17 +451,21 @@ class Checkpointer:
             rngs = [_rng_state()]
         if self.rank == 0:
             tmp.mkdir(parents=True, exist_ok=True)
-            saved = _plain({**train_state, "rng": rngs, "world_size": self.world_size}, "train_state")
+            saved = {**train_state, "rng": rngs, "world_size": self.world_size, "checksums": CHECKSUMS_FILE}
+            saved = _plain(saved, "train_state")
             torch.save(saved, tmp / STATE_FILE)
         self._barrier()
         model_sd, optim_sd = get_state_dict(model, optimizer, options=self.options)
         state = {"model": model_sd, "optim": optim_sd}
+        writer = ChecksummingWriter(str(tmp))
         if blocking or self._async_group is None:
-            dcp.save(state, checkpoint_id=str(tmp))
+            dcp.save(state, checkpoint_id=str(tmp), storage_writer=writer)
             self._finalize(tmp, final)
             self._barrier()
         else:
-            fut = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self._async_group)
+            fut = dcp.async_save(
+                state, checkpoint_id=str(tmp), storage_writer=writer, process_group=self._async_group
+            )
             assert isinstance(fut, Future)
             self._pending = (fut, tmp, final)
 
@@ -330,40 +486,63 @@ class Checkpointer:
         if self.rank != 0:
             return
         tmp.rename(final)
+        self._verified.add(final)
         for old in list_checkpoints(self.root)[: -self.cfg.keep]:
+            self._verified.discard(old)
             shutil.rmtree(old, ignore_errors=True)
 
     # -- loading ----------------------------------------------------------------------------------
     def latest(self) -> Path | None:
         """The newest intact checkpoint, as seen by rank 0 (the same answer on every rank).
 
-        A damaged one (a file gone or cut short since it was written) is renamed ``damaged-step-*``,
-        kept for inspection, and the one before it is used, with a message saying so. One that holds
-        a pickle that could run code stops the run on every rank with one line."""
-        found = refused = None
+        A damaged one (a file gone, cut short or changed since it was written: sizes and checksums)
+        is renamed ``damaged-step-*``, kept for inspection, and the one before it is used, with one line
+        saying so. When every checkpoint is damaged the run stops with one line (it does not start
+        over silently). One that holds a pickle that could run code stops the run on every rank with
+        one line."""
+        found: str | None = None
+        refused: str | None = None
+        stop: str | None = None
         if self.rank == 0:
+            damaged: list[tuple[Path, str, str]] = []
             for path in reversed(list_checkpoints(self.root)):
                 try:
-                    problem = damage(path)
+                    problem = damage(path, checksums=path not in self._verified)
                 except UnsafeCheckpointError as e:
                     refused = str(e)
                     break
                 if problem is None:
+                    self._verified.add(path)
                     found = str(path)
                     break
                 aside = path.with_name(f"damaged-{path.name}")
                 shutil.rmtree(aside, ignore_errors=True)
                 path.rename(aside)
-                print(
-                    f"checkpoint {path} is damaged ({problem}); moved to {aside.name}, "
-                    "falling back to the previous checkpoint",
-                    flush=True,
+                self._verified.discard(path)
+                damaged.append((path, problem, aside.name))
+            if found is not None:
+                for path, problem, aside_name in damaged:
+                    print(
+                        f"checkpoint {path} is damaged ({problem}); moved to {aside_name}, "
+                        f"falling back to {Path(found).name}",
+                        flush=True,
+                    )
+            elif damaged and refused is None:
+                path, problem, aside_name = damaged[0]
+                more = (
+                    f" (and {len(damaged) - 1} earlier one(s), moved aside too)" if len(damaged) > 1 else ""
                 )
-        box: list[Any] = [found, refused]
+                stop = (
+                    f"checkpoint {path} is damaged ({problem}); moved to {aside_name}{more}, and there is "
+                    "no earlier checkpoint to fall back to: run again to start from step 0"
+                )
+        box: list[Any] = [found, refused, stop]
         if dist.is_initialized():
             dist.broadcast_object_list(box, src=0)
         if box[1]:
             raise UnsafeCheckpointError(box[1])
+        if box[2]:
+            raise DamagedCheckpointError(box[2])
         return Path(box[0]) if box[0] else None
 
     def load(
@@ -372,7 +551,7 @@ class Checkpointer:
         """Load model and optimizer (resharded to this run's ranks); returns the saved train state."""
         model_sd, optim_sd = get_state_dict(model, optimizer, options=self.options)
         state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
-        load_dcp(state, path)
+        load_dcp(state, path, verify=False)  # latest() checked it on rank 0
         set_state_dict(
             model,
             optimizer,

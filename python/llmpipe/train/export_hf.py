@@ -29,7 +29,7 @@ from safetensors.torch import save_file
 
 from llmpipe.config import load_yaml
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
-from llmpipe.errors import LlmpipeError
+from llmpipe.errors import LlmpipeError, TokenizerError
 from llmpipe.train import init_from, lora
 from llmpipe.train.checkpoint import STATE_FILE, list_checkpoints, load_dcp, load_train_state, step_dir
 from llmpipe.train.config import RunConfig, from_saved
@@ -86,6 +86,26 @@ def load_run(
         lora.merge(model)
     model.eval()
     return cfg, model, path
+
+
+def read_tokenizer(path: Path) -> str:
+    """The text of a tokenizer.json, refused with one line unless the ``tokenizers`` library (what
+    ``AutoTokenizer`` loads it with) accepts it: an export must load where it is used."""
+    from tokenizers import Tokenizer
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenizerError(f"{path}: not a tokenizer.json (not UTF-8 text: {e.reason})") from None
+    try:
+        Tokenizer.from_str(text)
+    except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exceptions
+        why = (str(e).splitlines() or [type(e).__name__])[0][:300]
+        raise TokenizerError(
+            f"{path}: not a tokenizer that transformers' AutoTokenizer can load ({why}); "
+            "pass --tokenizer FILE with a valid one"
+        ) from None
+    return text
 
 
 def tokenizer_files(tokenizer_json: str, eos_id: int | None, max_len: int | None) -> dict[str, str]:
@@ -182,7 +202,7 @@ def export(
         eos_id = manifest["tokenizer"]["eos_id"]
         if tokenizer is None:  # the shards' own tokenizer: it must be the one they were made with
             check_tokenizer(shards, manifest)
-    tok_json = tok.read_text(encoding="utf-8")
+    tok_json = read_tokenizer(tok)
     ids = [t["id"] for t in json.loads(tok_json).get("added_tokens", [])]
     ids += list(json.loads(tok_json).get("model", {}).get("vocab", {}).values())
     vocab = cfg.model.vocab_size or 0
