@@ -15,6 +15,7 @@ EXTRA_OF_MODULE = {
     "huggingface_hub": "train",
     "torchao": "train",
     "transformers": "eval",
+    "sklearn": "classify",
     "ray": "ray",
     "s3fs": "s3",
     "optuna": "tune",

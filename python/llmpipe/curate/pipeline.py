@@ -49,6 +49,8 @@ from llmpipe.io.read import detect_format
 from llmpipe.lock import DirLock
 
 DONE = ".llmpipe-done.json"
+#: results kept across runs of one --out, keyed by their content (model scores, embeddings)
+CACHE = ".llmpipe-cache"
 #: the automatic chunk size (``--chunk-mb`` not given) lies between these: inputs larger than the
 #: chunk size run as several parts
 CHUNK_BYTES = 128 << 20
@@ -208,7 +210,8 @@ def _curate(run: Run) -> dict[str, Any]:
         )
         if seg.ends_with is not None:
             bar.phase(seg.ends_with.name)
-            resolve_global(job, k, RunContext(input_words=funnel.input_words), run.executor)
+            context = RunContext(input_words=funnel.input_words, cache=out / CACHE)
+            resolve_global(job, k, context, run.executor)
     kept = [work.docs(len(segments) - 1, i) for i in each]
 
     # tokenizer: the given one, or a byte-level BPE trained on the kept text

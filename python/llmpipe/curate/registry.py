@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmpipe.curate.stage import Stage
 from llmpipe.curate.stages.c4 import C4
+from llmpipe.curate.stages.classifier import Classifier
 from llmpipe.curate.stages.exact_dedup import ExactDedup
 from llmpipe.curate.stages.heuristics import FineWeb, GopherQuality, GopherRepetition
 from llmpipe.curate.stages.language import LanguageFilter
@@ -12,6 +13,7 @@ from llmpipe.curate.stages.near_dedup import NearDedup
 from llmpipe.curate.stages.normalize import Normalize
 from llmpipe.curate.stages.pii import PiiRedact
 from llmpipe.curate.stages.quality_model import QualityModelFilter
+from llmpipe.curate.stages.semantic_dedup import SemanticDedup
 
 #: extract -> language -> heuristics -> exact dedup -> near dedup -> model score -> PII; then tokenize, pack
 STAGES: list[type[Stage]] = [
@@ -25,5 +27,7 @@ STAGES: list[type[Stage]] = [
     ExactDedup,
     NearDedup,
     QualityModelFilter,
+    Classifier,
+    SemanticDedup,
     PiiRedact,
 ]
