@@ -338,11 +338,19 @@ def test_classifier_on_actors_matches_local(cluster: Cluster, data_dir: Path, tm
         env=cluster.env,
     )  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
-    _same_tree(tmp_path / "local", tmp_path / "ray")
+    local, ray_out = tmp_path / "local", tmp_path / "ray"
+    for a, b in ((local, ray_out), (ray_out, local)):  # the outputs, not the model-result cache
+        for f in a.iterdir():
+            if f.is_file():
+                assert f.read_bytes() == (b / f.name).read_bytes(), (
+                    f"{f.name} differs between local and Ray runs"
+                )
+    cached = lambda d: sorted(p.name for p in (d / ".llmpipe-cache").rglob("*.npy"))  # noqa: E731
+    assert cached(local) == cached(ray_out) and len(cached(local)) >= 4  # per part and model, same keys
     actors = list_actors(
         address=cluster.dashboard, filters=[("class_name", "=", "_ModelWorker")], detail=True
     )
     rows = [a.__dict__ if hasattr(a, "__dict__") else dict(a) for a in actors]
-    assert len(rows) == 4, rows  # two per model step: one per node's CPU
+    assert 3 <= len(rows) <= 4, rows  # per model step, one per node's CPU (at most one per part)
     assert len({r["node_id"] for r in rows}) == 2
     assert all(r["state"] == "DEAD" for r in rows)  # released when the step ended

@@ -160,6 +160,7 @@ class SemanticDedup(GlobalStage):
             return DROPS_SCHEMA.empty_table()
         k = min(self.cfg.clusters, n)
         labels = self.kmeans(emb, k)
+        workdir.mkdir(parents=True, exist_ok=True)
         del emb
         labels_file = workdir / "labels.npy"
         np.save(labels_file, labels, allow_pickle=False)
