@@ -46,8 +46,12 @@ test: system-deps build test-rust test-python
 test-rust:
 	cargo test --workspace --exclude llmpipe-py
 
+# two processes, a test file each at a time (module fixtures are built once; the modules that start Ray
+# clusters run one after another: tests/conftest.py): half the suite's time is spent waiting on the
+# subprocesses it starts. PYTEST_WORKERS=0 runs it serially.
+PYTEST_WORKERS ?= 2
 test-python:
-	pytest -q
+	pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 # the built wheel installed into fresh environments outside the checkout (core alone, then [all]),
 # every command run from there (tools/wheel-check.sh)

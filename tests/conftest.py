@@ -24,6 +24,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+#: modules that start Ray clusters: `make test` runs them one after another on one xdist worker, since two
+#: clusters starting at once on a 2-core machine can miss Ray's start-up deadlines
+RAY_CLUSTER_MODULES = {"test_ray.py", "test_sweep.py", "test_ray_launcher.py"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `pytest -n N --dist loadgroup` (make test) a test file is one unit of work, so its module
+    fixtures are built once, and the Ray modules share one unit."""
+    for item in items:
+        group = "ray-clusters" if item.path.name in RAY_CLUSTER_MODULES else str(item.path)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return DATA

@@ -83,7 +83,7 @@ def test_unreadable_and_symlinked_directories_are_reported_or_followed(
     shutil.copy(data_dir / "web" / "cc-en-head-0091.jsonl", d / "a.jsonl")
     shutil.copy(data_dir / "web" / "cc-en-head-0174.jsonl", d / "locked" / "hidden-from-me.jsonl")
     shutil.copy(data_dir / "web" / "cc-en-head-0174.jsonl", other / "b.jsonl")
-    (d / "linked").symlink_to(other)  # followed
+    (d / "linked").symlink_to(other)  # out of the inputs: followed with follow_symlinks only
     (d / "loop").symlink_to(d)  # followed once: no loop
     (d / "unreadable.jsonl").write_bytes(b"")
     os.chmod(d / "locked", 0)
@@ -91,7 +91,7 @@ def test_unreadable_and_symlinked_directories_are_reported_or_followed(
     try:
         code = (
             "import json; from llmpipe.io.discover import discover_inputs\n"
-            f"r = discover_inputs([{str(d)!r}])\n"
+            f"r = discover_inputs([{str(d)!r}], follow_symlinks=True)\n"
             "print(json.dumps({'files': [str(f) for f in r.files], 'skipped': r.skipped}))"
         )
         p = _unprivileged(sys.executable, "-c", code)
@@ -109,7 +109,9 @@ def test_unreadable_and_symlinked_directories_are_reported_or_followed(
         ro.mkdir(mode=0o555)
         p = _unprivileged(exe, "curate", str(d / "a.jsonl"), "--out", str(ro))
         assert p.returncode == 2 and "cannot write" in p.stderr and "Traceback" not in p.stderr
-        p = _unprivileged(exe, "curate", str(d), "--out", str(tmp_path / "o"), "--strict")
+        p = _unprivileged(
+            exe, "curate", str(d), "--out", str(tmp_path / "o"), "--strict", "--follow-symlinks"
+        )
         assert p.returncode == 2 and "locked: unreadable directory" in p.stderr and "--strict" in p.stderr
     finally:
         os.chmod(d / "locked", 0o755)

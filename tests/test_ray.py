@@ -169,6 +169,46 @@ def test_executor_order_and_rayon_threads(cluster: Cluster) -> None:
         ray.shutdown()
 
 
+def test_corpus_dedup_phases_as_cluster_tasks(cluster: Cluster, data_dir: Path, tmp_path: Path) -> None:
+    """line_dedup's count and substring_dedup's suffix arrays (one task per pair of partitions) run as
+    cluster tasks and decide exactly what they decide in this process."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import ray
+    from llmpipe.curate.stage import RunContext
+    from llmpipe.curate.stages.line_dedup import LineDedup
+    from llmpipe.curate.stages.substring_dedup import SubstringDedup
+    from llmpipe.distributed.executor import RayExecutor
+
+    with gzip.open(data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz", "rt", encoding="utf-8") as f:
+        docs = [json.loads(line) for line in f][:200]
+    table = pa.table({"id": [str(d["id"]) for d in docs], "text": [d["text"] for d in docs]})
+    stages = [
+        (LineDedup(LineDedup.Config(enabled=True)), "repeated.parquet"),
+        (
+            SubstringDedup(SubstringDedup.Config(enabled=True, min_length=100, partition_bytes=150_000)),
+            "spans.parquet",
+        ),
+    ]
+    try:
+        ex = RayExecutor(f"127.0.0.1:{cluster.port}", progress=False)
+        for stage, result in stages:
+            keys = []
+            for j in range(4):
+                keys.append(tmp_path / f"{stage.name}-{j}.keys.parquet")
+                pq.write_table(stage.prepare(table.slice(50 * j, 50).to_batches()[0]), keys[-1])
+            stage.resolve(keys, tmp_path / stage.name / "local", RunContext(input_words=0))
+            stage.resolve(keys, tmp_path / stage.name / "ray", RunContext(input_words=0), ex)
+            local = pq.read_table(tmp_path / stage.name / "local" / result)
+            assert local.num_rows > 10
+            assert pq.read_table(tmp_path / stage.name / "ray" / result).equals(local)
+        assert len(list((tmp_path / "substring_dedup" / "ray" / "pairs").glob("*.npy"))) >= 6
+    finally:
+        ray.shutdown()
+
+
 def test_job_submit_matches_local(
     cluster: Cluster, local_run: tuple[Path, Path], data_dir: Path, tmp_path: Path
 ) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import run_cli
 from llmpipe.errors import InputError
-from llmpipe.scaling import ChinchillaFit, compute_optimal, fit_chinchilla, isoflop_minima
+from llmpipe.scaling import ChinchillaFit, compute_optimal, fit_chinchilla, flag_outliers, isoflop_minima
 
 # Hoffmann et al. 2022's fitted law (E, A, B, alpha, beta)
 LAW = ChinchillaFit(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
@@ -63,6 +63,36 @@ def test_compute_optimal_with_bootstrap_intervals() -> None:
     assert opt.params == pytest.approx(LAW.optimal(5.76e23)[0], rel=0.1)
     # the closed form D_opt(N) inverts N_opt(C)
     assert fit.optimal_tokens(opt.params) == pytest.approx(opt.tokens, rel=1e-6)
+
+
+def test_planted_outliers_are_flagged_and_dropped() -> None:
+    """2% of the points (3 of 120) made outliers: the three of least compute 30% too high (a corner the law
+    does not describe, like the highest-loss points Epoch AI dropped from Chinchilla's data). They are
+    exactly the points flagged; dropping them recovers the law as well as the clean fit does."""
+    n, d, loss = _ladder(noise=0.003)
+    assert flag_outliers(LAW, n, d, loss) == []  # 0.3% noise is not an outlier
+    planted = sorted(int(i) for i in np.argsort(n * d)[:3])
+    bad = loss.copy()
+    bad[planted] *= 1.3
+    flagged = fit_chinchilla(n, d, bad)
+    assert flagged.outliers == planted and not flagged.dropped and flagged.points == len(n)
+    dropped = fit_chinchilla(n, d, bad, drop_outliers=True)
+    assert dropped.outliers == planted and dropped.dropped
+    for k in ("E", "A", "B", "alpha", "beta"):
+        assert getattr(dropped, k) == pytest.approx(getattr(LAW, k), rel=0.05), (k, dropped)
+    keep = np.setdiff1d(np.arange(len(n)), planted)
+    again = fit_chinchilla(n[keep], d[keep], bad[keep])
+    for k in ("E", "A", "B", "alpha", "beta"):
+        assert getattr(dropped, k) == pytest.approx(getattr(again, k), rel=1e-6)
+    # the flagging rule on its own: the planted points' residuals, nothing else
+    assert flag_outliers(LAW, n, d, bad) == planted
+    # bootstrap intervals of the constants come from the kept points and hold the law
+    opt = compute_optimal(dropped, n, d, bad, 1e22, bootstrap=8)
+    assert opt.bootstrap == 8
+    for k in ("E", "alpha", "beta"):
+        lo, hi = opt.constant_intervals[k]
+        assert lo <= getattr(dropped, k) <= hi and lo < hi
+        assert lo * 0.97 <= getattr(LAW, k) <= hi * 1.03, (k, lo, hi)
 
 
 def test_bad_points_are_an_input_error() -> None:

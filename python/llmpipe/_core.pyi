@@ -181,6 +181,7 @@ def normalize_batch(
     strip_punctuation: bool = False,
     nfc: bool = True,
 ) -> list[str]: ...
+def html_depths(pages: Sequence[str], limit: int) -> list[int]: ...
 def content_hashes(
     texts: Sequence[str],
     seed: int = 0,
@@ -271,3 +272,45 @@ class SamplePacker:
     def finish(self) -> tuple[IdBuffer, IdBuffer]: ...
     @property
     def counts(self) -> tuple[int, int, int]: ...
+
+# line/paragraph and exact-substring dedup (crates/llmpipe-py/src/segments.rs)
+def segment_keys(
+    offsets: object, data: object, unit: str = "line", min_chars: int = 0, seed: int = 0
+) -> tuple[IdBuffer, bytes]:
+    """Each text's distinct segment keys: (uint32 text index per row, 16-byte keys), texts in order."""
+
+def drop_segments(
+    offsets: object,
+    data: object,
+    repeated: object,
+    exempt_docs: object,
+    exempt_keys: object,
+    unit: str = "line",
+    min_chars: int = 0,
+    seed: int = 0,
+) -> tuple[IdBuffer, IdBuffer, IdBuffer, IdBuffer]:
+    """Texts without their repeated segments: (int64 offsets, data, uint32 segments, int64 bytes removed)."""
+
+def repeated_spans(text: object, start: int, min_len: int) -> IdBuffer:
+    """int64 (start, end) pairs of the repeated spans of ``text`` at or after ``start``, relative to it."""
+
+def suffix_array(text: object) -> IdBuffer:
+    """The int32 suffix array of ``text``."""
+
+# -- URL filter and decontamination (crates/llmpipe-quality/src/url.rs, crates/llmpipe-dedup/src/decont.rs,
+#    crates/llmpipe-py/src/curation.rs) ------------------------------------------------------------------
+
+@final
+class UrlFilter:
+    """datatrove's URLFilter rules; verdict codes 0 keep, 1 domain, 2 subdomain, 3 url, 4 word,
+    5 soft word, 6 subword, 7 no URL."""
+
+    def __new__(cls, psl_rules: list[str], soft_word_threshold: int) -> UrlFilter: ...
+    def add_list(self, kind: str, data: bytes) -> int: ...
+    def finish(self) -> None: ...
+    def sizes(self) -> tuple[int, int, int, int, int]: ...
+    def judge_urls(self, urls: _Texts) -> bytes: ...
+    def judge_metas(self, metas: _Texts, fields: list[str]) -> bytes: ...
+
+def decont_ngram_hashes(texts: _Texts, n: int) -> bytes: ...
+def decont_first_match(texts: _Texts, n: int, table: object, sets: object) -> bytes: ...

@@ -16,6 +16,8 @@ EXTRA_OF_MODULE = {
     "torchao": "train",
     "transformers": "eval",
     "sklearn": "classify",
+    "compressed_tensors": "compress",
+    "gguf": "compress",
     "ray": "ray",
     "s3fs": "s3",
     "optuna": "tune",

@@ -4,6 +4,11 @@
 exits (kill -9 included), so a stale lock file never blocks a later run. The file records who holds it
 (pid, host, command) for the one-line error a second run prints; a run that ends removes it, so the
 directory holds only its outputs.
+
+The lock file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and never opened through a symlink: a
+``.llmpipe.lock`` planted as a symlink (or a hard link, a FIFO) is refused
+with one line, so its target is never written. A lock file a killed run left behind (a regular file
+with one link) is reused.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import sys
 from pathlib import Path
 from types import TracebackType
@@ -31,10 +37,36 @@ class DirLock:
         self.what = what
         self.fd: int | None = None
 
+    def _open(self) -> int:
+        """The lock file's descriptor: created new (O_EXCL), or one a killed run left (checked)."""
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        while True:
+            try:
+                return os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                pass
+            try:
+                fd = os.open(self.path, flags)
+            except FileNotFoundError:
+                continue  # removed by its holder in between: create it
+            except OSError:
+                if os.path.islink(self.path):
+                    raise LlmpipeError(
+                        f"{self.path}: a symlink, not llmpipe's lock file; remove it (its target is not "
+                        "touched)"
+                    ) from None
+                raise
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                os.close(fd)
+                what = "not a regular file" if not stat.S_ISREG(st.st_mode) else "a file with other links"
+                raise LlmpipeError(f"{self.path}: {what}, not llmpipe's lock file; remove it")
+            return fd
+
     def acquire(self) -> DirLock:
         while True:
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = self._open()
             except OSError as e:
                 raise LlmpipeError(
                     f"{self.path.parent}: cannot write in this {self.what} ({e.strerror})"

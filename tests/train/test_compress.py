@@ -31,10 +31,10 @@ def _report(out: Path) -> dict:
 
 
 def _quantize(model: Path, method: str, out: Path, *extra: str) -> dict:
-    assert (
-        llmpipe(["quantize", str(model), "--method", method, "--out", str(out), "--eval-rows", "16", *extra])
-        == 0
-    )
+    """llmpipe's own format: the embedding and output head quantized too (the compressed-tensors and
+    GGUF outputs are checked against their loaders in test_quant_formats.py)."""
+    argv = ["quantize", str(model), "--method", method, "--format", "llmpipe", "--out", str(out)]
+    assert llmpipe([*argv, "--eval-rows", "16", *extra]) == 0
     assert (out / "compression_report.txt").read_text().startswith(method)
     return _report(out)
 
@@ -89,7 +89,10 @@ def test_qat_int4_beats_ptq_int4_of_the_same_model(base_run: Path, tmp_path: Pat
     assert [p.name for p in list_checkpoints(qat / "checkpoints")][-1] == "step-00000180"
     ptq = _quantize(base_run, "int4", tmp_path / "ptq")
     converted = tmp_path / "converted"  # the run's qat section selects the conversion: int4, group 64
-    assert llmpipe(["quantize", str(qat), "--out", str(converted), "--eval-rows", "16"]) == 0
+    assert (
+        llmpipe(["quantize", str(qat), "--out", str(converted), "--format", "llmpipe", "--eval-rows", "16"])
+        == 0
+    )
     rep = _report(converted)
     assert rep["method"] == "int4" and rep["group_size"] == 64
     assert rep["after"]["bpb"] < ptq["after"]["bpb"], (rep["after"], ptq["after"])

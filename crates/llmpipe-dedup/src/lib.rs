@@ -9,9 +9,12 @@
 //! Nothing here knows about Python; `llmpipe-py` converts arguments and releases the GIL.
 
 pub mod cluster;
+pub mod decont;
+pub mod lines;
 pub mod lsh;
 pub mod minhash;
 pub mod shingle;
+pub mod substr;
 
 use rayon::prelude::*;
 use std::sync::atomic::AtomicBool;

@@ -9,10 +9,12 @@ use pyo3::prelude::*;
 
 mod bpe;
 mod buffers;
+mod curation;
 mod dedup;
 mod errors;
 mod fasttext;
 mod quality;
+mod segments;
 mod shard;
 mod text;
 
@@ -26,5 +28,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     quality::register(m)?;
     fasttext::register(m)?;
     shard::register(m)?;
+    segments::register(m)?;
+    curation::register(m)?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Text normalisation and 128-bit content hashes, whole batches at a time.
 
 use llmpipe_text::clean::{clean_arrow, Form};
+use llmpipe_text::html::html_depth;
 use llmpipe_text::jsonl::{parse_block, Fields};
 use llmpipe_text::{content_hash, count_byte, count_words_arrow, normalize, Normalization};
 use pyo3::buffer::PyBuffer;
@@ -28,6 +29,13 @@ fn normalize_batch(
 ) -> Vec<String> {
     let h = how(lowercase, collapse_whitespace, strip_punctuation, nfc);
     enter_ok(py, || texts.iter().map(|t| normalize(t, h)).collect())
+}
+
+/// How deep the elements of each HTML page nest (`llmpipe_text::html::html_depth`); a page past
+/// `limit` reads as `limit + 1` (its scan stops there).
+#[pyfunction]
+fn html_depths(py: Python<'_>, pages: Vec<PyBackedStr>, limit: usize) -> Vec<usize> {
+    enter_ok(py, || pages.iter().map(|p| html_depth(p.as_bytes(), limit)).collect())
 }
 
 /// 128-bit content hashes of a batch, as `16 * len(texts)` little-endian bytes.
@@ -142,5 +150,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(word_counts, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_batch, m)?)?;
     m.add_function(wrap_pyfunction!(content_hashes, m)?)?;
+    m.add_function(wrap_pyfunction!(html_depths, m)?)?;
     Ok(())
 }

@@ -26,6 +26,15 @@ const LABEL_PREFIX: &[u8] = b"__label__";
 const SIGMOID_TABLE_SIZE: usize = 512;
 const MAX_SIGMOID: f32 = 8.0;
 const KSUB: usize = 256;
+/// Character n-grams longer than this (and word n-grams of more words) are refused: the work per word
+/// (per line) grows with them, and fastText's own models use at most 6 and 5.
+const MAX_NGRAM: i32 = 64;
+/// Depth of the hierarchical-softmax tree (searched recursively at prediction): a tree built from
+/// positive label counts is at most ~64 deep; a deeper one comes from a crafted file.
+const MAX_TREE_DEPTH: usize = 256;
+/// The label counts of a hierarchical-softmax model add up to less than this: fastText's tree uses
+/// 1e15 for "no node yet" (`build_tree`).
+const MAX_LABEL_COUNTS: i64 = 1_000_000_000_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LossKind {
@@ -53,8 +62,22 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// Bytes not read yet: every count in the file is checked against them before anything is allocated.
+    fn left(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+    /// `n` items of at least `item` bytes each must fit in what is left of the file.
+    fn fits(&self, n: usize, item: usize, what: &str) -> Result<(), String> {
+        match n.checked_mul(item) {
+            Some(b) if b <= self.left() => Ok(()),
+            _ => Err(format!(
+                "truncated fastText model (its {what} needs {n} entries of {item} bytes, {} bytes are left)",
+                self.left()
+            )),
+        }
+    }
     fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
-        if self.buf.len() - self.pos < n {
+        if self.left() < n {
             return Err(format!("truncated fastText model (the file ends inside the {what})"));
         }
         let s = &self.buf[self.pos..self.pos + n];
@@ -111,12 +134,16 @@ impl ProductQuantizer {
         let nsubq = r.i32(what)?;
         let dsub = r.i32(what)?;
         let lastdsub = r.i32(what)?;
-        if dim <= 0 || nsubq <= 0 || dsub <= 0 || lastdsub <= 0 || (nsubq - 1) * dsub + lastdsub != dim {
+        let (d, q, s, l) = (dim as i64, nsubq as i64, dsub as i64, lastdsub as i64);
+        if dim <= 0 || nsubq <= 0 || dsub <= 0 || lastdsub <= 0 || (q - 1) * s + l != d {
             return Err(format!(
                 "invalid fastText model: {what} quantizer dim={dim} nsubq={nsubq} dsub={dsub} lastdsub={lastdsub}"
             ));
         }
-        let centroids = r.f32s(dim as usize * KSUB, what)?;
+        let n = (dim as usize)
+            .checked_mul(KSUB)
+            .ok_or_else(|| format!("invalid fastText model: {what} too large"))?;
+        let centroids = r.f32s(n, what)?;
         Ok(Self { nsubq: nsubq as usize, dsub: dsub as usize, lastdsub: lastdsub as usize, centroids })
     }
 
@@ -164,7 +191,9 @@ impl Matrix {
         }
         let codes = r.take(codesize as usize, what)?.to_vec();
         let pq = ProductQuantizer::load(r, what)?;
-        if pq.nsubq * pq.dsub - pq.dsub + pq.lastdsub != cols || codes.len() != rows * pq.nsubq {
+        if pq.nsubq * pq.dsub - pq.dsub + pq.lastdsub != cols
+            || rows.checked_mul(pq.nsubq) != Some(codes.len())
+        {
             return Err(format!("invalid fastText model: {what} codes do not match its shape"));
         }
         let norms = if qnorm {
@@ -410,17 +439,24 @@ impl FastText {
         if dim <= 0 || bucket < 0 {
             return Err(format!("invalid fastText model: dim {dim}, bucket {bucket}"));
         }
+        if maxn > MAX_NGRAM || word_ngrams > MAX_NGRAM {
+            return Err(format!(
+                "invalid fastText model: n-grams of up to {maxn} characters and {word_ngrams} words (at most {MAX_NGRAM})"
+            ));
+        }
         let d = "dictionary";
         let size = r.i32(d)?;
         let nwords = r.i32(d)?;
         let nlabels = r.i32(d)?;
         let _ntokens = r.i64(d)?;
         let pruneidx_size = r.i64(d)?;
-        if size < 0 || nwords < 0 || nlabels <= 0 || nwords + nlabels != size {
+        if size < 0 || nwords < 0 || nlabels <= 0 || nwords.checked_add(nlabels) != Some(size) {
             return Err(format!(
                 "invalid fastText model: dictionary of {size} entries, {nwords} words, {nlabels} labels"
             ));
         }
+        // an entry is at least a NUL, a count and a type byte
+        r.fits(size as usize, 10, d)?;
         let mut entries: Vec<(&[u8], i64, u8)> = Vec::with_capacity(size as usize);
         for _ in 0..size {
             let w = r.cstr(d)?;
@@ -432,10 +468,14 @@ impl FastText {
             return Err("invalid fastText model: dictionary entries out of order".into());
         }
         let pruneidx = if pruneidx_size >= 0 {
+            r.fits(usize::try_from(pruneidx_size).unwrap_or(usize::MAX), 8, "pruned index")?;
             let mut m = HashMap::with_capacity_and_hasher(pruneidx_size as usize, Default::default());
             for _ in 0..pruneidx_size {
                 let first = r.i32(d)?;
                 let second = r.i32(d)?;
+                if second < 0 {
+                    return Err(format!("invalid fastText model: pruned index maps {first} to row {second}"));
+                }
                 m.insert(first, second);
             }
             Some(m)
@@ -468,6 +508,21 @@ impl FastText {
                 args.dim,
                 nlabels
             ));
+        }
+        // every row a prediction can reach is in the input matrix: n-gram buckets follow the words
+        // (pruned: the rows the index maps to)
+        let rows = ft_rows_needed(nwords, bucket, pruneidx.as_ref());
+        if rows > input.rows() as i64 {
+            return Err(format!(
+                "invalid fastText model: input matrix has {} rows, the dictionary and buckets need {rows}",
+                input.rows()
+            ));
+        }
+        let label_counts: Vec<i64> = entries[nwords as usize..].iter().map(|e| e.1).collect();
+        // the Huffman tree is built with 1e15 as "no node yet": counts and their sum stay below it
+        let total = label_counts.iter().try_fold(0i64, |t, &c| t.checked_add(c).filter(|_| c > 0));
+        if loss == LossKind::HierarchicalSoftmax && total.is_none_or(|t| t >= MAX_LABEL_COUNTS) {
+            return Err("invalid fastText model: label counts not positive or too large for its tree".into());
         }
         let mut ft = FastText {
             args,
@@ -502,9 +557,13 @@ impl FastText {
                 max_row + 1
             ));
         }
-        let label_counts: Vec<i64> = entries[nwords as usize..].iter().map(|e| e.1).collect();
         match loss {
-            LossKind::HierarchicalSoftmax => ft.tree = build_tree(&label_counts),
+            LossKind::HierarchicalSoftmax => {
+                ft.tree = build_tree(&label_counts);
+                if tree_depth(&ft.tree) > MAX_TREE_DEPTH {
+                    return Err(format!("invalid fastText model: label tree deeper than {MAX_TREE_DEPTH}"));
+                }
+            }
             LossKind::NegativeSampling | LossKind::OneVsAll => {
                 ft.sigmoid = (0..=SIGMOID_TABLE_SIZE)
                     .map(|i| {
@@ -750,7 +809,7 @@ impl FastText {
 fn build_tree(counts: &[i64]) -> Vec<Node> {
     let osz = counts.len();
     let mut tree: Vec<(Node, i64)> =
-        (0..2 * osz - 1).map(|_| (Node { left: -1, right: -1 }, 1_000_000_000_000_000)).collect();
+        (0..2 * osz - 1).map(|_| (Node { left: -1, right: -1 }, MAX_LABEL_COUNTS)).collect();
     for i in 0..osz {
         tree[i].1 = counts[i];
     }
@@ -768,9 +827,35 @@ fn build_tree(counts: &[i64]) -> Vec<Node> {
             }
         }
         tree[i].0 = Node { left: mini[0] as i32, right: mini[1] as i32 };
-        tree[i].1 = tree[mini[0]].1 + tree[mini[1]].1;
+        tree[i].1 = tree[mini[0]].1.saturating_add(tree[mini[1]].1);
     }
     tree.into_iter().map(|(n, _)| n).collect()
+}
+
+/// The depth of the tree from its root (the last node), without recursion.
+fn tree_depth(tree: &[Node]) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(tree.len() - 1, 0usize)];
+    while let Some((n, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        let nd = &tree[n];
+        for c in [nd.left, nd.right] {
+            if c >= 0 && (c as usize) < n {
+                stack.push((c as usize, d + 1));
+            }
+        }
+    }
+    deepest
+}
+
+/// Input rows a prediction can reach: the words' rows, then the n-gram buckets (or, pruned, the
+/// rows the index maps to).
+fn ft_rows_needed(nwords: i32, bucket: i32, pruneidx: Option<&HashMap<i32, i32, ahash::RandomState>>) -> i64 {
+    let extra = match pruneidx {
+        None => bucket as i64,
+        Some(p) => p.values().map(|&j| j as i64 + 1).max().unwrap_or(0),
+    };
+    nwords as i64 + extra
 }
 
 #[cfg(test)]
@@ -800,6 +885,86 @@ mod tests {
         heap::sort(&mut h);
         let scores: Vec<f32> = h.iter().map(|p| p.0).collect();
         assert_eq!(scores, vec![2.0, 0.5, 0.5]);
+    }
+
+    /// A valid tiny supervised model: 2 words, 2 labels, dim 2, `bucket` n-gram rows, dense matrices.
+    fn tiny_model(loss: i32, bucket: i32) -> Vec<u8> {
+        let mut b = Vec::new();
+        let i32s = |b: &mut Vec<u8>, v: &[i32]| v.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+        i32s(&mut b, &[MAGIC, 12]);
+        // dim ws epoch minCount neg wordNgrams loss model bucket minn maxn lrUpdateRate, then t
+        i32s(&mut b, &[2, 5, 1, 1, 5, 2, loss, 3, bucket, 1, 2, 100]);
+        b.extend_from_slice(&1e-4f64.to_le_bytes());
+        i32s(&mut b, &[4, 2, 2]);
+        b.extend_from_slice(&10i64.to_le_bytes());
+        b.extend_from_slice(&(-1i64).to_le_bytes());
+        for (w, count, ty) in [("a", 3i64, 0u8), ("</s>", 2, 0), ("__label__x", 2, 1), ("__label__y", 1, 1)] {
+            b.extend_from_slice(w.as_bytes());
+            b.push(0);
+            b.extend_from_slice(&count.to_le_bytes());
+            b.push(ty);
+        }
+        for (rows, seed) in [(2 + bucket as i64, 1.0f32), (2, -0.5)] {
+            b.push(0); // dense
+            b.extend_from_slice(&rows.to_le_bytes());
+            b.extend_from_slice(&2i64.to_le_bytes());
+            for i in 0..rows * 2 {
+                b.extend_from_slice(&(seed * (i as f32 - 2.0) / 3.0).to_le_bytes());
+            }
+        }
+        b
+    }
+
+    #[test]
+    fn every_truncation_and_byte_change_is_an_error_never_a_panic() {
+        for loss in [1, 2, 3, 4] {
+            let model = tiny_model(loss, 4);
+            let ft = FastText::from_bytes(&model).expect("the tiny model is valid");
+            assert_eq!(ft.predict("a b a", 2, 0.0).len(), 2);
+            for n in 0..model.len() {
+                let e = FastText::from_bytes(&model[..n]).expect_err("a truncated model is refused");
+                assert!(!e.contains('\n'), "{e}");
+            }
+            // every byte set to values that make counts huge, negative or zero: an error or a model
+            // that predicts without a panic
+            for at in 0..model.len() {
+                for v in [0x00u8, 0x01, 0x7f, 0x80, 0xff] {
+                    let mut m = model.clone();
+                    m[at] = v;
+                    if let Ok(ft) = FastText::from_bytes(&m) {
+                        ft.predict("a b a c </s> d", -1, 0.0);
+                    }
+                }
+                // and every 4 bytes set to counts and sizes that do not fit
+                for v in [-1i32, i32::MAX, 1 << 30, 1 << 16] {
+                    let mut m = model.clone();
+                    let end = (at + 4).min(m.len());
+                    m[at..end].copy_from_slice(&v.to_le_bytes()[..end - at]);
+                    if let Ok(ft) = FastText::from_bytes(&m) {
+                        ft.predict("a b a c </s> d", -1, 0.0);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn huge_counts_are_refused_before_allocating() {
+        let model = tiny_model(3, 4);
+        // dictionary size/nwords/nlabels (at 64), the pruned-index size (84), wordNgrams (28), bucket (40)
+        let set = |at: usize, v: &[u8]| {
+            let mut m = model.clone();
+            m[at..at + v.len()].copy_from_slice(v);
+            FastText::from_bytes(&m).expect_err("refused")
+        };
+        let e = set(64, &[0xff, 0xff, 0xff, 0x7f, 0xfe, 0xff, 0xff, 0x7f, 0x01, 0, 0, 0]);
+        assert!(e.contains("dictionary"), "{e}");
+        let e = set(84, &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+        assert!(e.contains("pruned index"), "{e}");
+        let e = set(28, &[0xff, 0xff, 0, 0]); // wordNgrams
+        assert!(e.contains("n-grams"), "{e}");
+        let e = set(40, &[0xff, 0xff, 0, 0]); // bucket: more rows than the input matrix has
+        assert!(e.contains("input matrix has 6 rows"), "{e}");
     }
 
     #[test]

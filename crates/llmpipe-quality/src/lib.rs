@@ -20,6 +20,7 @@ pub mod memo;
 pub mod pii;
 pub mod pycompat;
 pub mod repetition;
+pub mod url;
 pub mod words;
 
 use rayon::prelude::*;

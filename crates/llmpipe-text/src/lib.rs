@@ -3,6 +3,7 @@
 //! Nothing here knows about Python; the binding crate calls these on whole batches.
 
 pub mod clean;
+pub mod html;
 pub mod jsonl;
 
 use unicode_normalization::UnicodeNormalization;

@@ -76,6 +76,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="split inputs larger than this into parts (JSONL, Parquet, crawl archives; default: the "
         "input bytes over 4 parts per worker, between 16 and 128 MB)",
     )
+    p.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="follow symlinks in input directories wherever they lead (default: only to files and "
+        "directories inside the named inputs; the others are skipped and listed)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into --out even when it holds files llmpipe did not write (default: refused)",
+    )
     p.add_argument("--keep-work", action="store_true", help="keep the intermediate work directory")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
@@ -127,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
             chunk_bytes=None if args.chunk_mb is None else int(args.chunk_mb * (1 << 20)),
             progress=progress,
             staging=args.work_dir,
+            follow_symlinks=args.follow_symlinks,
+            overwrite=args.overwrite,
             log=lambda m: print(m, file=sys.stderr if os.environ.get("LLMPIPE_LOG_STDERR") else sys.stdout),
         )
     finally:

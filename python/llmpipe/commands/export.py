@@ -20,6 +20,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
+    from llmpipe.train.rundir import EXPORT_OUT
+
+    EXPORT_OUT.check(args.out, args.overwrite)  # before torch loads: a user's directory is not replaced
     from llmpipe.train.export_hf import run as export_run
 
     return export_run(args)

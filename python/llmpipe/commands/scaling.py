@@ -37,6 +37,12 @@ def run(args: argparse.Namespace) -> int:
         f"Approach 3: L(N, D) = {f['E']:.4g} + {f['A']:.4g} / N^{f['alpha']:.4g} + {f['B']:.4g} / D^{f['beta']:.4g}"
         f" ({len(r['points'])} points)"
     )
+    if f["outliers"]:
+        what = "left out of the fit" if f["dropped"] else "kept; drop_outliers: true leaves them out"
+        print(
+            f"outliers: {len(f['outliers'])} points with a residual past the robust limit ({what}): "
+            f"{', '.join(str(i) for i in f['outliers'][:10])}{' ...' if len(f['outliers']) > 10 else ''}"
+        )
     a1 = r["approach1"]
     if "error" in a1:
         print(f"Approach 1: {a1['error']}")
@@ -52,5 +58,7 @@ def run(args: argparse.Namespace) -> int:
         f"D = {human(o['tokens'])} [{human(dlo)}, {human(dhi)}], D/N = {o['tokens_per_param']:.3g} "
         f"[{rlo:.3g}, {rhi:.3g}] (5-95%, {o['bootstrap']} bootstrap refits)"
     )
+    ci = o["constant_intervals"]
+    print("constants, 5-95%: " + ", ".join(f"{k} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in ci.items()))
     print(f"wrote {cfg.out}/fit.json and {cfg.out}/scaling.png")
     return 0

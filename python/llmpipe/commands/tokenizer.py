@@ -28,6 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     t.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="UTF-8 text files")
     t.add_argument("--vocab-size", type=int, required=True, metavar="N", help="vocabulary size (ids)")
     t.add_argument("--out", type=Path, required=True, metavar="FILE", help="tokenizer.json to write")
+    t.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --out even when it is not a tokenizer.json (default: only a tokenizer is replaced)",
+    )
     t.add_argument("--pattern", choices=PATTERNS, default="gpt2", help="pre-tokenizer regex (default gpt2)")
     t.add_argument(
         "--min-frequency", type=int, default=2, metavar="N", help="stop when the best pair occurs fewer times"
@@ -51,9 +56,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     e.set_defaults(func=run_encode)
 
 
+def _replaceable(path: Path) -> bool:
+    """``path`` is new, or an HF tokenizer.json (what ``tokenizer train`` writes), not another file."""
+    import json
+
+    if not path.exists():
+        return True
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("model"), dict) and "vocab" in data["model"]
+
+
 def run_train(args: argparse.Namespace) -> int:
+    from llmpipe.errors import InputError
     from llmpipe.tokenizer import Tokenizer
 
+    if not args.overwrite and not _replaceable(args.out):
+        raise InputError(
+            f"--out {args.out}: exists and is not a tokenizer.json llmpipe could have written; choose another "
+            "name, or pass --overwrite to replace it"
+        )
     specials = args.special_token or [EOS]
     if all(p.is_file() for p in args.inputs):  # else Tokenizer.train says which one is missing
         print(

@@ -87,9 +87,15 @@ def _install(model: nn.Module, spec: QuantSpec, name: str, codes: torch.Tensor, 
 
 @torch.no_grad()
 def apply_gptq(
-    model: nn.Module, spec: QuantSpec, calib: torch.Tensor, damp: float = 0.01, progress: bool = False
+    model: nn.Module,
+    spec: QuantSpec,
+    calib: torch.Tensor,
+    damp: float = 0.01,
+    progress: bool = False,
+    blocks_only: bool = False,
 ) -> None:
-    """``progress``: a bar (terminal) or a line every few seconds (log) over the Linears quantized."""
+    """``progress``: a bar (terminal) or a line every few seconds (log) over the Linears quantized.
+    ``blocks_only``: the output head and the token embedding stay unquantized."""
     groups: list[list[str]] = []
     for i, _ in enumerate(model.layers):  # type: ignore[arg-type]
         groups.append(
@@ -98,7 +104,8 @@ def apply_gptq(
                 for m in ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "ffn.w1", "ffn.w3", "ffn.w2")
             ]
         )
-    groups.append(["output"])
+    if not blocks_only:
+        groups.append(["output"])
     bar = Progress(sum(map(len, groups)), "gptq", "layers") if progress else None
     try:
         for names in groups:
@@ -112,4 +119,5 @@ def apply_gptq(
     finally:
         if bar is not None:
             bar.close()
-    apply_rtn(model, spec, only=lambda fqn: fqn == "tok_embeddings")
+    if not blocks_only:
+        apply_rtn(model, spec, only=lambda fqn: fqn == "tok_embeddings")

@@ -144,7 +144,7 @@ def summary(rep: dict[str, Any]) -> str:
         f"  CPU forward of {a['seq_len']} tokens: {b['tokens_per_s']:.0f} -> {a['tokens_per_s']:.0f} tokens/s, "
         f"latency {b['latency_ms']:.2f} -> {a['latency_ms']:.2f} ms"
     )
-    for k in ("sparsity", "hidden", "finetune_steps"):
+    for k in ("format", "sparsity", "hidden", "finetune_steps"):
         if k in rep:
             lines.append(f"  {k}: {rep[k]}")
     return "\n".join(lines)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -13,10 +14,35 @@ from typing import Any
 from llmpipe.curate.quarantine import concatenate
 from llmpipe.curate.report import write_report
 from llmpipe.curate.stage import StageCounts
-from llmpipe.curate.workdir import fault_point
-from llmpipe.data.format import MANIFEST, atomic_write_json
+from llmpipe.curate.workdir import WORK, fault_point
+from llmpipe.data.format import FORMAT_NAME, MANIFEST, TOKENIZER_FILE, atomic_write_json
+from llmpipe.lock import LOCK_FILE
+from llmpipe.outdir import OutputDir
 
-SHARD_GLOBS = ("train-*.arrow", "val-*.arrow")
+#: the names of the shards a run writes (``llmpipe.data.writer``): only these are replaced or removed
+SHARD_NAME = re.compile(r"(train|val)-\d{5,}\.arrow")
+DONE = ".llmpipe-done.json"
+
+
+def _earlier_run(out: Path) -> bool:
+    """``out`` holds a curate run: its done marker, its work directory or an llmpipe manifest."""
+    if (out / DONE).is_file() or (out / WORK / "fingerprint.json").is_file():
+        return True
+    try:
+        return bool(json.loads((out / MANIFEST).read_text()).get("format") == FORMAT_NAME)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+#: what a curate run writes into --out (a re-run or a resumed run finds only these)
+CURATE_OUT = OutputDir(
+    "output directory",
+    frozenset(
+        {MANIFEST, TOKENIZER_FILE, "stats.json", "report.html", "quarantine.jsonl", DONE, WORK, LOCK_FILE}
+    ),
+    (SHARD_NAME,),
+    _earlier_run,
+)
 
 
 class Funnel:
@@ -94,10 +120,9 @@ def write_outputs(
     old_manifest = out / MANIFEST
     if old_manifest.exists():  # the old manifest goes first: no manifest ever lists a missing shard
         old_manifest.unlink()
-    for pattern in SHARD_GLOBS:
-        for f in out.glob(pattern):
-            if f.name not in new:
-                f.unlink()
+    for f in sorted(out.iterdir()):
+        if SHARD_NAME.fullmatch(f.name) and f.name not in new:
+            f.unlink()
     for name in sorted(new):
         os.replace(staging / name, out / name)
         fault_point(f"moved {name}")
@@ -112,3 +137,9 @@ def write_outputs(
         f"curate: kept {r['docs_out']:,} of {r['docs_in']:,} documents, {r['words_out']:,} of {r['words_in']:,} "
         f"words ({100 * r['word_fraction']:.2f}%), {r['tokens_out']:,} tokens in {len(new)} shard(s) -> {out}"
     )
+    skipped = stats["inputs"]["skipped"]
+    if skipped:
+        shown = "; ".join(skipped[:3]) + (f"; and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+        log(
+            f"curate: {len(skipped)} input path(s) not read ({shown}): see {out / 'stats.json'} inputs.skipped"
+        )

@@ -22,7 +22,7 @@ from typing import Any
 
 from llmpipe import __version__
 from llmpipe.curate.executors import Executor, LocalExecutor, executor_workers
-from llmpipe.curate.funnel import Funnel, write_outputs
+from llmpipe.curate.funnel import CURATE_OUT, Funnel, write_outputs
 from llmpipe.curate.progress import JobProgress
 from llmpipe.curate.remote import RemoteOut, default_staging, remove_staging
 from llmpipe.curate.settings import CurateConfig
@@ -32,6 +32,7 @@ from llmpipe.curate.stages.tokenize import TrainTokenizer
 from llmpipe.curate.steps import (
     Job,
     Part,
+    before_extract,
     map_segment,
     ready,
     resolve_global,
@@ -76,6 +77,8 @@ def run_curate(
     chunk_bytes: int | None = None,
     progress: bool | None = None,
     staging: Path | None = None,
+    follow_symlinks: bool = False,
+    overwrite: bool = False,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Curate ``inputs`` into token shards in ``out``; returns the stats (also written to stats.json).
@@ -87,7 +90,9 @@ def run_curate(
     executor. ``chunk_bytes`` None: ``auto_chunk_bytes`` for the executor's workers, or the size a
     killed run of the same job used (so it resumes whatever ``--workers`` is now).
     ``progress``: one bar on a terminal, one line every 30 s in a log; None: a bar when stderr is a
-    terminal, else the lines."""
+    terminal, else the lines. ``follow_symlinks``: follow symlinks in input directories wherever they
+    lead (default: only into the named inputs). ``overwrite``: write into an ``out`` that holds files
+    llmpipe did not write (default: refused, naming them)."""
     executor = executor or LocalExecutor()
     store = RemoteOut(str(out)) if is_url(str(out)) else None
     if store is not None:
@@ -100,8 +105,12 @@ def run_curate(
     except OSError as e:
         what = "--work-dir" if store is not None else "--out"
         raise InputError(f"{what} {local}: cannot create the directory ({e.strerror})") from None
+    what = "--work-dir" if store is not None and staging is not None else "--out"
+    CURATE_OUT.check(local, overwrite, what)  # a directory of the user's files is not written into
     with DirLock(local):  # one run per output directory; a second one says who holds it
-        files, skipped = _discover(inputs, [local, *([store.url] if store else [])], strict, log)
+        files, skipped = _discover(
+            inputs, [local, *([store.url] if store else [])], strict, log, follow_symlinks
+        )
         keys = source_keys(files)
         fp = _fingerprint(files, keys, config, tokenizer_file, strict)
         if store is not None and (done := store.finished(fp)) is not None:
@@ -184,7 +193,15 @@ def _curate(run: Run) -> dict[str, Any]:
     job = Job(config, str(work.root), tuple(map(str, run.files)), run.keys, run.strict, parts)
     stages = stages_of(job)
     segments = segments_of(stages)
-    names = ["read", "extract", *[s.name for s in stages], "tokenize", "pack"]
+    pre = before_extract(stages)
+    names = [
+        "read",
+        *[s.name for s in pre],
+        "extract",
+        *[s.name for s in stages if s not in pre],
+        "tokenize",
+        "pack",
+    ]
     log(f"curate: {len(run.files)} input(s) in {len(parts)} part(s), stages: {' -> '.join(names)}")
     each = range(len(parts))
     funnel = Funnel()
@@ -253,17 +270,24 @@ def _curate(run: Run) -> dict[str, Any]:
 
 
 def _discover(
-    inputs: list[str], outs: list[Path | str], strict: bool, log: Callable[[str], None]
+    inputs: list[str],
+    outs: list[Path | str],
+    strict: bool,
+    log: Callable[[str], None],
+    follow_symlinks: bool = False,
 ) -> tuple[list[InputPath], list[str]]:
-    """The input files (each once, output directories left out) and what could not be read."""
-    found = discover_inputs(inputs, exclude=outs)
+    """The input files (each once, output directories left out) and every path not read, with why
+    (what could not or must not be read; hidden and temporary names)."""
+    found = discover_inputs(inputs, exclude=outs, follow_symlinks=follow_symlinks)
     for s in found.excluded:
         log(f"curate: left out {s}")
     for s in found.skipped:
         if strict:
             raise InputError(f"{s} [--strict]")
         log(f"curate: skipped {s}")
-    return found.files, found.skipped
+    for s in found.ignored:
+        log(f"curate: skipped {s}")
+    return found.files, found.skipped + found.ignored
 
 
 def auto_chunk_bytes(total: int, workers: int) -> int:

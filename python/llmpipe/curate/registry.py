@@ -5,18 +5,24 @@ from __future__ import annotations
 from llmpipe.curate.stage import Stage
 from llmpipe.curate.stages.c4 import C4
 from llmpipe.curate.stages.classifier import Classifier
+from llmpipe.curate.stages.decontaminate import Decontaminate
 from llmpipe.curate.stages.exact_dedup import ExactDedup
 from llmpipe.curate.stages.heuristics import FineWeb, GopherQuality, GopherRepetition
 from llmpipe.curate.stages.language import LanguageFilter
 from llmpipe.curate.stages.length import LengthFilter
+from llmpipe.curate.stages.line_dedup import LineDedup
 from llmpipe.curate.stages.near_dedup import NearDedup
 from llmpipe.curate.stages.normalize import Normalize
 from llmpipe.curate.stages.pii import PiiRedact
 from llmpipe.curate.stages.quality_model import QualityModelFilter
 from llmpipe.curate.stages.semantic_dedup import SemanticDedup
+from llmpipe.curate.stages.substring_dedup import SubstringDedup
+from llmpipe.curate.stages.url_filter import UrlFilter
 
-#: extract -> language -> heuristics -> exact dedup -> near dedup -> model score -> PII; then tokenize, pack
+#: URL filter (before extraction) -> extract -> language -> heuristics -> exact dedup -> near dedup
+#: -> line dedup -> substring dedup -> model score -> decontamination -> PII; then tokenize, pack
 STAGES: list[type[Stage]] = [
+    UrlFilter,
     Normalize,
     LengthFilter,
     LanguageFilter,
@@ -26,8 +32,11 @@ STAGES: list[type[Stage]] = [
     FineWeb,
     ExactDedup,
     NearDedup,
+    LineDedup,
+    SubstringDedup,
     QualityModelFilter,
     Classifier,
     SemanticDedup,
+    Decontaminate,
     PiiRedact,
 ]

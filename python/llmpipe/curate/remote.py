@@ -24,11 +24,10 @@ import json
 import os
 import shutil
 from collections.abc import Callable
-from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from llmpipe.curate.funnel import SHARD_GLOBS
+from llmpipe.curate.funnel import SHARD_NAME
 from llmpipe.curate.workdir import fault_point
 from llmpipe.data.format import MANIFEST
 from llmpipe.errors import InputError
@@ -39,6 +38,29 @@ DONE = ".llmpipe-done.json"
 ATOMIC_PUT = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory"}
 #: stores where a "bucket" is the first path component and must exist before a run
 BUCKETS = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"}
+
+
+#: exception class names of a connection that could not be made (botocore, aiohttp, requests)
+_UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ConnectTimeout"}
+
+
+def unreachable(e: BaseException) -> bool:
+    """``e`` says the store's endpoint could not be reached (refused, unknown host, timed out)."""
+    return isinstance(e, ConnectionError | TimeoutError) or any(
+        c.__name__ in _UNREACHABLE for c in type(e).__mro__
+    )
+
+
+def quick_probe(fs: Any) -> Any:
+    """``fs`` as a file system that tries once with a short connect timeout (s3fs), for a first check
+    of the store; other file systems as they are."""
+    if type(fs).__name__ != "S3FileSystem":
+        return fs
+    opts = dict(fs.storage_options)
+    config = {**opts.get("config_kwargs", {}), "connect_timeout": 5, "retries": {"max_attempts": 1}}
+    probe = type(fs)(**{**opts, "config_kwargs": config, "skip_instance_cache": True})
+    probe.retries = 1
+    return probe
 
 
 def default_staging(url: str) -> Path:
@@ -65,13 +87,23 @@ class RemoteOut:
         return store_call(f"--out {self.url}", what, fn)
 
     def check(self) -> None:
-        """Fail before any work when the store cannot be reached or the bucket does not exist."""
-        if self.buckets:
-            bucket = self.path.split("/", 1)[0]
-            if not self._call("reach the store", lambda: self.fs.exists(bucket)):
-                raise InputError(f"--out {self.url}: the bucket {bucket!r} does not exist")
-        else:
-            self._call("reach the store", lambda: self.fs.exists(self.path))
+        """Fail before any work when the store cannot be reached or the bucket does not exist. One
+        try with a short connect timeout: an endpoint that does not answer is said in a second or
+        two, as such (``exists`` would retry for half a minute, then report a missing bucket)."""
+        fs = quick_probe(self.fs)
+        target = self.path.split("/", 1)[0] if self.buckets else self.path
+        try:
+            fs.info(target)
+        except FileNotFoundError:
+            if self.buckets:
+                raise InputError(f"--out {self.url}: the bucket {target!r} does not exist") from None
+        except Exception as e:  # noqa: BLE001 - any failure of the store, said in one line
+            detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            if unreachable(e):
+                raise InputError(f"--out {self.url}: cannot reach the store's endpoint ({detail})") from None
+            raise InputError(
+                f"--out {self.url}: cannot reach the store ({type(e).__name__}: {detail})"
+            ) from None
 
     def finished(self, fp: str) -> dict[str, Any] | None:
         """The stats of a finished run with fingerprint ``fp`` on the store, else None."""
@@ -108,7 +140,7 @@ class RemoteOut:
         )
         for key in existing:
             base = key.rstrip("/").rsplit("/", 1)[-1]
-            if any(fnmatch(base, g) for g in SHARD_GLOBS) and base not in shards:
+            if SHARD_NAME.fullmatch(base) and base not in shards:
                 self._delete(key)
         for name in rest:
             self._put(local / name, name)

@@ -351,4 +351,16 @@ class GlobalStage(Stage):
         return batch
 
 
+class GlobalRewrite(GlobalStage):
+    """A global stage that rewrites documents instead of dropping them (line and substring dedup).
+
+    ``resolve`` writes what it decided under its work directory and returns no drops; ``rewriter``
+    then gives the mapper that the next segment runs first on every document (counted under this
+    stage's name; documents it empties are dropped as ``empty_after_<name>``)."""
+
+    @abstractmethod
+    def rewriter(self, resolved: Path) -> DocStage:
+        """The mapper that applies the decisions ``resolve`` wrote under ``resolved``."""
+
+
 DROPS_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("dup_of", pa.string())])

@@ -27,6 +27,7 @@ from llmpipe.curate.quarantine import QuarantineWriter
 from llmpipe.curate.settings import CurateConfig
 from llmpipe.curate.stage import (
     DocStage,
+    GlobalRewrite,
     GlobalStage,
     RunContext,
     StageCounts,
@@ -108,6 +109,11 @@ def stages_of(job: Job) -> list[Any]:
     return stages
 
 
+def before_extract(stages: Sequence[Any]) -> list[DocStage]:
+    """The stages that run between the reader and extraction (``before_extract``: the URL filter)."""
+    return [st for st in stages if getattr(st, "before_extract", False)]
+
+
 def segments_of(stages: Sequence[Any]) -> list[Segment]:
     segs: list[Segment] = []
     current: list[DocStage] = []
@@ -149,10 +155,12 @@ def _source_batches(
     counts: list[StageCounts],
     bad: QuarantineWriter,
 ) -> Iterator[pa.RecordBatch]:
-    """Segment 0 reads and extracts the input; a later one starts from the previous one's documents."""
+    """Segment 0 reads and extracts the input (the stages that run before extraction in between); a
+    later one starts from the previous one's documents."""
     if k == 0:
         read, extract = StageCounts(Read.name), StageCounts(Extract.name)
-        counts += [read, extract]
+        pre = [(st, StageCounts(st.name)) for st in before_extract(seg.doc_stages)]
+        counts += [read, *(c for _, c in pre), extract]
         cfg = job.config.read
         for f, span, _ in job.parts[i].pieces():
             path, key = job.files[f], job.keys[f]
@@ -163,15 +171,19 @@ def _source_batches(
                     raise InputError(f"{path}: {b.location}: {b.reason} ({b.detail}) [--strict]")
                 bad.add(b)
 
-            yield from read_documents(as_input(path), key, cfg, on_bad, read, extract, span)
+            yield from read_documents(as_input(path), key, cfg, on_bad, read, extract, span, pre)
         return
     assert seg.after is not None
-    drops = ListedDrops(_load_drops(str(work.drops(k - 1))))
+    step: DocStage | ListedDrops
+    if isinstance(seg.after, GlobalRewrite):  # rewrites documents (line, substring dedup)
+        step = seg.after.rewriter(work.global_dir(k - 1))
+    else:
+        step = ListedDrops(_load_drops(str(work.drops(k - 1))))
     c = StageCounts(seg.after.name)
     counts.append(c)
     key_file = work.keys(k - 1, i)
     for batch in pq.ParquetFile(work.docs(k - 1, i)).iter_batches(batch_size=1000):
-        kept = drops.run(seg.after.annotate(batch, key_file, c), c)
+        kept = step.run(seg.after.annotate(batch, key_file, c), c)
         if kept.num_rows:
             yield kept
 
@@ -213,14 +225,17 @@ def read_documents(
     read: StageCounts | None = None,
     extract: StageCounts | None = None,
     span: Span | None = None,
+    pre: Sequence[tuple[DocStage, StageCounts]] = (),
 ) -> Iterator[pa.RecordBatch]:
     """The start of every run: read -> extract on one input (one chunk of it), counted in ``read``
-    and ``extract``."""
+    and ``extract``; ``pre``: stages (with their counts) that run between the two (the URL filter)."""
     read = read if read is not None else StageCounts(Read.name)
     extract = extract if extract is not None else StageCounts(Extract.name)
     step = Extract(cfg)
     for batch in Read(cfg, on_bad).batches(path, source, read, span):
-        kept = step.run(batch, extract)
+        for st, c in pre:
+            batch = st.run(batch, c)
+        kept = step.run(batch, extract) if batch.num_rows else batch
         if kept.num_rows:
             yield kept
 
@@ -240,12 +255,13 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     seg = segments_of(stages_of(job))[k]
     counts: list[StageCounts] = []
     bad = QuarantineWriter(work.quarantine(i), job.keys[job.parts[i].file])  # source: set per piece
-    stage_counts = [StageCounts(s.name) for s in seg.doc_stages]
+    doc_stages = [st for st in seg.doc_stages if k > 0 or st not in before_extract(seg.doc_stages)]
+    stage_counts = [StageCounts(s.name) for s in doc_stages]
     docs_out = AtomicParquetWriter(work.docs(k, i))
     keys_out = AtomicParquetWriter(work.keys(k, i)) if seg.ends_with is not None else None
     rows = job.config.read.batch_size
     for batch in coalesce(_source_batches(job, work, k, i, seg, counts, bad), rows, COALESCE_BYTES):
-        for st, c in zip(seg.doc_stages, stage_counts, strict=True):
+        for st, c in zip(doc_stages, stage_counts, strict=True):
             batch = st.run(batch, c)
             if batch.num_rows == 0:
                 break

@@ -171,7 +171,34 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ShardError(f"{path}: the manifest has no {', '.join(missing)} (damaged or hand-edited?)")
     if not isinstance(manifest["splits"], dict) or not isinstance(manifest["tokenizer"], dict):
         raise ShardError(f"{path}: the manifest's splits and tokenizer must be mappings")
+    if "file" in manifest["tokenizer"]:
+        plain_file_name(manifest["tokenizer"]["file"], f"{path}: tokenizer.file")
+    for split, entry in manifest["splits"].items():
+        shards = entry.get("shards") if isinstance(entry, dict) else None
+        if not isinstance(shards, list) or not all(isinstance(x, dict) and "file" in x for x in shards):
+            raise ShardError(f"{path}: splits.{split}.shards must be a list of entries with a file name")
+        for shard in shards:
+            plain_file_name(shard["file"], f"{path}: splits.{split}.shards")
     return manifest
+
+
+def plain_file_name(name: object, where: str) -> str:
+    """``name`` when it is a plain file name, a file directly inside the shard directory; else a one-line
+    ``ShardError``: no path separator, no ``.``/``..``, no NUL, not empty. Every name a manifest gives
+    is checked with this before it is opened (``llmpipe inspect`` and the trainer alike)."""
+    from llmpipe.errors import ShardError
+
+    ok = (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+        and (os.altsep is None or os.altsep not in name)
+    )
+    if not ok:
+        raise ShardError(f"{where}: {name!r} is not a plain file name inside the shard directory")
+    return str(name)
 
 
 def check_tokenizer(directory: Path, manifest: dict[str, Any]) -> Path | None:

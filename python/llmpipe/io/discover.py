@@ -1,16 +1,21 @@
 """Turn the INPUT arguments (files, directories, globs) into a sorted list of input files.
 
 Every file is resolved to its real path once, so an input named twice (``dir`` and ``dir/a.jsonl``,
-``dir/../dir``, a symlink and its target) is read once. Directories are walked following symlinks,
-each real directory once (no loops). Output directories of llmpipe (``--out``, or any directory that
-holds a curate run's marker, work directory or shards) are never inputs. What cannot be read is not
-dropped silently: it is listed in ``Discovery.skipped`` for the caller to report.
+``dir/../dir``, a symlink and its target) is read once. Directories are walked each real directory
+once (no loops). A symlink found inside an input directory is followed only when its target lies
+inside the named inputs (``follow_symlinks``: always): a link to ``/etc/shadow`` in a crawl directory
+is not read. Output directories of llmpipe (``--out``, or any directory that holds a curate run's
+marker, work directory or shards) are never inputs. Nothing is left out silently: what cannot or
+must not be read (unreadable, a broken symlink, a symlink out of the inputs, a FIFO, device or
+socket) is listed in ``Discovery.skipped``, hidden and temporary names in ``Discovery.ignored``. A
+FIFO or device named as an input (or matched by a glob) is an error; none is ever opened.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +34,33 @@ class Discovery:
     skipped: list[str] = field(default_factory=list)
     #: "<path>: <why>" for each output directory left out by design
     excluded: list[str] = field(default_factory=list)
+    #: "<path>: <why>" for each hidden or temporary name left out by design (listed, not a problem)
+    ignored: list[str] = field(default_factory=list)
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file that is neither a regular file nor a directory is (None for those two)."""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return None
+
+
+def _check_named(arg: str, p: Path) -> None:
+    """A FIFO, device or socket named as an input (or matched by a glob) is an error: never opened."""
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:
+        return  # missing or unreadable: said where the file is used
+    kind = special_kind(mode)
+    if kind is not None:
+        via = "" if str(p) == arg else f" (matched by {arg})"
+        raise InputError(f"{p}{via}: {kind}, not a file; inputs are files or directories")
 
 
 def is_output_dir(d: Path) -> bool:
@@ -40,9 +72,11 @@ def is_output_dir(d: Path) -> bool:
     return bool(names.intersection(OUTPUT_MARKERS)) or {"manifest.json", "tokenizer.json"} <= names
 
 
-def discover(inputs: list[str], exclude: list[Path | str] | None = None) -> list[InputPath]:
+def discover(
+    inputs: list[str], exclude: list[Path | str] | None = None, follow_symlinks: bool = False
+) -> list[InputPath]:
     """Expand and sort; a missing path or a directory with no files is a clear error."""
-    return discover_inputs(inputs, exclude).files
+    return discover_inputs(inputs, exclude, follow_symlinks).files
 
 
 def input_order(f: InputPath) -> tuple[int, list[str]]:
@@ -51,12 +85,16 @@ def input_order(f: InputPath) -> tuple[int, list[str]]:
     return (1, f.path.split("/")) if isinstance(f, RemotePath) else (0, list(f.parts))
 
 
-def discover_inputs(inputs: list[str], exclude: list[Path | str] | None = None) -> Discovery:
+def discover_inputs(
+    inputs: list[str], exclude: list[Path | str] | None = None, follow_symlinks: bool = False
+) -> Discovery:
+    """``follow_symlinks``: follow symlinks inside input directories wherever they lead (default: only
+    to targets inside the named inputs; the others are skipped and listed)."""
     if not inputs:
         raise InputError("no input given")
     local_exclude = [e for e in exclude or [] if not is_url(e)]
-    walker = _Walker([Path(os.path.realpath(e)) for e in local_exclude])
     remote = _RemoteWalker([str(e) for e in exclude or [] if is_url(e)])
+    named: list[tuple[str, Path, bool]] = []  # (argument, path, from a glob)
     for arg in inputs:
         if is_url(arg):
             remote.add_arg(arg)
@@ -67,13 +105,22 @@ def discover_inputs(inputs: list[str], exclude: list[Path | str] | None = None) 
             if not matches:
                 raise InputError(f"{arg}: the pattern matches no file")
             for m in matches:
-                walker.add(m)
+                _check_named(arg, m)
+                named.append((arg, m, True))
             continue
         p = Path(arg)
         if not p.exists():
             raise InputError(f"{arg}: no such file or directory")
+        _check_named(arg, p)
+        named.append((arg, p, False))
+    roots = [Path(os.path.realpath(p)) for _, p, _ in named]
+    walker = _Walker([Path(os.path.realpath(e)) for e in local_exclude], roots, follow_symlinks)
+    for arg, p, from_glob in named:
+        if from_glob:
+            walker.add(p)
+            continue
         if p.is_dir() and not walker.add(p):
-            why = "; ".join(walker.skipped + walker.excluded)
+            why = "; ".join(walker.skipped + walker.ignored + walker.excluded)
             raise InputError(f"{arg}: the directory holds no input files" + (f" ({why})" if why else ""))
         if p.is_file():
             try:
@@ -85,7 +132,10 @@ def discover_inputs(inputs: list[str], exclude: list[Path | str] | None = None) 
     if not files:
         raise InputError("the inputs hold no files")
     return Discovery(
-        sorted(files, key=input_order), walker.skipped + remote.skipped, walker.excluded + remote.excluded
+        sorted(files, key=input_order),
+        walker.skipped + remote.skipped,
+        walker.excluded + remote.excluded,
+        walker.ignored + remote.ignored,
     )
 
 
@@ -98,6 +148,7 @@ class _RemoteWalker:
         self.files: set[RemotePath] = set()
         self.skipped: list[str] = []
         self.excluded: list[str] = []
+        self.ignored: list[str] = []
 
     def add_arg(self, arg: str) -> None:
         fs, path = filesystem(arg)
@@ -160,7 +211,11 @@ class _RemoteWalker:
             self.excluded.append(f"{url}/{d}".rstrip("/") + ": an llmpipe output directory is not an input")
         for rel, info in sorted(names.items()):
             parts = rel.split("/")
-            if any(_Walker._skip_name(x) for x in parts):
+            hidden = next((k for k, x in enumerate(parts) if _Walker._skip_name(x)), None)
+            if hidden is not None:
+                name = f"{url}/{'/'.join(parts[: hidden + 1])}: {_Walker._skip_name(parts[hidden])}"
+                if name not in self.ignored:
+                    self.ignored.append(name)
                 continue
             if any(rel == d or rel.startswith(d + "/") or d == "" for d in outputs):
                 continue
@@ -168,15 +223,21 @@ class _RemoteWalker:
 
 
 class _Walker:
-    def __init__(self, exclude: list[Path]) -> None:
+    def __init__(self, exclude: list[Path], roots: list[Path], follow_symlinks: bool) -> None:
         self.exclude = exclude
+        self.roots = roots  # the named inputs, real paths
+        self.follow = follow_symlinks
         self.files: set[Path] = set()
         self.skipped: list[str] = []
         self.excluded: list[str] = []
+        self.ignored: list[str] = []
         self.seen_dirs: set[tuple[int, int]] = set()
 
     def _excluded(self, real: Path) -> bool:
         return any(real == e or e in real.parents for e in self.exclude)
+
+    def _inside(self, real: Path) -> bool:
+        return any(real == r or r in real.parents for r in self.roots)
 
     def add(self, p: Path) -> bool:
         """Add ``p`` (a file, or a directory walked); False: a directory that gave no file."""
@@ -186,6 +247,8 @@ class _Walker:
                 self.files.add(real)
             return True
         if not real.is_dir():
+            if p.is_symlink() and not real.exists():
+                self.skipped.append(f"{p}: a broken symlink")
             return True
         if self._excluded(real):
             self.excluded.append(f"{p}: the output directory is not an input")
@@ -201,8 +264,12 @@ class _Walker:
         return len(self.files) > before
 
     @staticmethod
-    def _skip_name(name: str) -> bool:
-        return name.startswith(".") or name.endswith(IGNORED_SUFFIXES)
+    def _skip_name(name: str) -> str | None:
+        """Why a name is left out by design (hidden, a temporary or lock file), else None."""
+        if name.startswith("."):
+            return "a hidden name, not read"
+        suffix = next((x for x in IGNORED_SUFFIXES if name.endswith(x)), None)
+        return None if suffix is None else f"a {suffix} file (temporary, lock or checksum), not read"
 
     def _walk(self, real: Path, shown: Path) -> None:
         try:
@@ -222,26 +289,42 @@ class _Walker:
             self.skipped.append(f"{shown}: unreadable directory ({e.strerror or e})")
             return
         for entry in entries:
-            if self._skip_name(entry.name):
-                continue
-            child = Path(os.path.realpath(entry.path))
-            if self._excluded(child):
-                self.excluded.append(f"{shown / entry.name}: the output directory is not an input")
-                continue
-            try:
-                is_dir = entry.is_dir()  # follows symlinks
-                is_file = not is_dir and entry.is_file()
-            except OSError as e:
-                self.skipped.append(f"{shown / entry.name}: {e.strerror or e}")
-                continue
-            if is_dir:
-                self._walk(child, shown / entry.name)
-            elif is_file:
-                try:
-                    open(child, "rb").close()
-                except OSError as e:
-                    self.skipped.append(f"{shown / entry.name}: unreadable file ({e.strerror or e})")
-                    continue
-                self.files.add(child)
-            elif entry.is_symlink():
-                self.skipped.append(f"{shown / entry.name}: a broken symlink")
+            self._entry(entry, shown / entry.name)
+
+    def _entry(self, entry: os.DirEntry[str], shown: Path) -> None:
+        """One directory entry: walked, added, or listed with why not (never opened unless a file)."""
+        why = self._skip_name(entry.name)
+        if why is not None:
+            self.ignored.append(f"{shown}: {why}")
+            return
+        link = entry.is_symlink()
+        child = Path(os.path.realpath(entry.path))
+        try:
+            mode = os.stat(entry.path).st_mode  # follows a symlink
+        except FileNotFoundError:
+            self.skipped.append(f"{shown}: a broken symlink" if link else f"{shown}: vanished")
+            return
+        except OSError as e:
+            self.skipped.append(f"{shown}: {e.strerror or e}")
+            return
+        kind = special_kind(mode)
+        if kind is not None:
+            self.skipped.append(f"{shown}: " + (f"a symlink to {kind} ({child})" if link else kind))
+            return
+        if link and not self.follow and not self._inside(child):
+            self.skipped.append(
+                f"{shown}: a symlink to {child}, outside the inputs (--follow-symlinks reads it)"
+            )
+            return
+        if self._excluded(child):
+            self.excluded.append(f"{shown}: the output directory is not an input")
+            return
+        if stat.S_ISDIR(mode):
+            self._walk(child, shown)
+            return
+        try:
+            open(child, "rb").close()
+        except OSError as e:
+            self.skipped.append(f"{shown}: unreadable file ({e.strerror or e})")
+            return
+        self.files.add(child)

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from llmpipe.io.chunks import Span
-from llmpipe.io.compression import peek
+from llmpipe.io.compression import cut_before_first_block, peek
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.fs import InputPath
 from llmpipe.io.jsonl import BLOCK_BYTES, read_jsonl, read_jsonl_blocks
@@ -22,13 +23,14 @@ from llmpipe.io.parquet import read_parquet
 from llmpipe.io.records import RAW_SCHEMA, Bad, Doc, DocRun, Skip
 from llmpipe.io.text import read_text
 
-#: a batch is handed on at ``batch_size`` documents, or at this many bytes of HTML: web pages arrive
+#: a batch is handed on at ``batch_size`` documents, at ``max_batch_bytes`` of text, or at this many bytes of HTML: web pages arrive
 #: unextracted (tens of KB each, held as bytes, str and Arrow at once), and memory must stay flat
 HTML_BATCH_BYTES = 1 << 20
 
 
 def detect_format(path: InputPath) -> str:
-    """One of jsonl, parquet, warc, arc, text, empty, binary."""
+    """One of jsonl, parquet, warc, arc, text, empty, binary, truncated (a compressed stream cut before
+    its first block ends: nothing of it can be read)."""
     if path.stat().st_size == 0:
         return "empty"
     with path.open("rb") as f:
@@ -36,7 +38,7 @@ def detect_format(path: InputPath) -> str:
             return "parquet"
     head = peek(path)
     if not head:
-        return "empty" if path.stat().st_size == 0 else "binary"
+        return "truncated" if cut_before_first_block(path) else "binary"
     stripped = head.lstrip()
     if stripped.startswith(b"WARC/"):
         return "warc"
@@ -70,7 +72,9 @@ def records(
     elif fmt == "jsonl":
         yield from read_jsonl(path, cfg.text_field, cfg.id_field, cfg.max_doc_bytes, span)
     elif fmt == "parquet":
-        yield from read_parquet(path, cfg.text_field, cfg.id_field, span)
+        yield from read_parquet(
+            path, cfg.text_field, cfg.id_field, span, cfg.max_doc_bytes, cfg.max_batch_bytes // 4
+        )
     elif fmt == "text":
         yield from read_text(path, cfg.max_doc_bytes)
     elif fmt in ("warc", "arc"):
@@ -79,6 +83,12 @@ def records(
         yield from (warc.read_warc if fmt == "warc" else warc.read_arc)(path, cfg, span)
     elif fmt == "empty":
         yield Bad("empty_file", "file", "the file has no bytes")
+    elif fmt == "truncated":
+        yield Bad(
+            "truncated_or_corrupt_stream",
+            "file",
+            "the compressed stream ends before its first block is complete",
+        )
     else:
         yield Bad(f"unsupported_format_{fmt}", "file", f"detected format {fmt!r}")
 
@@ -101,12 +111,20 @@ def read_input(
         if isinstance(rec, DocRun):
             ids = _unique_ids(rec, seen)
             count += len(rec)
+            sizes = np.cumsum(pc.binary_length(rec.texts).to_numpy(zero_copy_only=False), dtype=np.int64)
             at = 0
             while at < len(rec):
                 take = min(len(rec) - at, cfg.batch_size - len(batch))
+                before = int(sizes[at - 1]) if at else 0
+                # the batch ends with the document that brings its texts to max_batch_bytes
+                full = int(
+                    np.searchsorted(sizes[at : at + take] - before, cfg.max_batch_bytes - batch.text_bytes)
+                )
+                take = min(take, full + 1)
                 batch.add_run(ids, rec, at, take)
+                batch.text_bytes += int(sizes[at + take - 1]) - before
                 at += take
-                if len(batch) >= cfg.batch_size:
+                if len(batch) >= cfg.batch_size or batch.text_bytes >= cfg.max_batch_bytes:
                     yield batch.take()
             continue
         if not isinstance(rec, Doc):
@@ -135,7 +153,12 @@ def read_input(
         seen.add(doc_id)
         batch.add(doc_id, rec, pos, size, meta)
         count += 1
-        if len(batch) >= cfg.batch_size or batch.html_bytes >= HTML_BATCH_BYTES:
+        batch.text_bytes += size
+        if (
+            len(batch) >= cfg.batch_size
+            or batch.html_bytes >= HTML_BATCH_BYTES
+            or batch.text_bytes >= cfg.max_batch_bytes
+        ):
             yield batch.take()
     if len(batch):
         yield batch.take()
@@ -166,6 +189,7 @@ class _Batch:
         self.pieces: list[pa.RecordBatch] = []
         self.piece_rows = 0
         self.runs = False  # a piece is a slice of a run
+        self.text_bytes = 0  # UTF-8 bytes of the texts in the batch
 
     def _reset(self) -> None:
         self.ids: list[str] = []
@@ -226,7 +250,7 @@ class _Batch:
         """The batch, its columns in new buffers (a run's slice does not keep its block alive)."""
         self._flush()
         pieces, runs = self.pieces, self.runs
-        self.pieces, self.piece_rows, self.runs = [], 0, False
+        self.pieces, self.piece_rows, self.runs, self.text_bytes = [], 0, False, 0
         if len(pieces) == 1 and not runs:
             return pieces[0]
         return pa.RecordBatch.from_arrays(

@@ -34,7 +34,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import ReadItem
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from llmpipe.errors import LlmpipeError
 from llmpipe.train.config import CheckpointConfig
@@ -253,9 +253,13 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 class Checkpointer:
-    def __init__(self, run_dir: Path, cfg: CheckpointConfig, *, rank: int, world_size: int) -> None:
+    def __init__(
+        self, run_dir: Path, cfg: CheckpointConfig, *, rank: int, world_size: int, frozen_base: bool = False
+    ) -> None:
+        """``frozen_base``: save and load only the parameters that train (LoRA's adapters), not the base."""
         self.root = run_dir / "checkpoints"
         self.cfg = cfg
+        self.options = StateDictOptions(ignore_frozen_params=True, strict=False) if frozen_base else None
         self.rank = rank
         self.world_size = world_size
         self._pending: tuple[Future[Any], Path, Path] | None = None
@@ -298,7 +302,7 @@ class Checkpointer:
             saved = _plain({**train_state, "rng": rngs, "world_size": self.world_size}, "train_state")
             torch.save(saved, tmp / STATE_FILE)
         self._barrier()
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=self.options)
         state = {"model": model_sd, "optim": optim_sd}
         if blocking or self._async_group is None:
             dcp.save(state, checkpoint_id=str(tmp))
@@ -366,10 +370,16 @@ class Checkpointer:
         self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, *, restore_rng: bool = True
     ) -> dict[str, Any]:
         """Load model and optimizer (resharded to this run's ranks); returns the saved train state."""
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=self.options)
         state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
         load_dcp(state, path)
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optim"],
+            options=self.options,
+        )
         saved = load_train_state(path / STATE_FILE)
         if restore_rng:
             rngs = saved["rng"]

@@ -1,9 +1,10 @@
 """The run's typed configuration: one dataclass per component, loaded from YAML plus ``--key=value``.
 
 ``configs/train/*.yaml`` holds sections (model, data, optim, parallel, train, checkpoint, guard, metrics,
-debug). Every key not given takes the default below. Unknown keys and wrong types are a ConfigError, in
-the file and in overrides alike. An override is ``--section.key=value`` or, when the key name is unique
-across sections, ``--key=value``; the value is parsed as YAML (``--train.steps=20``, ``--doc_mask=true``).
+debug, eval, qat, init, lora). Every key not given takes the default below. Unknown keys and wrong types
+are a ConfigError, in the file and in overrides alike. An override is ``--section.key=value`` or, when
+the key name is unique across sections, ``--key=value``; the value is parsed as YAML (``--train.steps=20``,
+``--doc_mask=true``).
 """
 
 from __future__ import annotations
@@ -166,6 +167,22 @@ class QatConfig:
     from_step: int = 0  # fake quantization on from this optimizer step
 
 
+#: the linear layers LoRA may adapt, by their names in HF Llama modules (train/hf.py maps them to ours)
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class LoraConfig:
+    """LoRA / QLoRA fine-tuning of a base (``model.init_from``): the base frozen, low-rank adapters trained
+    (train/lora.py, docs/training.md)."""
+
+    rank: int = 0  # adapter rank r; 0: off (every parameter trains)
+    alpha: float = 16.0  # the adapter's output is scaled by alpha / rank
+    dropout: float = 0.0  # dropout on the adapter's input, in training only
+    targets: list[str] = field(default_factory=lambda: list(LORA_TARGETS))  # HF Llama module names
+    base_quant: Literal["none", "nf4"] = "none"  # nf4: QLoRA, the frozen base linear weights in NF4
+
+
 @dataclass
 class InitConfig:
     from_hf: Path | None = None  # the older name of model.init_from (train/init_from.py): the same feature
@@ -185,6 +202,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     qat: QatConfig = field(default_factory=QatConfig)
     init: InitConfig = field(default_factory=InitConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 def _sections() -> dict[str, set[str]]:
@@ -250,6 +268,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, RunCo
         help="shard directory written by `llmpipe curate`; repeat NAME=DIR:WEIGHT to mix sources",
     )
     p.add_argument("--out", type=Path, required=True, help="run directory: checkpoints, logs, config")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into --out even when it holds files llmpipe did not write (default: refused)",
+    )
     args, rest = p.parse_known_args(argv)
     overrides = []
     for item in rest:
@@ -339,8 +362,29 @@ def validate_mixture(data: DataConfig) -> None:
             raise ConfigError(f"data.stages[{i}]: the weights sum to zero")
 
 
+def validate_lora(cfg: RunConfig) -> None:
+    lo = cfg.lora
+    if lo.rank < 0 or lo.alpha <= 0 or not 0 <= lo.dropout < 1:
+        raise ConfigError("lora.rank must be >= 0, lora.alpha positive, lora.dropout in [0, 1)")
+    if not lo.rank:
+        if lo.base_quant != "none":
+            raise ConfigError("lora.base_quant needs lora.rank > 0 (QLoRA trains adapters on the base)")
+        return
+    unknown = sorted(set(lo.targets) - set(LORA_TARGETS))
+    if unknown or not lo.targets or len(set(lo.targets)) != len(lo.targets):
+        raise ConfigError(
+            f"lora.targets {lo.targets}: name each of these at most once: {', '.join(LORA_TARGETS)}"
+        )
+    if not cfg.model.init_from and cfg.init.from_hf is None:
+        raise ConfigError("lora.rank needs model.init_from=HF_DIR: the base model the adapters fine-tune")
+    p = cfg.parallel
+    if p.tp > 1 or p.pp > 1 or p.float8 or cfg.qat.scheme != "none":
+        raise ConfigError("lora runs with parallel.tp=1, parallel.pp=1, no parallel.float8 and no qat")
+
+
 def validate(cfg: RunConfig) -> None:
     validate_mixture(cfg.data)
+    validate_lora(cfg)
     checks = [
         (cfg.train.steps > 0, "train.steps must be positive"),
         (cfg.train.grad_accum > 0, "train.grad_accum must be positive"),

@@ -2,6 +2,7 @@
 
     python -m llmpipe.train.export_hf RUN_DIR --out HF_DIR [--step N] [--max-shard-size 5GB]
     llmpipe export RUN_DIR --out HF_DIR            (the same, as a command)
+    llmpipe export LORA_RUN --out DIR [--merge]    (a LoRA run: a PEFT adapter directory, or merged)
 
 Writes config.json, generation_config.json, the weights (model.safetensors, or model-0000i-of-0000n
 shards and model.safetensors.index.json above --max-shard-size), and the tokenizer: tokenizer.json,
@@ -29,18 +30,30 @@ from safetensors.torch import save_file
 from llmpipe.config import load_yaml
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
 from llmpipe.errors import LlmpipeError
-from llmpipe.train.checkpoint import list_checkpoints, load_dcp, step_dir
+from llmpipe.train import init_from, lora
+from llmpipe.train.checkpoint import STATE_FILE, list_checkpoints, load_dcp, load_train_state, step_dir
 from llmpipe.train.config import RunConfig, from_saved
 from llmpipe.train.hf import hf_config, hf_state_dict
 from llmpipe.train.model import Transformer
+from llmpipe.train.rundir import EXPORT_MARKER, EXPORT_OUT
 
 
-def load_run(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Transformer, Path]:
-    """The run's config and its model (fp32, CPU, eval mode) from a checkpoint (default: the latest)."""
+def run_config(run_dir: Path) -> RunConfig:
     cfg_file = run_dir / "config.yaml"
     if not cfg_file.is_file():
         raise LlmpipeError(f"{run_dir}: no config.yaml; is this a run directory of the trainer?")
-    cfg = from_saved(load_yaml(cfg_file))
+    return from_saved(load_yaml(cfg_file))
+
+
+def load_run(
+    run_dir: Path, step: int | None = None, *, merge: bool = True
+) -> tuple[RunConfig, Transformer, Path]:
+    """The run's config and its model (fp32, CPU, eval mode) from a checkpoint (default: the latest).
+
+    A LoRA run's checkpoint holds adapters: the model is its base (``model.init_from``, refused if its
+    files changed since) with the adapters merged into the weights, or (``merge=False``) kept as
+    ``LoraLinear`` layers (train/lora.py)."""
+    cfg = run_config(run_dir)
     found = list_checkpoints(run_dir / "checkpoints")
     if step is not None:
         path = step_dir(run_dir / "checkpoints", step)
@@ -51,13 +64,26 @@ def load_run(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Transfo
     else:
         path = found[-1]
     model = Transformer(cfg.model)
-    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    if cfg.lora.rank:
+        base = init_from.directory(cfg)
+        if base is None or not base.is_dir():
+            raise LlmpipeError(f"{run_dir} is a LoRA run whose base {base} is not a directory any more")
+        lora.check_base(load_train_state(path / STATE_FILE), lora.base_reference(base), path)
+        lora.apply_lora(model, cfg.lora)
+        lora.load_base(model, base)
+    state = {
+        f"model.{k}": v
+        for k, v in model.state_dict().items()
+        if not cfg.lora.rank or lora.is_adapter(k)  # a LoRA checkpoint holds only the adapters
+    }
     if cfg.model.tie_embeddings:
         state.pop("model.output.weight", None)  # the same tensor as the embedding
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
         load_dcp(state, path, no_dist=True)  # runs no code from the run directory
     model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()}, strict=False)
+    if cfg.lora.rank and merge:
+        lora.merge(model)
     model.eval()
     return cfg, model, path
 
@@ -132,8 +158,18 @@ def export(
     step: int | None = None,
     tokenizer: Path | None = None,
     max_shard_size: int | str | None = None,
+    merge: bool = False,
+    overwrite: bool = False,
 ) -> Path:
-    cfg, model, path = load_run(run_dir, step)
+    """The HF model directory of a run; a LoRA run's adapters as a PEFT directory, or with ``merge`` the
+    base with the adapters merged in. ``out`` is replaced whole: one that holds files llmpipe did not
+    write is refused unless ``overwrite``."""
+    EXPORT_OUT.check(out, overwrite)
+    lora_run = bool(run_config(run_dir).lora.rank)
+    adapters = lora_run and not merge
+    if merge and not lora_run:
+        raise LlmpipeError(f"--merge: {run_dir} is not a LoRA run; its export is the whole model already")
+    cfg, model, path = load_run(run_dir, step, merge=not adapters)
     shards = cfg.data.path or (
         cfg.data.sources[0].path if cfg.data.sources else None
     )  # a mixture: one tokenizer
@@ -158,14 +194,15 @@ def export(
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_weights(hf_state_dict(model), tmp, max_shard_size)
-    (tmp / "config.json").write_text(json.dumps(hf_config(cfg.model, eos_id), indent=2) + "\n")
-    (tmp / "generation_config.json").write_text(json.dumps(generation_config(eos_id), indent=2) + "\n")
+    if adapters:  # PEFT's adapter directory: PeftModel.from_pretrained(base, out)
+        lora.peft_dir(model, cfg.lora, str(init_from.directory(cfg)), tmp)
+    else:
+        save_weights(hf_state_dict(model), tmp, max_shard_size)
+        (tmp / "config.json").write_text(json.dumps(hf_config(cfg.model, eos_id), indent=2) + "\n")
+        (tmp / "generation_config.json").write_text(json.dumps(generation_config(eos_id), indent=2) + "\n")
     for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len).items():
         (tmp / name).write_text(text, encoding="utf-8")
-    (tmp / "llmpipe_export.json").write_text(
-        json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n"
-    )
+    (tmp / EXPORT_MARKER).write_text(json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n")
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
@@ -175,7 +212,15 @@ def export(
 def run(args: argparse.Namespace) -> int:
     """Export as ``args`` say; raises LlmpipeError on bad input."""
     size = parse_size(args.max_shard_size) if args.max_shard_size else None
-    path = export(args.run_dir, args.out, step=args.step, tokenizer=args.tokenizer, max_shard_size=size)
+    path = export(
+        args.run_dir,
+        args.out,
+        step=args.step,
+        tokenizer=args.tokenizer,
+        max_shard_size=size,
+        merge=args.merge,
+        overwrite=args.overwrite,
+    )
     print(f"exported {path} -> {args.out}")
     return 0
 

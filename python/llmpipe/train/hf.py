@@ -10,6 +10,7 @@ train/init_from.py) and compression (compress/model_io.py, compress/store.py) al
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -209,22 +210,34 @@ def weight_files(hf_dir: Path) -> dict[str, Path]:
 
 
 @torch.no_grad()
-def load_weights(model: nn.Module, hf_dir: Path) -> None:
+def load_weights(
+    model: nn.Module,
+    hf_dir: Path,
+    *,
+    params: Mapping[str, torch.Tensor] | None = None,
+    into: Mapping[str, Callable[[torch.Tensor], Any]] | None = None,
+) -> None:
     """Copy every parameter of ``model`` (our names; plain, FSDP- or TP-sharded) from the checkpoint in
     ``hf_dir``: a sharded parameter takes its slice of the full tensor, one tensor in memory at a time.
-    A tensor missing, of another shape, or one the model does not have is an InputError."""
+    A tensor missing, of another shape, or one the model does not have is an InputError.
+
+    ``params``: the parameters to fill (default: all of them; a LoRA model's base without its adapters);
+    ``into``: our names of weights the model holds otherwise (QLoRA's NF4 layers), each handed its full
+    tensor."""
     from safetensors import safe_open
 
     where = weight_files(hf_dir)
-    params = dict(model.named_parameters())  # a tied output matrix is the embedding: listed once
-    tied = "output.weight" not in params
+    if params is None:
+        params = dict(model.named_parameters())  # a tied output matrix is the embedding: listed once
+    into = into or {}
+    tied = "output.weight" not in params and "output.weight" not in into
     for key in where:
         name = our_name(key)
-        if name not in params and not (name == "output.weight" and tied):
+        if name not in params and name not in into and not (name == "output.weight" and tied):
             raise InputError(f"{hf_dir}: tensor {key} does not fit the model")
     with ExitStack() as stack:
         handles: dict[Path, Any] = {}
-        for name, p in params.items():
+        for name in [*params, *into]:
             key = hf_name(name)
             if key not in where:
                 raise InputError(f"{hf_dir}: no tensor {key} for the model's {name}")
@@ -232,6 +245,10 @@ def load_weights(model: nn.Module, hf_dir: Path) -> None:
             if path not in handles:
                 handles[path] = stack.enter_context(safe_open(str(path), framework="pt"))
             full = handles[path].get_tensor(key)
+            if name in into:
+                into[name](full)
+                continue
+            p = params[name]
             if tuple(full.shape) != tuple(p.shape):
                 raise InputError(f"{hf_dir}: {key} has shape {tuple(full.shape)}, {name} {tuple(p.shape)}")
             full = full.to(dtype=p.dtype, device=p.to_local().device if isinstance(p, DTensor) else p.device)

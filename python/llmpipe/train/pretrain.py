@@ -20,15 +20,23 @@ from llmpipe.data.format import TOKENIZER_FILE
 from llmpipe.errors import LlmpipeError
 from llmpipe.lock import DirLock
 from llmpipe.plan import Plan, plan_for_run, render_memory
-from llmpipe.train import init_from
-from llmpipe.train.checkpoint import Checkpointer
+from llmpipe.train import init_from, lora
+from llmpipe.train.checkpoint import STATE_FILE, Checkpointer, load_train_state
 from llmpipe.train.config import RunConfig, dump, parse_args, resolve_for_device
 from llmpipe.train.data import build_data, first_directory, open_train, verify_notices
 from llmpipe.train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
 from llmpipe.train.model import Transformer, _local, count_params
 from llmpipe.train.optim import build_optimizer, build_scheduler
-from llmpipe.train.parallel import Dist, apply_float8, init_distributed, microbatches, parallelize
+from llmpipe.train.parallel import (
+    Dist,
+    all_reduce_sum,
+    apply_float8,
+    init_distributed,
+    microbatches,
+    parallelize,
+)
 from llmpipe.train.pipeline import Pipeline
+from llmpipe.train.rundir import RUN_DIR
 from llmpipe.train.schedule import BatchSchedule
 from llmpipe.train.text_eval import TextEval
 from llmpipe.train.trainer import Trainer
@@ -46,6 +54,8 @@ def build_model(cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None) 
     with torch.device("meta"):
         model = Transformer(cfg.model)
     hooks.prepare(model)
+    if cfg.lora.rank:
+        lora.apply_lora(model, cfg.lora)  # the base frozen, adapters in the targeted layers
     if cfg.parallel.float8:
         if hooks.active or d.layout.tp > 1:
             raise LlmpipeError("parallel.float8 needs parallel.tp=1 and no qat (llmpipe.compress)")
@@ -53,6 +63,8 @@ def build_model(cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None) 
     parallelize(model, cfg.parallel, d)
     model.to_empty(device=d.device)
     model.init_weights(seed=cfg.train.seed)
+    if cfg.lora.rank:
+        lora.init_adapters(model, cfg.train.seed)
     return model
 
 
@@ -135,12 +147,47 @@ def startup_summary(
     return lines
 
 
-def lock_run_dir(out: Path, d: Dist) -> DirLock | None:
-    """Rank 0 creates ``out`` and takes its lock; every rank stops with the same one line if it cannot."""
+def lora_base_reference(hf_dir: Path, d: Dist) -> dict[str, str]:
+    """The base's path and sha256, hashed once (rank 0) and shared."""
+    box: list[dict[str, str] | None] = [lora.base_reference(hf_dir) if d.is_main else None]
+    if dist.is_initialized():
+        dist.broadcast_object_list(box, src=0)
+    assert box[0] is not None
+    return box[0]
+
+
+def lora_summary(cfg: RunConfig, model: torch.nn.Module, n_params: int, d: Dist) -> dict[str, float]:
+    """The adapters' size and the base's memory (QLoRA: the NF4 tensors' bytes, measured), printed and
+    returned for the metrics."""
+    lo = cfg.lora
+    local = sum(_local(p).numel() for p in model.parameters() if p.requires_grad)
+    trainable = int(all_reduce_sum([float(local)], d.device)[0]) if d.layout.dp > 1 else local
+    rec: dict[str, float] = {"lora_trainable_params": trainable}
+    line = (
+        f"lora: rank {lo.rank}, alpha {lo.alpha:g} on {','.join(lo.targets)}: {trainable:,} trainable "
+        f"parameters ({100 * trainable / n_params:.2f}% of the {n_params:,} of the base, which is frozen)"
+    )
+    if lo.base_quant == "nf4":
+        weights = sum(m.in_features * m.out_features for m in lora.lora_modules(model).values())
+        held = lora.nf4_bytes(model)
+        rec.update(base_nf4_bytes=held, base_nf4_weights=weights, base_nf4_bits_per_weight=8 * held / weights)
+        line += (
+            f"; the {weights:,} weights of its adapted layers in NF4: {held:,} bytes held per process "
+            f"({8 * held / weights:.3f} bits per weight; {2 * weights:,} bytes in bf16)"
+        )
+    if d.is_main:
+        print(line, flush=True)
+    return rec
+
+
+def lock_run_dir(out: Path, d: Dist, overwrite: bool = False) -> DirLock | None:
+    """Rank 0 creates ``out`` and takes its lock; every rank stops with the same one line if it cannot
+    (a directory holding files llmpipe did not write is refused unless ``overwrite``)."""
     lock: DirLock | None = None
     box: list[str | None] = [None]
     if d.is_main:
         try:
+            RUN_DIR.check(out, overwrite)
             out.mkdir(parents=True, exist_ok=True)
             lock = DirLock(out, "run directory").acquire()
         except OSError as e:
@@ -154,7 +201,7 @@ def lock_run_dir(out: Path, d: Dist) -> DirLock | None:
     return lock
 
 
-def run(cfg: RunConfig, out: Path) -> None:
+def run(cfg: RunConfig, out: Path, overwrite: bool = False) -> None:
     d = init_distributed(cfg.parallel, cfg.model)
     resolve_for_device(cfg, d.device)
     if d.layout.pp > 1 and (cfg.data.batch_size % microbatches(cfg.parallel)):
@@ -162,7 +209,7 @@ def run(cfg: RunConfig, out: Path) -> None:
             f"data.batch_size {cfg.data.batch_size} is not a multiple of the {microbatches(cfg.parallel)} "
             "pipeline micro-batches (parallel.pp_microbatches)"
         )
-    lock = lock_run_dir(out, d)
+    lock = lock_run_dir(out, d, overwrite)
     try:
         _run(cfg, out, d)
     finally:
@@ -171,6 +218,9 @@ def run(cfg: RunConfig, out: Path) -> None:
 
 
 def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
+    # dropout (model.dropout, lora.dropout) draws from the global generator: the same masks in every run
+    # of this config (a resume restores the generator's state from the checkpoint)
+    torch.manual_seed(cfg.train.seed + d.dp_rank)
     train_ds = open_train(cfg.data)
     hf_dir = init_from.directory(cfg)  # model.init_from or init.from_hf: one feature
     init_from.prepare(cfg.model, first_directory(cfg.data), hf_dir)  # its shape, its tokenizer checked
@@ -196,7 +246,13 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         raise LlmpipeError("model.init_from loads a whole model: use it with parallel.pp=1")
     hooks = compression_hooks(cfg)
     model, pipeline = build_parallel_model(cfg, d, hooks)
-    if hf_dir is not None:
+    base_ref: dict[str, str] | None = None
+    if hf_dir is not None and cfg.lora.rank:
+        lora.load_base(model, hf_dir)  # the frozen base (quantized to NF4 with lora.base_quant=nf4)
+        base_ref = lora_base_reference(hf_dir, d)
+        if d.is_main:
+            print(f"base weights from {hf_dir} (frozen; adapters and a fresh optimizer)", flush=True)
+    elif hf_dir is not None:
         init_from.load(model, hf_dir, hooks)  # the weights, and the pruning masks it holds
         if d.is_main:
             print(f"model weights from {hf_dir} (a fresh optimizer)", flush=True)
@@ -211,13 +267,16 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
             "\n".join(startup_summary(cfg, d, out, n_params, n_dense, len(train_ds), train_ds.seq_len)),
             flush=True,
         )
+    lora_record = lora_summary(cfg, model, n_params, d) if cfg.lora.rank else {}
     if cfg.parallel.cpu_offload:
         on_cpu = sum(_local(p).device.type == "cpu" for p in model.parameters())
         if d.is_main:
             print(f"cpu offload: {on_cpu} of {len(list(model.parameters()))} parameter shards in host memory")
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps, schedule)
-    ckpt = Checkpointer(out, cfg.checkpoint, rank=d.rank, world_size=d.world_size)
+    ckpt = Checkpointer(
+        out, cfg.checkpoint, rank=d.rank, world_size=d.world_size, frozen_base=bool(cfg.lora.rank)
+    )
     fpt = flops_per_token(cfg.model, n_params, train_ds.seq_len)
     metrics = MetricsWriter(out, enabled=d.is_main, tensorboard=cfg.metrics.tensorboard)
     trainer = Trainer(
@@ -236,9 +295,14 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         text_eval=build_text_eval(cfg, train_ds.eos_id, train_ds.seq_len),
         pipeline=pipeline,
         compression=hooks,
+        lora_base=base_ref,
     )
     latest = ckpt.latest() if cfg.checkpoint.resume else None
-    if latest is not None:
+    if latest is None:
+        trainer.record(lora_record)
+    else:
+        if base_ref is not None:  # adapters resume only on the base they were trained on
+            lora.check_base(load_train_state(latest / STATE_FILE), base_ref, latest)
         trainer.restore(latest)
         if d.is_main:
             print(f"resumed from {latest} at step {trainer.step}", flush=True)
@@ -251,7 +315,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         args, cfg = parse_args(argv)
-        run(cfg, args.out)
+        run(cfg, args.out, args.overwrite)
     except LlmpipeError as e:
         print(f"error: {e}", file=sys.stderr)
         return getattr(e, "exit_code", 2)

@@ -102,7 +102,9 @@ class Trainer:
         text_eval: TextEval | None = None,  # bits per byte on the eval section's text sets
         pipeline: Pipeline | None = None,  # pp > 1: runs the stages; ``model`` holds their parameters
         compression: TrainCompression | None = None,  # QAT, pruning masks (llmpipe.compress)
+        lora_base: dict[str, str] | None = None,  # LoRA: the frozen base's path and sha256 (train/lora.py)
     ) -> None:
+        self.lora_base = lora_base
         self.text_eval = text_eval
         self.cfg, self.d, self.model = cfg, d, model
         self.optimizer, self.scheduler, self.loader = optimizer, scheduler, loader
@@ -131,6 +133,7 @@ class Trainer:
             "guard": self.guard.state_dict(),
             "compression": self.compression.state_dict() if self.compression else None,
             "scaler": self.scaler.state_dict(),
+            **({"lora_base": self.lora_base} if self.lora_base else {}),
         }
 
     def restore(self, path: Path, *, rollback: bool = False) -> None:
@@ -230,7 +233,8 @@ class Trainer:
         grads = {}
         for name, p in self.model.named_parameters():
             g = p.grad
-            assert g is not None
+            if g is None:  # frozen (a LoRA run's base)
+                continue
             grads[name] = (g.full_tensor() if isinstance(g, DTensor) else g).detach().cpu()
         if self.d.rank == 0 or self.d.layout.pp > 1:
             out.mkdir(parents=True, exist_ok=True)

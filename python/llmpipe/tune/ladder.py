@@ -40,6 +40,7 @@ class LadderConfig:
     min_step: int = 1  # validation records before this step are not fitted
     flops: float = 1e18  # the FLOP budget to report the compute-optimal N and D for
     bootstrap: int = 50
+    drop_outliers: bool = False  # leave flagged outliers out of the fit (they are always reported)
     metric: Literal["val_loss", "val_bpb"] = "val_loss"
     bytes_per_token: float = 0.0
     nproc: int = 1
@@ -101,13 +102,15 @@ def run_points(trials: list[dict[str, Any]], metric: str, min_step: int) -> list
     return points
 
 
-def fit_ladder(points: list[dict[str, float]], flops: float, bootstrap: int) -> dict[str, Any]:
+def fit_ladder(
+    points: list[dict[str, float]], flops: float, bootstrap: int, drop_outliers: bool = False
+) -> dict[str, Any]:
     if len(points) < 5:
         raise InputError(f"{len(points)} (N, D, loss) points: too few to fit (need 5); train longer")
     n = [p["params"] for p in points]
     d = [p["tokens"] for p in points]
     loss = [p["loss"] for p in points]
-    fit = fit_chinchilla(n, d, loss)
+    fit = fit_chinchilla(n, d, loss, drop_outliers=drop_outliers)
     result: dict[str, Any] = {"points": points, "approach3": fit.to_dict()}
     try:
         env = isoflop_minima(n, d, loss)
@@ -170,7 +173,9 @@ def run_ladder(cfg: LadderConfig) -> dict[str, Any]:
         raise InputError(f"ladder runs did not complete: {failed} (see {cfg.out}/trials/*/train.log)")
     for row in summary["trials"]:
         row["ranks"] = cfg.nproc
-    result = fit_ladder(run_points(summary["trials"], cfg.metric, cfg.min_step), cfg.flops, cfg.bootstrap)
+    result = fit_ladder(
+        run_points(summary["trials"], cfg.metric, cfg.min_step), cfg.flops, cfg.bootstrap, cfg.drop_outliers
+    )
     out = cfg.out.resolve()
     (out / "fit.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(out / "scaling.png", result)

@@ -11,7 +11,13 @@ C = 6 N D FLOPs the fitted law has its minimum at
 
 Approach 1 reads IsoFLOP profiles off the training curves of several model sizes (``isoflop_minima``):
 at each FLOP count, the loss of every size, a parabola in log N, its minimum; then N_opt = k C^a. Uncertainty of the
-optimum comes from refitting Approach 3 on bootstrap resamples of the points.
+optimum and of the five constants comes from refitting Approach 3 on bootstrap resamples of the points.
+
+Outliers: after the fit, a point is flagged when its log-loss residual lies more than 3.5 robust standard
+deviations from the median residual (the modified z-score of Iglewicz and Hoaglin: 0.6745 (r - median) / MAD
+> 3.5) and more than 1e-3 (0.1% of the loss) from it. Flagged points are reported; with
+``drop_outliers=True`` they are left out and the fit repeated until the flagged set no longer changes (at
+most five rounds), as Epoch AI's replication dropped the highest-loss points of Chinchilla's data by hand.
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ INIT_GRID = {
     "b": (0.0, 5.0, 10.0, 15.0, 20.0, 25.0),
 }
 STARTS = 16  # L-BFGS runs from the best grid points
+OUTLIER_Z = 3.5  # modified z-score above which a point's residual is flagged
+OUTLIER_FLOOR = 1e-3  # ... and only when it is also this far (in log loss) from the median residual
+CONSTANTS = ("E", "A", "B", "alpha", "beta")
 
 
 @dataclass
@@ -49,8 +58,10 @@ class ChinchillaFit:
     B: float
     alpha: float
     beta: float
-    objective: float = 0.0  # the Huber loss at the optimum (mean over points)
-    points: int = 0
+    objective: float = 0.0  # the Huber loss at the optimum (mean over the fitted points)
+    points: int = 0  # points given
+    outliers: list[int] = field(default_factory=list)  # indices of the points flagged as outliers
+    dropped: bool = False  # the flagged points were left out of the fit
 
     def loss(self, params: ArrayLike, tokens: ArrayLike) -> NDArray[np.float64]:
         n, d = np.asarray(params, dtype=float), np.asarray(tokens, dtype=float)
@@ -142,15 +153,23 @@ def _grid_objective(
     return g, h.mean(axis=1)
 
 
-def fit_chinchilla(
-    params: ArrayLike, tokens: ArrayLike, losses: ArrayLike, *, init: ChinchillaFit | None = None
+def flag_outliers(fit: ChinchillaFit, params: ArrayLike, tokens: ArrayLike, losses: ArrayLike) -> list[int]:
+    """Indices of the points whose log-loss residual under ``fit`` is an outlier (module docstring)."""
+    n, d, loss = (np.asarray(x, dtype=float).ravel() for x in (params, tokens, losses))
+    r = np.log(loss) - np.log(fit.loss(n, d))
+    dev = np.abs(r - np.median(r))
+    limit = max(OUTLIER_Z * float(np.median(dev)) / 0.6745, OUTLIER_FLOOR)
+    return [int(i) for i in np.flatnonzero(dev > limit)]
+
+
+def _lbfgs(
+    log_n: NDArray[np.float64],
+    log_d: NDArray[np.float64],
+    log_l: NDArray[np.float64],
+    init: ChinchillaFit | None,
 ) -> ChinchillaFit:
-    """Approach 3: fit E, A, B, alpha, beta to the points (see the module docstring). With ``init``,
-    one L-BFGS run from that fit instead of the grid (the bootstrap refits)."""
     from scipy.optimize import minimize
 
-    n, d, loss = _arrays(params, tokens, losses)
-    log_n, log_d, log_l = np.log(n), np.log(d), np.log(loss)
     if init is None:
         grid, values = _grid_objective(log_n, log_d, log_l)
         starts = [grid[i] for i in np.argsort(values)[:STARTS]]
@@ -171,14 +190,41 @@ def fit_chinchilla(
     assert best is not None
     a, b, e, alpha, beta = best[1]
     return ChinchillaFit(
-        E=math.exp(e),
-        A=math.exp(a),
-        B=math.exp(b),
-        alpha=float(alpha),
-        beta=float(beta),
-        objective=best[0],
-        points=len(n),
+        E=math.exp(e), A=math.exp(a), B=math.exp(b), alpha=float(alpha), beta=float(beta), objective=best[0]
     )
+
+
+def fit_chinchilla(
+    params: ArrayLike,
+    tokens: ArrayLike,
+    losses: ArrayLike,
+    *,
+    init: ChinchillaFit | None = None,
+    drop_outliers: bool = False,
+) -> ChinchillaFit:
+    """Approach 3: fit E, A, B, alpha, beta to the points (see the module docstring). With ``init``,
+    one L-BFGS run from that fit instead of the grid (the bootstrap refits). Outliers are always flagged
+    (``fit.outliers``); with ``drop_outliers`` they are left out of the fit."""
+    n, d, loss = _arrays(params, tokens, losses)
+    log_n, log_d, log_l = np.log(n), np.log(d), np.log(loss)
+    fit = _lbfgs(log_n, log_d, log_l, init)
+    flagged = flag_outliers(fit, n, d, loss)
+    if drop_outliers and flagged:
+        for _ in range(5):
+            keep = np.setdiff1d(np.arange(len(n)), flagged)
+            if len(keep) < 5:
+                raise InputError(
+                    f"{len(keep)} points are left after dropping {len(flagged)} outliers: too few"
+                )
+            fit = _lbfgs(log_n[keep], log_d[keep], log_l[keep], init)
+            again = flag_outliers(fit, n, d, loss)
+            if again == flagged:
+                break
+            flagged = again
+        fit.dropped = True
+    fit.outliers = flagged
+    fit.points = len(n)
+    return fit
 
 
 @dataclass
@@ -257,6 +303,8 @@ class Optimum:
     tokens_interval: tuple[float, float]
     ratio_interval: tuple[float, float]
     bootstrap: int
+    #: 5th and 95th percentiles of E, A, B, alpha and beta over the same bootstrap refits
+    constant_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -273,11 +321,16 @@ def compute_optimal(
     seed: int = 0,
 ) -> Optimum:
     """N_opt, D_opt and D/N for ``flops`` from ``fit``; intervals from Approach 3 refitted (L-BFGS from
-    ``fit``) on ``bootstrap`` resamples (with replacement) of the points."""
+    ``fit``) on ``bootstrap`` resamples (with replacement) of the points (of the points kept, when the fit
+    dropped its outliers)."""
     n, d, loss = _arrays(params, tokens, losses)
+    if fit.dropped and fit.outliers:
+        keep = np.setdiff1d(np.arange(len(n)), fit.outliers)
+        n, d, loss = n[keep], d[keep], loss[keep]
     n_opt, d_opt = fit.optimal(flops)
     rng = np.random.default_rng(seed)
     ns, ds = [], []
+    consts: list[list[float]] = []
     for _ in range(bootstrap):
         i = rng.integers(0, len(n), len(n))
         if len(np.unique(n[i])) < 2 or len(np.unique(d[i])) < 2:
@@ -288,13 +341,17 @@ def compute_optimal(
         bn, bd = f.optimal(flops)
         ns.append(bn)
         ds.append(bd)
+        consts.append([getattr(f, k) for k in CONSTANTS])
     if ns:
         na, da = np.array(ns), np.array(ds)
         pn = tuple(float(v) for v in np.percentile(na, [5, 95]))
         pd = tuple(float(v) for v in np.percentile(da, [5, 95]))
         pr = tuple(float(v) for v in np.percentile(da / na, [5, 95]))
+        pc = np.percentile(np.array(consts), [5, 95], axis=0)
+        intervals = {k: (float(pc[0, j]), float(pc[1, j])) for j, k in enumerate(CONSTANTS)}
     else:
         pn, pd, pr = (n_opt, n_opt), (d_opt, d_opt), (d_opt / n_opt, d_opt / n_opt)
+        intervals = {k: (getattr(fit, k), getattr(fit, k)) for k in CONSTANTS}
     return Optimum(
         flops=flops,
         params=n_opt,
@@ -304,4 +361,5 @@ def compute_optimal(
         tokens_interval=pd,  # type: ignore[arg-type]
         ratio_interval=pr,  # type: ignore[arg-type]
         bootstrap=len(ns),
+        constant_intervals=intervals,
     )

@@ -7,6 +7,7 @@ from typing import ClassVar
 import numpy as np
 import pyarrow as pa
 
+from llmpipe import _core
 from llmpipe.curate.stage import Mapped, Mapper
 from llmpipe.curate.stages.read import raw_words
 from llmpipe.io.config import ReadConfig
@@ -18,8 +19,10 @@ class Extract(Mapper):
     """Takes each web page's main text (``read.html_main_content``: else all visible text).
 
     Tokens in are the page's HTML words, out the words of its text; a page without main text is
-    dropped as ``empty_after_extract`` (a document that was empty before is left to later stages), one the parser rejects as ``extraction_failed``. ``modified``
-    counts the pages extracted. The reader's ``raw_words`` column ends here.
+    dropped as ``empty_after_extract`` (a document that was empty before is left to later stages),
+    one the parser rejects as ``extraction_failed``, one whose elements nest deeper than
+    ``read.max_html_depth`` as ``html_too_deep`` (measured by a linear scan, never parsed).
+    ``modified`` counts the pages extracted. The reader's ``raw_words`` column ends here.
     """
 
     name: ClassVar[str] = "extract"
@@ -27,6 +30,7 @@ class Extract(Mapper):
 
     def __init__(self, cfg: ReadConfig) -> None:
         self.main_content = cfg.html_main_content
+        self.max_depth = cfg.max_html_depth
 
     @classmethod
     def from_config(cls, cfg: ReadConfig) -> Extract:
@@ -45,7 +49,11 @@ class Extract(Mapper):
             return Mapped(out, 0)
         texts = batch.column("text").to_pylist()
         reasons: list[str | None] = [None] * batch.num_rows
-        for i in pages.tolist():
+        depths = _core.html_depths([texts[i] for i in pages.tolist()], self.max_depth)
+        for i, depth in zip(pages.tolist(), depths, strict=True):
+            if depth > self.max_depth:  # measured in one pass before the parser sees it
+                texts[i], reasons[i] = "", "html_too_deep"
+                continue
             try:
                 texts[i] = html_to_text(texts[i], self.main_content)
             except Exception:  # noqa: BLE001 - resiliparse raises its own parser errors

@@ -1,0 +1,159 @@
+"""Benchmark decontamination: drop every document that shares a word n-gram with an evaluation set.
+
+N-grams are ``ngram`` (default 13, as GPT-3 and lm-eval) consecutive words after lm-eval's
+decontamination normalisation (``Janitor.normalize_string``: ASCII letters lowercased, ASCII
+punctuation deleted, then split on whitespace). Each evaluation set's n-grams are hashed to 64 bits
+once per process (one Rust call per file, the same in every worker, as the quality model is loaded);
+each batch of documents is then one Rust call (GIL released) that finds, per document, the first
+n-gram (in text order) that an evaluation set holds. A match drops the document as
+``contaminated_<set>``: ``stats.json`` counts the removals per evaluation set. An n-gram in several
+sets is attributed to the first set of the config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmpipe.buffers import string_buffers
+from llmpipe.config import from_dict
+from llmpipe.curate.stage import Filter
+from llmpipe.errors import ConfigError
+
+REASON_PREFIX = "contaminated_"
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+@dataclass
+class EvalSet:
+    """One evaluation file: JSONL (``.jsonl``/``.json``, optionally ``.gz``, one object per line),
+    Parquet, or plain text (``.txt``: the whole file is one text)."""
+
+    path: str
+    #: the field (JSONL key, Parquet column) that holds the text; not read for .txt
+    field: str = "text"
+
+
+class Decontaminate(Filter):
+    """Drops documents that share an n-gram with an evaluation set (see the module docstring)."""
+
+    name: ClassVar[str] = "decontaminate"
+
+    @dataclass
+    class Config:
+        enabled: bool = False
+        #: name -> a file path (its texts in ``field``) or ``{path: ..., field: ...}``
+        eval_sets: dict[str, Any] = dataclasses.field(default_factory=dict)
+        #: words per n-gram (lm-eval's decontamination and GPT-3: 13)
+        ngram: int = 13
+        #: the default field of the JSONL/Parquet evaluation files
+        field: str = "text"
+
+        def __post_init__(self) -> None:
+            if self.ngram < 1:
+                raise ValueError("ngram must be at least 1")
+            for name, spec in self.eval_sets.items():
+                if not isinstance(name, str) or not _NAME.fullmatch(name):
+                    raise ValueError(f"eval_sets: {name!r} is not a name of letters, digits, '_', '.', '-'")
+                if not isinstance(spec, str | dict):
+                    raise ValueError(f"eval_sets.{name}: a path or {{path: ..., field: ...}}, not {spec!r}")
+
+        def sets(self) -> dict[str, EvalSet]:
+            """Each evaluation set's file and field."""
+            out = {}
+            for name, spec in self.eval_sets.items():
+                where = f"decontaminate.eval_sets.{name}"
+                out[name] = (
+                    EvalSet(spec, self.field) if isinstance(spec, str) else from_dict(EvalSet, spec, where)
+                )
+            return out
+
+    def __init__(self, cfg: Config) -> None:
+        if not cfg.eval_sets:
+            raise ValueError("eval_sets: name at least one evaluation file ({name: path})")
+        self.cfg = cfg
+        self.sets = cfg.sets()
+        self.names = list(self.sets)
+        for name, s in self.sets.items():
+            if not Path(s.path).expanduser().is_file():
+                raise ConfigError(f"decontaminate.eval_sets.{name}: {s.path} does not exist")
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> Decontaminate | None:
+        return cls(cfg) if cfg.enabled else None
+
+    @cached_property
+    def table(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted unique n-gram hashes, the index of the first set holding each): once per process."""
+        from llmpipe import _core
+
+        hashes, owners = [], []
+        for k, (name, es) in enumerate(self.sets.items()):
+            texts = pa.array(list(eval_texts(name, es)), pa.large_string())
+            h = np.frombuffer(_core.decont_ngram_hashes(string_buffers(texts), self.cfg.ngram), np.uint64)
+            hashes.append(h)
+            owners.append(np.full(len(h), k, np.int32))
+        h, s = np.concatenate(hashes), np.concatenate(owners)
+        order = np.lexsort((s, h))  # by hash, then set: the first set of each hash comes first
+        h, s = h[order], s[order]
+        first = np.ones(len(h), bool)
+        first[1:] = h[1:] != h[:-1]
+        return np.ascontiguousarray(h[first]), np.ascontiguousarray(s[first])
+
+    def matches(self, text: pa.Array) -> np.ndarray:
+        """Per document, the index of the evaluation set it matched, or -1: one Rust call."""
+        from llmpipe import _core
+
+        table, sets = self.table
+        got = _core.decont_first_match(string_buffers(text), self.cfg.ngram, table, sets)
+        return np.frombuffer(got, np.int32)
+
+    def reasons(self, batch: pa.RecordBatch) -> list[str | None]:
+        hit = self.matches(batch.column("text"))
+        return [None if k < 0 else REASON_PREFIX + self.names[k] for k in hit.tolist()]
+
+
+def eval_texts(name: str, s: EvalSet) -> Iterator[str]:
+    """The texts of one evaluation file; a bad file is a ConfigError naming it and the line."""
+    path = Path(s.path).expanduser()
+    where = f"decontaminate.eval_sets.{name}: {path}"
+    suffixes = [x.lower() for x in path.suffixes]
+    try:
+        if suffixes[-1:] == [".parquet"]:
+            pf = pq.ParquetFile(path)
+            if s.field not in pf.schema_arrow.names:
+                raise ConfigError(f"{where}: no column {s.field!r} (columns: {pf.schema_arrow.names})")
+            for batch in pf.iter_batches(columns=[s.field]):
+                yield from (t for t in batch.column(0).to_pylist() if isinstance(t, str))
+        elif suffixes[-1:] == [".txt"]:
+            yield path.read_text("utf-8", errors="replace")
+        elif ".jsonl" in suffixes or ".json" in suffixes:
+            opener: Any = gzip.open if suffixes[-1] == ".gz" else open
+            with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+                for n, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        rec = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise ConfigError(f"{where}:{n}: not JSON ({e.msg})") from None
+                    value = rec.get(s.field) if isinstance(rec, dict) else None
+                    if isinstance(value, str):
+                        yield value
+                    elif value is not None:
+                        raise ConfigError(f"{where}:{n}: field {s.field!r} is not a string")
+        else:
+            raise ConfigError(f"{where}: not .jsonl, .json, .jsonl.gz, .parquet or .txt")
+    except (OSError, EOFError, pa.ArrowException) as e:
+        raise ConfigError(f"{where}: cannot read it ({e})") from None

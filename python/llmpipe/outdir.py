@@ -1,0 +1,66 @@
+"""What llmpipe may write into an output directory: its own files, never a stranger's.
+
+A command writes into ``--out`` only when it is new or empty, or holds nothing but what llmpipe wrote
+there before (a re-run, a run resumed after a kill). A directory holding anything else is refused with
+one line that names some of it, unless ``--overwrite``. llmpipe's files are known by name, and names
+that a user's files may also carry (``tokenizer.json``, ``report.html``, ``config.yaml``) count as
+llmpipe's only beside the proof of an earlier run (its done marker, work directory or manifest; a
+run's checkpoints or metrics). The lock file and llmpipe's temporary files need no proof: a run
+killed at once leaves only those.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmpipe.errors import LlmpipeError
+from llmpipe.lock import LOCK_FILE
+
+#: the temporary name of an output before its rename (``llmpipe.curate.workdir.temp_path``)
+TEMP_NAME = re.compile(r"\..+\.tmp-\d+")
+#: names shown in the one-line refusal
+SHOWN = 5
+
+
+class ForeignFilesError(LlmpipeError):
+    """An output directory holds files llmpipe did not write."""
+
+
+@dataclass(frozen=True)
+class OutputDir:
+    """The files one kind of output directory holds, and how an earlier run of that kind is proven."""
+
+    kind: str  # "curate output directory", "run directory"
+    names: frozenset[str]
+    patterns: tuple[re.Pattern[str], ...]
+    proof: Callable[[Path], bool]  # the directory holds an earlier run of this kind
+
+    def _ours(self, name: str) -> bool:
+        return name in self.names or any(p.fullmatch(name) for p in self.patterns)
+
+    def foreign(self, directory: Path) -> list[str]:
+        """The names in ``directory`` that llmpipe did not write (sorted; none for a new directory)."""
+        try:
+            names = sorted(os.listdir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        others = [n for n in names if not self._ours(n)]
+        claimed = [n for n in names if self._ours(n) and n != LOCK_FILE and not TEMP_NAME.fullmatch(n)]
+        if claimed and not self.proof(directory):
+            return sorted(others + claimed)  # named like llmpipe's files, but no run of it wrote them
+        return others
+
+    def check(self, directory: Path, overwrite: bool, option: str = "--out") -> None:
+        """Refuse (one line) to write into ``directory`` when it holds files llmpipe did not write."""
+        found = self.foreign(directory)
+        if not found or overwrite:
+            return
+        more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+        raise ForeignFilesError(
+            f"{option} {directory}: holds files llmpipe did not write ({', '.join(found[:SHOWN])}{more}); "
+            f"choose a new or empty {self.kind}, or pass --overwrite to write there anyway"
+        )

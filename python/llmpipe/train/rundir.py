@@ -1,0 +1,67 @@
+"""What the trainer and ``llmpipe export`` write into their ``--out`` (``llmpipe.outdir``): a directory
+of a user's files is refused, an earlier run or export of llmpipe's is written into. Imports no torch,
+so the commands refuse before they load it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from llmpipe.lock import LOCK_FILE
+from llmpipe.outdir import OutputDir
+
+
+def _earlier_run(out: Path) -> bool:
+    """``out`` holds a trainer run (checkpoints, metrics, a sweep trial's log, or a saved run config)."""
+    if any((out / n).exists() for n in ("checkpoints", "metrics.jsonl", "launches.jsonl")):
+        return True
+    try:
+        saved = yaml.safe_load((out / "config.yaml").read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(saved, dict) and {"model", "train", "optim", "data"} <= saved.keys()
+
+
+#: what a run writes into its directory (``launches.jsonl``, ``train.log``: a sweep trial's; ``result.json``:
+#: an ablation proxy's), so a resumed run or a sweep trial finds only these
+RUN_DIR = OutputDir(
+    "run directory",
+    frozenset(
+        {
+            "config.yaml",
+            "metrics.jsonl",
+            "tensorboard",
+            "checkpoints",
+            "grads",
+            LOCK_FILE,
+            "launches.jsonl",
+            "train.log",
+            "result.json",
+        }
+    ),
+    (),
+    _earlier_run,
+)
+
+
+EXPORT_MARKER = "llmpipe_export.json"
+#: what an export writes (the directory is replaced whole): a re-export replaces only an earlier export
+EXPORT_OUT = OutputDir(
+    "model directory",
+    frozenset(
+        {
+            "config.json",
+            "generation_config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "model.safetensors",
+            "model.safetensors.index.json",
+            EXPORT_MARKER,
+        }
+    ),
+    (re.compile(r"model-\d+-of-\d+\.safetensors"),),
+    lambda d: (d / EXPORT_MARKER).is_file(),
+)

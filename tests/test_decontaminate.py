@@ -1,0 +1,156 @@
+"""Benchmark decontamination: passages of two evaluation files (Alice in Wonderland paragraphs as JSONL,
+Shakespeare speeches as Parquet) planted in real crawl documents are found and attributed to their set;
+nothing else is removed (oracle: lm-eval's own normalisation and n-grams, Python set intersection);
+identical shards for 1 and 2 workers."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_cli
+from llmpipe.curate.stage import StageCounts
+from llmpipe.curate.stages.decontaminate import Decontaminate
+from llmpipe.errors import ConfigError
+
+OFF = ("length", "language", "gopher_repetition", "gopher_quality", "c4", "fineweb", "exact_dedup")
+OFF += ("near_dedup", "pii")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str, object]:
+    """Evaluation files and crawl documents with planted passages (one planted with other case and
+    punctuation, one with only 12 words of a passage: below the n-gram, kept)."""
+    d = tmp_path_factory.mktemp("decont")
+    books = data_dir / "reference" / "books"
+    alice = [p.replace("\n", " ") for p in books.joinpath("wonderland.txt").read_text().split("\n\n")]
+    alice = [p for p in alice if len(p.split()) >= 30][:200]
+    speeches = [
+        s for s in books.joinpath("tiny-shakespeare.txt").read_text().split("\n\n") if len(s.split()) >= 30
+    ]
+    speeches = speeches[:300]
+    (d / "alice.jsonl").write_text("".join(json.dumps({"question": p}) + "\n" for p in alice))
+    pq.write_table(pa.table({"text": speeches}), d / "shakespeare.parquet")
+    docs = [
+        json.loads(x)
+        for x in gzip.decompress(
+            (data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz").read_bytes()
+        ).splitlines()
+    ]
+    docs = [{"id": r["id"], "text": r["text"]} for r in docs[:300] if r["text"].strip()]
+    rng = random.Random(7)
+    planted: dict[str, str] = {}
+    for k, i in enumerate(rng.sample(range(len(docs)), 9)):
+        src, name = (alice, "alice") if k % 2 == 0 else (speeches, "shakespeare")
+        words = rng.choice(src).split()
+        start = rng.randrange(0, len(words) - 20)
+        passage = " ".join(words[start : start + (12 if k == 8 else 20)])
+        if k == 2:
+            passage = passage.upper().replace(" ", " -- ", 3) + "!!"
+        text = docs[i]["text"]
+        cut = len(text) // 2
+        docs[i]["text"] = text[:cut] + "\n" + passage + "\n" + text[cut:]
+        if k != 8:
+            planted[docs[i]["id"]] = name
+    (d / "in").mkdir()
+    (d / "in" / "crawl.jsonl").write_text("".join(json.dumps(r) + "\n" for r in docs))
+    cfg = {
+        "alice": {"path": str(d / "alice.jsonl"), "field": "question"},
+        "shakespeare": str(d / "shakespeare.parquet"),
+    }
+    return {
+        "dir": d,
+        "docs": docs,
+        "planted": planted,
+        "sets": cfg,
+        "texts": {"alice": alice, "shakespeare": speeches},
+    }
+
+
+def oracle(docs: list[dict[str, str]], sets: dict[str, list[str]], n: int) -> dict[str, str]:
+    """lm-eval's normalisation and word n-grams, Python sets: the first set (config order) a document
+    shares an n-gram with."""
+    from lm_eval.decontamination.janitor import Janitor, word_ngrams
+
+    j = Janitor(ngram_n=n)
+    grams = {
+        name: {g for t in texts for g in word_ngrams(j.normalize_string(t), n)}
+        for name, texts in sets.items()
+    }
+    out = {}
+    for doc in docs:
+        mine = set(word_ngrams(j.normalize_string(doc["text"]), n))
+        hit = [name for name, g in grams.items() if mine & g]
+        if hit:
+            out[doc["id"]] = hit[0]
+    return out
+
+
+def test_planted_passages_are_removed_and_attributed(corpus: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    docs, planted = corpus["docs"], corpus["planted"]
+    want = oracle(docs, corpus["texts"], 13)
+    assert want == planted  # the oracle finds exactly the planted documents (the 12-word one is not)
+    stage = Decontaminate(Decontaminate.Config(enabled=True, eval_sets=corpus["sets"]))
+    batch = pa.RecordBatch.from_pydict({"id": [r["id"] for r in docs], "text": [r["text"] for r in docs]})
+    counts = StageCounts(stage.name)
+    kept = stage.run(batch, counts)
+    got = {
+        i: r.removeprefix("contaminated_")
+        for i, r in zip(batch.column("id").to_pylist(), stage.reasons(batch), strict=True)
+        if r
+    }
+    assert got == want
+    assert kept.num_rows == len(docs) - len(want)
+    assert dict(counts.dropped) == {"contaminated_alice": 4, "contaminated_shakespeare": 4}
+    # other n-gram sizes agree with the oracle too (8-grams match more of the crawl by chance)
+    small = Decontaminate(Decontaminate.Config(enabled=True, eval_sets=corpus["sets"], ngram=8))
+    got8 = {i for i, r in zip(batch.column("id").to_pylist(), small.reasons(batch), strict=True) if r}
+    assert got8 == set(oracle(docs, corpus["texts"], 8))
+
+    # curate end to end, every other filter off: the funnel attributes the removals, 1 and 2 workers agree
+    d = corpus["dir"]
+    sets_yaml = json.dumps(corpus["sets"])
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        "".join(f"{name}:\n  enabled: false\n" for name in OFF)
+        + f"decontaminate:\n  enabled: true\n  eval_sets: {sets_yaml}\n"
+        + "pack:\n  seq_len: 64\n  samples_per_shard: 500\n  val_fraction: 0.0\ntokenizer:\n  vocab_size: 300\n"
+    )
+    trees = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"out{workers}"
+        run_cli(
+            "curate",
+            str(d / "in"),
+            "--out",
+            str(out),
+            "--config",
+            str(cfg),
+            "--workers",
+            workers,
+            "--chunk-mb",
+            "0.3",
+        )
+        trees.append(
+            {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(out.glob("*.arrow"))}
+        )
+    assert trees[0] == trees[1] and trees[0]
+    stats = json.loads((tmp_path / "out1" / "stats.json").read_text())
+    st = next(s for s in stats["stages"] if s["name"] == "decontaminate")
+    assert st["docs_in"] == len(docs)
+    assert st["dropped"] == {"contaminated_alice": 4, "contaminated_shakespeare": 4}
+
+    # a bad evaluation file is one clear line
+    with pytest.raises(ConfigError, match="does not exist"):
+        Decontaminate(Decontaminate.Config(enabled=True, eval_sets={"x": str(tmp_path / "none.jsonl")}))
+    (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\nnot json\n')
+    with pytest.raises(ConfigError, match=r"bad\.jsonl:2: not JSON"):
+        _ = Decontaminate(
+            Decontaminate.Config(enabled=True, eval_sets={"x": str(tmp_path / "bad.jsonl")})
+        ).table

@@ -1,0 +1,134 @@
+"""Exact-substring dedup (``substring_dedup``) against a brute-force search on real crawl text.
+
+The oracle joins the documents in id order and marks every window of ``min_length`` bytes (inside
+one document) whose bytes already started at an earlier position, via a dict of first positions;
+the marked bytes, as runs trimmed to whole UTF-8 characters, are the spans to remove. The stage
+runs its real phases with small partitions, so most repeats are found across partitions.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from llmpipe import _core
+from llmpipe.curate.stage import RunContext, StageCounts
+from llmpipe.curate.stages.substring_dedup import SubstringDedup
+
+
+def _docs(data_dir: Path, n: int) -> tuple[list[str], list[str]]:
+    ids, texts = [], []
+    with gzip.open(data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            ids.append(str(d["id"]))
+            texts.append(d["text"])
+    # a slice of the crawl (its exact-duplicate groups and boilerplate included), plus non-ASCII text
+    return ids[:n], texts[:n]
+
+
+def oracle_spans(ids: list[str], texts: list[str], min_length: int) -> dict[str, list[tuple[int, int]]]:
+    """Per document: the byte spans a brute-force window search finds repeated (first kept)."""
+    order = sorted(range(len(ids)), key=lambda i: ids[i])
+    raw = [texts[i].encode() for i in order]
+    corpus = b"\xff".join(raw)
+    diff = np.zeros(len(corpus) + 1, np.int64)
+    first: dict[bytes, int] = {}
+    at = 0
+    for r in raw:
+        for s in range(at, at + len(r) - min_length + 1):
+            w = corpus[s : s + min_length]
+            if first.setdefault(w, s) < s:
+                diff[s] += 1
+                diff[s + min_length] -= 1
+        at += len(r) + 1
+    covered = np.cumsum(diff)[:-1] > 0
+    out: dict[str, list[tuple[int, int]]] = {}
+    at = 0
+    for i, r in zip(order, raw, strict=True):
+        spans = []
+        c = covered[at : at + len(r)]
+        j = 0
+        while j < len(r):
+            if not c[j]:
+                j += 1
+                continue
+            s = j
+            while j < len(r) and c[j]:
+                j += 1
+            e = j
+            while s < e and (r[s] & 0xC0) == 0x80:
+                s += 1
+            while e > s and e < len(r) and (r[e] & 0xC0) == 0x80:
+                e -= 1
+            if s < e:
+                spans.append((s, e))
+        if spans:
+            out[ids[i]] = spans
+        at += len(r) + 1
+    return out
+
+
+def test_matches_brute_force_on_real_crawl_text(data_dir: Path, tmp_path: Path) -> None:
+    ids, texts = _docs(data_dir, 160)
+    # a planted repeat that crosses no document: a passage of one text copied into another
+    ids.append("zz-planted")
+    texts.append("Prefix élan. " + texts[3][100:700] + " suffix")
+    min_length = 60
+    total = sum(len(t.encode()) for t in texts)
+    cfg = SubstringDedup.Config(enabled=True, min_length=min_length, partition_bytes=total // 6)
+    stage = SubstringDedup(cfg)
+    table = pa.table({"id": ids, "text": texts})
+    key_files = []
+    for j, start in enumerate(range(0, len(ids), 50)):
+        f = tmp_path / f"{j}.keys.parquet"
+        pq.write_table(stage.prepare(table.slice(start, 50).to_batches()[0]), f)
+        key_files.append(f)
+    assert stage.resolve(key_files, tmp_path / "g", RunContext(input_words=0)).num_rows == 0
+    assert len(list((tmp_path / "g" / "text").glob("*.bin"))) >= 6  # several partitions, all pairs
+    got = pq.read_table(tmp_path / "g" / "spans.parquet").to_pylist()
+    found: dict[str, list[tuple[int, int]]] = {}
+    for r in got:
+        found.setdefault(r["id"], []).append((r["start"], r["end"]))
+    want = oracle_spans(ids, texts, min_length)
+    assert found == want
+    assert len(want) > 20 and "zz-planted" in want
+    s, e = want["zz-planted"][0]
+    assert e - s >= 590  # the copied passage, kept in its first document
+    assert ids[3] not in want or all(b <= 100 or a >= 700 for a, b in want[ids[3]])
+
+    # the rewrite: every document without its spans, emptied ones dropped with a reason
+    counts = StageCounts(stage.name)
+    rewrite = stage.rewriter(tmp_path / "g")
+    kept = {}
+    for batch in table.to_batches(max_chunksize=40):
+        out = rewrite.run(batch, counts)
+        kept.update(zip(out.column("id").to_pylist(), out.column("text").to_pylist(), strict=True))
+    counts.check()
+    removed = 0
+    for i, t in zip(ids, texts, strict=True):
+        b = t.encode()
+        cut = b
+        for s, e in reversed(want.get(i, [])):
+            cut = cut[:s] + cut[e:]
+        removed += len(b) - len(cut)
+        if cut.decode().split():
+            assert kept[i] == cut.decode()
+        else:
+            assert i not in kept
+    assert counts.counters["bytes_removed"] == removed
+    assert counts.dropped.get("empty_after_substring_dedup", 0) == len(ids) - len(kept)
+    assert len(ids) - len(kept) > 0  # the crawl's exact duplicates are emptied
+
+
+def test_suffix_array_and_spans_in_rust_match_naive() -> None:
+    doc = "naïve text, naïve text again; naïve"
+    text = doc.encode()
+    sa = np.frombuffer(_core.suffix_array(text), np.int32)
+    assert sa.tolist() == sorted(range(len(text)), key=lambda p: text[p:])
+    spans = np.frombuffer(_core.repeated_spans(text, 0, 6), np.int64).reshape(-1, 2).tolist()
+    assert [tuple(x) for x in spans] == oracle_spans(["a"], [doc], 6)["a"] == [(13, 24), (31, 38)]
