@@ -40,7 +40,7 @@ from llmpipe.curate.steps import (
     stages_of,
     tokenize_input,
 )
-from llmpipe.curate.workdir import WorkDir, fault_point, fingerprint
+from llmpipe.curate.workdir import CACHE, WorkDir, fault_point, fingerprint
 from llmpipe.data.format import MANIFEST, atomic_write_json, sha256_file
 from llmpipe.errors import InputError
 from llmpipe.io.chunks import Span, split
@@ -50,8 +50,6 @@ from llmpipe.io.read import detect_format
 from llmpipe.lock import DirLock
 
 DONE = ".llmpipe-done.json"
-#: results kept across runs of one --out, keyed by their content (model scores, embeddings)
-CACHE = ".llmpipe-cache"
 #: the automatic chunk size (``--chunk-mb`` not given) lies between these: inputs larger than the
 #: chunk size run as several parts
 CHUNK_BYTES = 128 << 20

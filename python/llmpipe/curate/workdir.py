@@ -24,6 +24,8 @@ from llmpipe.data.format import atomic_write_json, sha256_file
 from llmpipe.io.fs import InputPath
 
 WORK = ".llmpipe-work"
+#: results kept across runs of one --out, keyed by their content (model scores, embeddings)
+CACHE = ".llmpipe-cache"
 FAULT_ENV = "LLMPIPE_FAULT_AFTER"
 
 
