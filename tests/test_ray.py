@@ -354,3 +354,43 @@ def test_worker_node_lost_mid_job(
     while worker_node in alive() and time.time() < deadline:
         time.sleep(1)
     assert worker_node not in alive()
+
+
+def test_classifier_on_actors_matches_local(cluster: Cluster, data_dir: Path, tmp_path: Path) -> None:
+    """The classifier and the encoder run on actor pools (one actor per node, each loads its model
+    once); the run writes the bytes of a local run."""
+    from hf_tiny import save_classifier, save_encoder, tokenizer
+    from ray.util.state import list_actors
+
+    tok = tokenizer(data_dir)
+    clf, enc = save_classifier(tmp_path / "clf", tok, ["low", "high"]), save_encoder(tmp_path / "enc", tok)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "pack:\n  seq_len: 64\n  val_fraction: 0.1\ntokenizer:\n  vocab_size: 300\n"
+        f"classifier:\n  model: {clf}\n  label: high\n  name: edu\n  target_retention: 0.5\n  target_of: stage\n"
+        f"semantic_dedup:\n  enabled: true\n  model: {enc}\n  threshold: 0.999\n  clusters: 2\n"
+    )
+    inputs = [str(data_dir / "web" / n) for n in ("cc-en-head-0091.jsonl", "cc-en-head-0174.jsonl")]
+    common = ("--config", str(cfg), "--chunk-mb", "0.05", "--quiet")  # 5 parts: several calls per actor pool
+    run_cli("curate", *inputs, "--out", str(tmp_path / "local"), *common, "--workers", "1")
+    p = run_cli(
+        "curate", *inputs, "--out", str(tmp_path / "ray"), *common, "--ray", f"127.0.0.1:{cluster.port}",
+        env=cluster.env,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    local, ray_out = tmp_path / "local", tmp_path / "ray"
+    for a, b in ((local, ray_out), (ray_out, local)):  # the outputs, not the model-result cache
+        for f in a.iterdir():
+            if f.is_file():
+                assert f.read_bytes() == (b / f.name).read_bytes(), (
+                    f"{f.name} differs between local and Ray runs"
+                )
+    cached = lambda d: sorted(p.name for p in (d / ".llmpipe-cache").rglob("*.npy"))  # noqa: E731
+    assert cached(local) == cached(ray_out) and len(cached(local)) >= 4  # per part and model, same keys
+    actors = list_actors(
+        address=cluster.dashboard, filters=[("class_name", "=", "_ModelWorker")], detail=True
+    )
+    rows = [a.__dict__ if hasattr(a, "__dict__") else dict(a) for a in actors]
+    assert 3 <= len(rows) <= 4, rows  # per model step, one per node's CPU (at most one per part)
+    assert len({r["node_id"] for r in rows}) == 2
+    assert all(r["state"] == "DEAD" for r in rows)  # released when the step ended

@@ -15,6 +15,7 @@ EXTRA_OF_MODULE = {
     "huggingface_hub": "train",
     "torchao": "train",
     "transformers": "eval",
+    "sklearn": "classify",
     "compressed_tensors": "compress",
     "gguf": "compress",
     "ray": "ray",

@@ -14,7 +14,7 @@ from typing import Any
 from llmpipe.curate.quarantine import concatenate
 from llmpipe.curate.report import write_report
 from llmpipe.curate.stage import StageCounts
-from llmpipe.curate.workdir import WORK, fault_point
+from llmpipe.curate.workdir import CACHE, WORK, fault_point
 from llmpipe.data.format import FORMAT_NAME, MANIFEST, TOKENIZER_FILE, atomic_write_json
 from llmpipe.lock import LOCK_FILE
 from llmpipe.outdir import OutputDir
@@ -38,7 +38,17 @@ def _earlier_run(out: Path) -> bool:
 CURATE_OUT = OutputDir(
     "output directory",
     frozenset(
-        {MANIFEST, TOKENIZER_FILE, "stats.json", "report.html", "quarantine.jsonl", DONE, WORK, LOCK_FILE}
+        {
+            MANIFEST,
+            TOKENIZER_FILE,
+            "stats.json",
+            "report.html",
+            "quarantine.jsonl",
+            DONE,
+            WORK,
+            CACHE,
+            LOCK_FILE,
+        }
     ),
     (SHARD_NAME,),
     _earlier_run,

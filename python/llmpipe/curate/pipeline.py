@@ -40,7 +40,7 @@ from llmpipe.curate.steps import (
     stages_of,
     tokenize_input,
 )
-from llmpipe.curate.workdir import WorkDir, fault_point, fingerprint
+from llmpipe.curate.workdir import CACHE, WorkDir, fault_point, fingerprint
 from llmpipe.data.format import MANIFEST, atomic_write_json, sha256_file
 from llmpipe.errors import InputError
 from llmpipe.io.chunks import Span, split
@@ -225,7 +225,8 @@ def _curate(run: Run) -> dict[str, Any]:
         )
         if seg.ends_with is not None:
             bar.phase(seg.ends_with.name)
-            resolve_global(job, k, RunContext(input_words=funnel.input_words), run.executor)
+            context = RunContext(input_words=funnel.input_words, cache=out / CACHE)
+            resolve_global(job, k, context, run.executor)
     kept = [work.docs(len(segments) - 1, i) for i in each]
 
     # tokenizer: the given one, or a byte-level BPE trained on the kept text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmpipe.curate.stage import Stage
 from llmpipe.curate.stages.c4 import C4
+from llmpipe.curate.stages.classifier import Classifier
 from llmpipe.curate.stages.decontaminate import Decontaminate
 from llmpipe.curate.stages.exact_dedup import ExactDedup
 from llmpipe.curate.stages.heuristics import FineWeb, GopherQuality, GopherRepetition
@@ -14,6 +15,7 @@ from llmpipe.curate.stages.near_dedup import NearDedup
 from llmpipe.curate.stages.normalize import Normalize
 from llmpipe.curate.stages.pii import PiiRedact
 from llmpipe.curate.stages.quality_model import QualityModelFilter
+from llmpipe.curate.stages.semantic_dedup import SemanticDedup
 from llmpipe.curate.stages.substring_dedup import SubstringDedup
 from llmpipe.curate.stages.url_filter import UrlFilter
 
@@ -33,6 +35,8 @@ STAGES: list[type[Stage]] = [
     LineDedup,
     SubstringDedup,
     QualityModelFilter,
+    Classifier,
+    SemanticDedup,
     Decontaminate,
     PiiRedact,
 ]

@@ -81,11 +81,10 @@ class CurateConfig:
         if unknown:
             raise ConfigError(f"{where}: unknown section(s) {unknown}; known sections: {sorted(known)}")
         for key, value in data.items():
-            if value is not None and not isinstance(value, dict):
+            if key not in by_name and value is not None and not isinstance(value, dict):
                 raise ConfigError(f"{where}.{key}: expected a mapping of options")
         stages = {
-            name: from_dict(stage.Config, data.get(name) or {}, f"{where}.{name}")
-            for name, stage in by_name.items()
+            name: stage.parse_config(data.get(name), f"{where}.{name}") for name, stage in by_name.items()
         }
         return cls(
             read=from_dict(ReadConfig, data.get("read") or {}, f"{where}.read"),

@@ -209,6 +209,17 @@ class Stage(ABC):
     Config: ClassVar[type[Any]]
 
     @classmethod
+    def parse_config(cls, data: Any, where: str) -> Any:
+        """The stage's ``Config`` from its YAML section (a mapping, or None for the defaults); a stage
+        whose section takes another shape (a list) overrides this."""
+        from llmpipe.config import from_dict
+        from llmpipe.errors import ConfigError
+
+        if data is not None and not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a mapping of options")
+        return from_dict(cls.Config, data or {}, where)
+
+    @classmethod
     @abstractmethod
     def from_config(cls, cfg: Any) -> Stage | None:
         """The stage for its parsed config section, or None when the section disables it."""
@@ -306,6 +317,9 @@ class RunContext:
     """What a global stage may know of the whole run when it resolves."""
 
     input_words: int  # the words the run read: its funnel's input
+    #: a directory kept across runs of the same --out for results keyed by their content (model
+    #: scores, embeddings), so a re-run or a threshold sweep does not compute them again
+    cache: Path | None = None
 
 
 class GlobalStage(Stage):
@@ -330,6 +344,11 @@ class GlobalStage(Stage):
         self, key_files: Sequence[Path], workdir: Path, run: RunContext, executor: Executor | None = None
     ) -> pa.Table:
         """Decide globally: the ids to drop, with reason and the id they duplicate."""
+
+    def annotate(self, batch: pa.RecordBatch, key_file: Path, counts: StageCounts) -> pa.RecordBatch:
+        """Columns the resolve computed for the documents of ``batch`` (whose keys were ``key_file``),
+        added before the drops apply (a model's scores); may tally ``counts.counters``. Default: none."""
+        return batch
 
 
 class GlobalRewrite(GlobalStage):

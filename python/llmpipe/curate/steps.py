@@ -181,8 +181,9 @@ def _source_batches(
         step = ListedDrops(_load_drops(str(work.drops(k - 1))))
     c = StageCounts(seg.after.name)
     counts.append(c)
+    key_file = work.keys(k - 1, i)
     for batch in pq.ParquetFile(work.docs(k - 1, i)).iter_batches(batch_size=1000):
-        kept = step.run(batch, c)
+        kept = step.run(seg.after.annotate(batch, key_file, c), c)
         if kept.num_rows:
             yield kept
 

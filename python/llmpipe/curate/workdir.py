@@ -24,6 +24,8 @@ from llmpipe.data.format import atomic_write_json, sha256_file
 from llmpipe.io.fs import InputPath
 
 WORK = ".llmpipe-work"
+#: results kept across runs of one --out, keyed by their content (model scores, embeddings)
+CACHE = ".llmpipe-cache"
 FAULT_ENV = "LLMPIPE_FAULT_AFTER"
 
 
@@ -69,7 +71,8 @@ def fingerprint(
 
 
 def config_files(config: Any) -> list[Path]:
-    """Every existing file a config value names (model files, tokenizer files ...), sorted."""
+    """Every existing file a config value names (model files, tokenizer files ...), and the files of
+    a Hugging Face model directory it names (one with a config.json), sorted."""
     found: set[Path] = set()
 
     def walk(v: Any) -> None:
@@ -81,6 +84,8 @@ def config_files(config: Any) -> list[Path]:
                 walk(x)
         elif isinstance(v, str) and v and len(v) < 4096 and os.path.isfile(v):
             found.add(Path(v))
+        elif isinstance(v, str) and v and len(v) < 4096 and os.path.isfile(os.path.join(v, "config.json")):
+            found.update(p for p in Path(v).iterdir() if p.is_file())
 
     walk(config)
     return sorted(found)

@@ -37,6 +37,14 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
+class _ModelWorker:
+    """A Ray actor that runs model steps: what a step loads (a model, cached per process) stays loaded
+    for the actor's life, so each actor loads it once."""
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)
+
+
 class RayExecutor:
     """Runs each per-input step as a Ray task with ``num_cpus`` CPUs and ``max_retries`` retries."""
 
@@ -76,6 +84,57 @@ class RayExecutor:
     def workers(self) -> int:
         """Tasks the cluster runs at once: its CPUs over the CPUs of one task."""
         return max(1, int(self._ray.cluster_resources().get("CPU", 1)) // self._num_cpus)
+
+    def map_actors(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[tuple[Any, ...]],
+        desc: str,
+        num_cpus: float = 1.0,
+        num_gpus: float = 0.0,
+        actors: int = 0,
+    ) -> list[Any]:
+        """``fn(*a)`` for every ``a`` on a pool of actors of ``num_cpus`` CPUs and ``num_gpus`` GPUs
+        (``actors`` of them, or as many as the cluster's resources allow, at most one per call): the
+        model steps (classifier, encoder), whose model each actor loads once. A lost actor is
+        restarted and its calls retried (the steps write by atomic rename). Results in argument order;
+        the actors are released at the end."""
+        ray = self._ray
+        if actors < 1:
+            res = ray.cluster_resources()
+            fit = [int(res.get("CPU", 1) // num_cpus)] if num_cpus > 0 else []
+            fit += [int(res.get("GPU", 0) // num_gpus)] if num_gpus > 0 else []
+            actors = max(1, min(fit) if fit else 1)
+        actors = min(actors, len(args))
+        threads = str(max(1, int(num_cpus)))
+        cls = ray.remote(_ModelWorker).options(
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            max_restarts=self._options["max_retries"],
+            max_task_retries=self._options["max_retries"],
+            runtime_env={"env_vars": {"RAYON_NUM_THREADS": threads}},
+        )
+        pool = [cls.remote() for _ in range(actors)]
+        try:
+            free = list(range(actors))
+            refs: list[Any] = [None] * len(args)
+            busy: dict[Any, tuple[int, int]] = {}
+            nxt = 0
+            while nxt < len(args) or busy:
+                while free and nxt < len(args):
+                    w = free.pop()
+                    r = pool[w].call.options(name=desc).remote(fn, *args[nxt])
+                    refs[nxt] = r
+                    busy[r] = (w, nxt)
+                    nxt += 1
+                ready, _ = ray.wait(list(busy), num_returns=1)
+                for r in ready:
+                    ray.get(r)  # surface the first failure now
+                    free.append(busy.pop(r)[0])
+            return ray.get(refs)
+        finally:
+            for a in pool:
+                ray.kill(a)
 
     def map(
         self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], desc: str, done: Done | None = None

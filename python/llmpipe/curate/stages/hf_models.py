@@ -1,0 +1,287 @@
+"""Local Hugging Face models for the model stages (``classifier``, ``semantic_dedup``).
+
+A ``ModelSpec`` names a model directory and how to run it; ``run_model_file`` scores (or embeds) the
+documents of one key file, batched by length, and stores the result in a cache keyed by the content
+(model files, settings, ids and texts), so a re-run, a resumed run or a threshold sweep reads it back
+instead of running the model again. The model is loaded once per process (``_loaded``): once per
+local worker, once per Ray actor (``run_on_models``).
+
+Text is cut exactly as ``transformers.pipeline("text-classification", truncation=True)`` cuts it: the
+first ``max_length`` tokens of the tokenizer's encoding (special tokens included); by default
+``max_length`` is the tokenizer's ``model_max_length``. Within a window of ``WINDOW_BATCHES`` batches
+the documents are sorted by token count so that a batch pads little; results keep the input order.
+On a GPU the model runs in bf16, on CPU in fp32. Only safetensors weights are read (no pickle) and no
+code from the model directory runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmpipe.curate.executors import Executor, map_with
+from llmpipe.curate.workdir import atomic_path
+from llmpipe.errors import ConfigError
+
+#: documents sorted by length together: this many batches
+WINDOW_BATCHES = 16
+EXTRA = "classify"
+
+
+def need_extra(what: str) -> None:
+    """One line naming the extra when torch or transformers are missing."""
+    for module in ("torch", "transformers"):
+        try:
+            __import__(module)
+        except ModuleNotFoundError:
+            raise ConfigError(
+                f"{what} needs the '{EXTRA}' extra ({module} is not installed): pip install 'llmpipe[{EXTRA}]'"
+            ) from None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a process needs to load and run one model (small and picklable)."""
+
+    path: str
+    kind: Literal["classifier", "encoder"]
+    max_length: int | None = None
+    batch_size: int = 32
+    #: encoder only: "mean" (over the attention mask) or "cls"
+    pooling: str = "mean"
+    #: the sha256 of the model directory's files (cache key; set by ``digest``)
+    digest: str = ""
+
+
+def model_files(path: str) -> list[Path]:
+    """The regular files of a model directory, sorted (what its digest covers)."""
+    return sorted(p for p in Path(path).iterdir() if p.is_file())
+
+
+def digest(path: str) -> str:
+    h = hashlib.sha256()
+    for f in model_files(path):
+        h.update(f"{f.name}\0{f.stat().st_size}\0".encode())
+        with f.open("rb") as fh:
+            while block := fh.read(1 << 20):
+                h.update(block)
+    return h.hexdigest()
+
+
+def check_dir(path: str | None, where: str) -> str:
+    if not path:
+        raise ValueError(f"{where}.model: the path of a local Hugging Face model directory")
+    p = Path(path)
+    if not p.is_dir():
+        raise ValueError(f"{where}.model: {path} is not a directory")
+    if not (p / "config.json").is_file():
+        raise ValueError(f"{where}.model: {path} has no config.json (not a Hugging Face model directory)")
+    return str(p.resolve())
+
+
+class Checked:
+    """A model directory's config and tokenizer, checked against each other and the spec (no weights)."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        need_extra("a model stage")
+        import transformers
+        from transformers import AutoConfig, AutoTokenizer
+
+        transformers.logging.set_verbosity_error()
+        self.spec = spec
+        where = spec.path
+        try:
+            self.config = AutoConfig.from_pretrained(spec.path, local_files_only=True)
+        except (OSError, ValueError, KeyError) as e:
+            raise ConfigError(
+                f"{where}: not a model directory transformers can read ({first_line(e)})"
+            ) from None
+        archs = list(self.config.architectures or [])
+        if spec.kind == "classifier" and not any(a.endswith("ForSequenceClassification") for a in archs):
+            raise ConfigError(
+                f"{where}: not a sequence classification model (architectures: {archs}); "
+                "the classifier needs a *ForSequenceClassification head"
+            )
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(spec.path, local_files_only=True)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{where}: no tokenizer that transformers can load ({first_line(e)})") from None
+        vocab = int(getattr(self.config, "vocab_size", 0) or 0)
+        if vocab and len(self.tokenizer) > vocab:
+            raise ConfigError(
+                f"{where}: the tokenizer does not match the model: {len(self.tokenizer)} tokens, "
+                f"the model embeds {vocab}"
+            )
+        self.max_length = spec.max_length or int(self.tokenizer.model_max_length)
+        positions = int(getattr(self.config, "max_position_embeddings", 0) or 0)
+        if self.max_length > 1_000_000:
+            raise ConfigError(f"{where}: the tokenizer sets no model_max_length; give max_length")
+        if positions and self.max_length > positions:
+            raise ConfigError(
+                f"{where}: max_length {self.max_length} exceeds the model's {positions} positions"
+            )
+
+
+class Loaded(Checked):
+    """A checked model with its weights, on the best device of this process."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__(spec)
+        import torch
+        import transformers
+
+        threads = os.environ.get("RAYON_NUM_THREADS")  # a pool worker's or a Ray task's share of the cores
+        if threads and threads.isdigit() and int(threads) > 0:
+            torch.set_num_threads(int(threads))
+        cls = (
+            transformers.AutoModelForSequenceClassification
+            if spec.kind == "classifier"
+            else transformers.AutoModel
+        )
+        try:
+            model = cls.from_pretrained(spec.path, local_files_only=True, use_safetensors=True)
+        except (OSError, ValueError, KeyError) as e:
+            raise ConfigError(
+                f"{spec.path}: cannot load the model's safetensors weights ({first_line(e)})"
+            ) from None
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        self.model = model.to(self.device, self.dtype).eval()
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        enc = self.tokenizer(texts, truncation=True, max_length=self.max_length)
+        return list(enc["input_ids"])
+
+    def batches(self, ids: list[list[int]]) -> list[np.ndarray]:
+        """The documents of each batch (indices into ``ids``), sorted by length within each window."""
+        bs = self.spec.batch_size
+        window = bs * WINDOW_BATCHES
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        out = []
+        for start in range(0, len(ids), window):
+            order = start + np.argsort(lengths[start : start + window], kind="stable")
+            out += [order[j : j + bs] for j in range(0, len(order), bs)]
+        return out
+
+    def forward(self, ids: list[list[int]]) -> Any:
+        """The model's output for one batch of token id lists (padded on the right, masked)."""
+        import torch
+
+        width = max(len(x) for x in ids)
+        inp = np.full((len(ids), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(ids), width), dtype=np.int64)
+        for r, x in enumerate(ids):
+            inp[r, : len(x)] = x
+            mask[r, : len(x)] = 1
+        t_ids, t_mask = torch.from_numpy(inp).to(self.device), torch.from_numpy(mask).to(self.device)
+        with torch.inference_mode():
+            return self.model(input_ids=t_ids, attention_mask=t_mask), t_mask
+
+    def run(self, texts: list[str]) -> np.ndarray:
+        """Classifier: the logits (float32, [n, labels]); encoder: normalised embeddings ([n, dim])."""
+        import torch
+
+        ids = self.encode(texts)
+        out: np.ndarray | None = None
+        for sel in self.batches(ids):
+            res, mask = self.forward([ids[j] for j in sel])
+            if self.spec.kind == "classifier":
+                vec = res.logits
+            else:
+                hidden = res.last_hidden_state
+                if self.spec.pooling == "cls":
+                    vec = hidden[:, 0]
+                else:
+                    m = mask.unsqueeze(-1).to(hidden.dtype)
+                    vec = (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+                vec = torch.nn.functional.normalize(vec.float(), dim=-1)
+            arr = vec.float().cpu().numpy()
+            if out is None:
+                out = np.zeros((len(texts), arr.shape[1]), dtype=np.float32)
+            out[sel] = arr
+        return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+
+def first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
+_LOADED: dict[ModelSpec, Loaded] = {}
+
+
+def loaded(spec: ModelSpec) -> Loaded:
+    """The model of ``spec``, loaded once per process."""
+    m = _LOADED.get(spec)
+    if m is None:
+        if len(_LOADED) >= 4:
+            del _LOADED[next(iter(_LOADED))]
+        m = _LOADED[spec] = Loaded(spec)
+    return m
+
+
+def cache_key(spec: ModelSpec, ids: pa.ChunkedArray, texts: pa.ChunkedArray) -> str:
+    """The content a result depends on: the model's files, how it runs, the documents' ids and texts."""
+    h = hashlib.sha256(repr((spec.digest, spec.kind, spec.max_length, spec.pooling)).encode())
+    for col in (ids, texts):
+        for chunk in col.chunks:
+            for b in chunk.buffers()[1:]:
+                if b is not None:
+                    h.update(memoryview(b))
+            h.update(f"\0{len(chunk)}\0{chunk.offset}\n".encode())
+    return h.hexdigest()
+
+
+def run_model_file(spec: ModelSpec, key_file: Path, cache: Path) -> Path:
+    """The model's output for the documents of ``key_file`` (columns ``id``, ``text``), stored in
+    ``cache`` under its content key as ``.npy`` (float32 rows in the file's order); returns its path."""
+    t = pq.read_table(key_file, columns=["id", "text"])
+    ids, texts = t.column("id"), t.column("text")
+    # a canonical layout (one chunk, offset 0) so that the key depends on the content only
+    ids, texts = (
+        pa.chunked_array([c.combine_chunks().take(pa.array(np.arange(len(c))))]) for c in (ids, texts)
+    )
+    out = cache / f"{cache_key(spec, ids, texts)}.npy"
+    if out.exists():
+        return out
+    arr = loaded(spec).run(texts.to_pylist()) if t.num_rows else np.zeros((0, 0), dtype=np.float32)
+    with atomic_path(out) as tmp, tmp.open("wb") as fh:
+        np.save(fh, arr, allow_pickle=False)
+    return out
+
+
+def read_result(path: Path) -> np.ndarray:
+    return np.load(path, allow_pickle=False)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one model worker takes on a Ray cluster (one actor each)."""
+
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    #: actors in the pool (0: as many as the cluster's CPUs or GPUs allow, at most one per file)
+    actors: int = 0
+
+
+def run_on_models(
+    executor: Executor | None,
+    fn: Callable[..., Any],
+    args: Sequence[tuple[Any, ...]],
+    desc: str,
+    resources: Resources,
+) -> list[Any]:
+    """``fn(*a)`` for every ``a``: on a pool of Ray actors (each loads the model once) when the
+    executor has one, else as the executor's ordinary steps (each local worker loads it once)."""
+    on_actors = getattr(executor, "map_actors", None)
+    if on_actors is not None and args:
+        return list(on_actors(fn, args, desc, resources.num_cpus, resources.num_gpus, resources.actors))
+    return map_with(executor, fn, args, desc)

@@ -1,0 +1,294 @@
+"""Transformer classifiers and semantic dedup in `llmpipe curate`, with tiny random models built here.
+
+Oracles: ``transformers.pipeline("text-classification")`` for the scores, a brute-force all-pairs cosine
+(embeddings computed here with the HF model, not by the stage) for the semantic-dedup groups."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_cli
+from hf_tiny import crawl_texts, save_classifier, save_encoder, tokenizer
+
+INPUTS = ("cc-main-2019-30-extracted.jsonl.gz", "cc-en-head-0091.jsonl", "cc-en-head-0174.jsonl")
+SMALL = (
+    "pack:\n  seq_len: 64\n  samples_per_shard: 2000\n  val_fraction: 0.05\ntokenizer:\n  vocab_size: 300\n"
+)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("hf")
+    tok = tokenizer(data_dir)
+    out = {
+        "clf": save_classifier(root / "clf", tok, ["low", "high"]),
+        "reg": save_classifier(root / "reg", tok, None, seed=1),
+        "enc": save_encoder(root / "enc", tok),
+    }
+    # an encoder saved where a classifier is expected: the wrong head
+    out["headless"] = save_encoder(root / "headless", tok)
+    # a classifier whose tokenizer has more tokens than the model embeds
+    out["mismatch"] = save_classifier(root / "mismatch", tok, ["low", "high"])
+    tok.add_tokens([f"extra{i}" for i in range(3000)])
+    tok.save_pretrained(out["mismatch"])
+    return out
+
+
+def _pipeline_scores(model: Path, texts: list[str], label: str | None) -> np.ndarray:
+    from transformers import pipeline
+
+    p = pipeline("text-classification", model=str(model), truncation=True, top_k=None, device="cpu")
+    res = p(texts)
+    if label is None:  # regression: the raw output
+        p2 = pipeline("text-classification", model=str(model), truncation=True, device="cpu")
+        return np.array([r["score"] for r in p2(texts, function_to_apply="none")])
+    return np.array([next(d["score"] for d in r if d["label"] == label) for r in res])
+
+
+def test_scores_equal_the_pipeline(models: dict[str, Path], data_dir: Path, tmp_path: Path) -> None:
+    """Batched by length (batches of 4, sorted within windows), the scores are the pipeline's, in order."""
+    from llmpipe.curate.stages import hf_models
+    from llmpipe.curate.stages.classifier import ClassifierModel, ClassifierModelConfig, scores_of
+
+    texts = crawl_texts(data_dir, 48)
+    assert max(len(t.split()) for t in texts) > 200  # real documents, longer than the 64 tokens kept
+    keys = tmp_path / "k.keys.parquet"
+    pq.write_table(pa.table({"id": [str(i) for i in range(len(texts))], "text": texts}), keys)
+    for name, label, score in (("clf", "high", "probability"), ("reg", None, "regression")):
+        cfg = ClassifierModelConfig(model=str(models[name]), label=label, score=score, batch_size=4)
+        m = ClassifierModel(cfg)
+        path = hf_models.run_model_file(m.digested(), keys, tmp_path / "cache")
+        mine = scores_of(hf_models.read_result(path), m.head)
+        ref = _pipeline_scores(models[name], texts, label)
+        assert np.abs(mine - ref).max() < 1e-5, name
+        assert ref.std() > 0.01, "the tiny model must tell texts apart"
+        # the second call reads the cache
+        assert hf_models.run_model_file(m.digested(), keys, tmp_path / "cache") == path
+
+
+def _curate(inputs: list[str], out: Path, cfg: Path, *extra: str, env: dict[str, str] | None = None) -> int:
+    args = ("curate", *inputs, "--out", str(out), "--config", str(cfg), "--quiet", *extra)
+    return run_cli(*args, check=env is None, env=env).returncode
+
+
+def _files(out: Path) -> dict[str, str]:
+    """The run's outputs (not its hidden work and cache directories) -> sha256."""
+    return {
+        str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(out.iterdir())
+        if p.is_file() and not p.name.startswith(".")
+    }
+
+
+def _stage(stats: dict, name: str) -> dict:  # type: ignore[type-arg]
+    return next(s for s in stats["stages"] if s["name"] == name)
+
+
+def test_curate_classifier_and_semantic_dedup(
+    models: dict[str, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """Target retention keeps the best-scored half of the words (exactly the documents >= the calibrated
+    threshold); a fixed threshold drops what scores below it; the funnel adds up; the histograms count
+    every document; the score columns hold the scores;
+    --workers 1 and 2 and a run killed while scoring then re-run write the same bytes."""
+    inputs = [str(data_dir / "web" / n) for n in INPUTS]
+    # the regression model's fixed threshold: its median score on the raw documents of the largest input
+    reg_thr = float(np.median(_pipeline_scores(models["reg"], crawl_texts(data_dir, 1000), None)))
+    cfg = tmp_path / "c.yaml"
+    body = (
+        f"classifier:\n  - model: {models['clf']}\n    label: high\n    name: edu\n"
+        "    target_retention: 0.5\n    target_of: stage\n    batch_size: 8\n"
+        f"  - model: {models['reg']}\n    score: regression\n    name: reg\n    threshold: {reg_thr!r}\n"
+        f"semantic_dedup:\n  enabled: true\n  model: {models['enc']}\n  threshold: 0.999\n  clusters: 3\n"
+    )
+    cfg.write_text(SMALL + body)
+    one, two = tmp_path / "one", tmp_path / "two"
+    _curate(inputs, one, cfg, "--workers", "1", "--keep-work")
+    stats = json.loads((one / "stats.json").read_text())
+    c = _stage(stats, "classifier")
+    assert c["docs_in"] == c["docs_out"] + sum(c["dropped"].values()) and set(c["dropped"]) <= {
+        "low_edu",
+        "low_reg",
+    }
+    assert sum(v for k, v in c["counters"].items() if k.startswith("edu [")) == c["docs_in"]
+    assert sum(v for k, v in c["counters"].items() if k.startswith("reg [")) == c["docs_in"]
+    edu_kept = c["tokens_in"] - c["dropped_tokens"]["low_edu"]
+    assert 0.4 < edu_kept / c["tokens_in"] < 0.6  # about half the words entering the stage
+    names = [x["name"] for x in stats["stages"]]
+    assert names.index("classifier") + 1 == names.index("semantic_dedup")
+    sd = _stage(stats, "semantic_dedup")
+    assert sd["docs_in"] == c["docs_out"] and sd["docs_in"] == sd["docs_out"] + sum(sd["dropped"].values())
+    work = one / ".llmpipe-work"
+    thr = json.loads(next(work.glob("global*/thresholds.json")).read_text())["edu"]
+    k = next(int(p.name[len("global") :]) for p in work.glob("global*") if (p / "thresholds.json").exists())
+    scores = pa.concat_tables(
+        [pq.read_table(p) for p in sorted((work / f"seg{k}").glob("*.edu.scores.parquet"))]
+    )
+    after = pa.concat_tables(  # a part whose documents were all dropped has the plain schema
+        [t for p in sorted((work / f"seg{k + 1}").glob("??????.parquet")) if (t := pq.read_table(p)).num_rows]
+    )
+    kept = set(after.column("id").to_pylist())
+    s = dict(zip(scores.column("id").to_pylist(), scores.column("score").to_pylist(), strict=True))
+    assert after.schema.field("edu").metadata == {b"llmpipe.classifier": b"1"}
+    got = dict(zip(after.column("id").to_pylist(), after.column("edu").to_pylist(), strict=True))
+    assert got == {i: s[i] for i in kept}  # the score column is each document's score
+    # the regression model's fixed threshold drops what it scores below it (of what the first kept)
+    reg = pa.concat_tables(
+        [pq.read_table(p) for p in sorted((work / f"seg{k}").glob("*.reg.scores.parquet"))]
+    )
+    r = dict(zip(reg.column("id").to_pylist(), reg.column("score").to_pylist(), strict=True))
+    low_reg = {i for i in r if s[i] >= thr and r[i] < reg_thr}
+    assert c["dropped"].get("low_reg", 0) == len(low_reg)
+    assert (
+        low_reg and kept == {i for i in r if s[i] >= thr and r[i] >= reg_thr} and len(kept) == c["docs_out"]
+    )
+    _curate(inputs, two, cfg, "--workers", "2")
+    assert _files(one) == _files(two)
+    # killed (SIGKILL) after scoring the first part, then re-run: the same bytes
+    four = tmp_path / "four"
+    assert _curate(inputs, four, cfg, "--workers", "1", env={"LLMPIPE_FAULT_AFTER": "classifier edu#0"}) != 0
+    assert not (four / "stats.json").exists()
+    _curate(inputs, four, cfg, "--workers", "1")
+    assert _files(one) == _files(four)
+
+
+def _brute_groups(emb: np.ndarray, thr: float) -> list[set[int]]:
+    n = len(emb)
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    sims = emb @ emb.T
+    for i in range(n):
+        for j in range(i + 1, n):
+            if sims[i, j] >= thr:
+                parent[find(j)] = find(i)
+    groups: dict[int, set[int]] = {}
+    for i in range(n):
+        groups.setdefault(find(i), set()).add(i)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _embed(model: Path, texts: list[str]) -> np.ndarray:
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok, m = AutoTokenizer.from_pretrained(model), AutoModel.from_pretrained(model).eval()
+    out = []
+    for t in texts:  # one at a time: no padding
+        enc = tok(t, truncation=True, return_tensors="pt")
+        with torch.no_grad():
+            h = m(**enc).last_hidden_state[0].mean(0)
+        out.append(torch.nn.functional.normalize(h, dim=0).numpy())
+    return np.stack(out)
+
+
+def test_semantic_dedup_groups(
+    models: dict[str, Path], data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planted reorderings are grouped; the groups are the brute-force all-pairs cosine groups; the
+    kept one is the best-scored; a threshold sweep reads the cached embeddings."""
+    from llmpipe.curate.stage import RunContext
+    from llmpipe.curate.stages import hf_models
+    from llmpipe.curate.stages.semantic_dedup import SemanticDedup
+
+    base = [" ".join(t.split()[:50]) for t in crawl_texts(data_dir, 30)]
+    rng = random.Random(0)
+
+    def variant(t: str) -> str:
+        w = t.replace(",", "").split()
+        i = rng.randrange(len(w) - 1)
+        w[i], w[i + 1] = w[i + 1], w[i]
+        return " ".join(w)
+
+    texts = base + [variant(base[i]) for i in range(0, 20, 2)]
+    ids = [f"d{i:03d}" for i in range(len(texts))]
+    score = pa.field("edu", pa.float64(), metadata={b"llmpipe.classifier": b"1"})
+    scores = [rng.random() for _ in texts]
+    batch = pa.record_batch(
+        [pa.array(ids), pa.array(texts), pa.array(scores, pa.float64())],
+        schema=pa.schema([("id", pa.string()), ("text", pa.string()), score]),
+    )
+    keys = []
+    for j, sl in enumerate((slice(0, 17), slice(17, None))):  # two key files
+        cfg = SemanticDedup.Config(
+            enabled=True, model=str(models["enc"]), threshold=0.998, clusters=1, batch_size=4
+        )
+        keys.append(tmp_path / f"{j}.keys.parquet")
+        pq.write_table(
+            SemanticDedup(cfg).prepare(batch.slice(sl.start, (sl.stop or len(texts)) - sl.start)), keys[-1]
+        )
+    emb = _embed(models["enc"], texts)
+    run = RunContext(0, cache=tmp_path / "cache")
+    for thr, clusters in ((0.998, 1), (0.997, 1), (0.998, 3)):
+        cfg = SemanticDedup.Config(
+            enabled=True, model=str(models["enc"]), threshold=thr, clusters=clusters, batch_size=4
+        )
+        drops = SemanticDedup(cfg).resolve(keys, tmp_path / f"w{thr}{clusters}", run)
+        got: dict[str, set[str]] = {}
+        for d, k in zip(drops.column("id").to_pylist(), drops.column("dup_of").to_pylist(), strict=True):
+            got.setdefault(k, {k}).add(d)
+        planted = {frozenset({ids[i], ids[30 + i // 2]}) for i in range(0, 20, 2)}
+        groups = {frozenset(g) for g in got.values()}
+        assert all(any(p <= g for g in groups) for p in planted), (thr, clusters)
+        for g in groups:  # the kept document is the best-scored of its group
+            assert max(g, key=lambda x: (scores[ids.index(x)], [-ord(ch) for ch in x])) in got
+        if clusters == 1:
+            want = {frozenset(ids[i] for i in g) for g in _brute_groups(emb, thr)}
+            assert groups == want, thr
+        if thr == 0.998 and clusters == 1:  # later resolves must not run the encoder again
+            monkeypatch.setattr(hf_models, "Loaded", None)
+            hf_models._LOADED.clear()
+    assert len(list((tmp_path / "cache" / "embeddings").glob("*.npy"))) == 2
+
+
+def test_bad_models_are_one_line(models: dict[str, Path], tmp_path: Path, data_dir: Path) -> None:
+    from llmpipe.curate.settings import CurateConfig
+    from llmpipe.errors import ConfigError
+
+    def err(section: str, body: dict) -> str:  # type: ignore[type-arg]
+        with pytest.raises(ConfigError) as e:
+            CurateConfig.from_mapping({section: body}).build_stages()
+        assert "\n" not in str(e.value)
+        return str(e.value)
+
+    assert "is not a directory" in err("classifier", {"model": str(tmp_path / "nope"), "label": "high"})
+    assert "not a sequence classification model" in err(
+        "classifier", {"model": str(models["headless"]), "label": "high"}
+    )
+    assert "tokenizer does not match" in err(
+        "classifier", {"model": str(models["mismatch"]), "label": "high"}
+    )
+    assert "tokenizer does not match" in err(
+        "semantic_dedup", {"enabled": True, "model": str(models["mismatch"])}
+    )
+    assert "not a label" in err("classifier", {"model": str(models["clf"]), "label": "medium"})
+    assert "one-output head" in err("classifier", {"model": str(models["clf"]), "score": "regression"})
+    with pytest.raises(ConfigError, match=r"classifier\[1\]: unknown key"):
+        CurateConfig.from_mapping({"classifier": [{"model": "x", "label": "a"}, {"modle": "y"}]})
+    # through the command: one line, exit code 2
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(f"classifier:\n  model: {models['headless']}\n  label: high\n")
+    p = run_cli(
+        "curate",
+        str(data_dir / "web" / INPUTS[1]),
+        "--out",
+        str(tmp_path / "o"),
+        "--config",
+        str(cfg),
+        check=False,
+    )
+    lines = [x for x in p.stderr.splitlines() if x.strip() and not x.startswith("W1")]
+    assert p.returncode == 2 and len(lines) == 1 and "not a sequence classification model" in lines[0], (
+        p.stderr
+    )
