@@ -7,11 +7,14 @@ works the same way.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,23 +23,46 @@ from llmpipe.train.byte_shards import write_byte_shards
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """``build(path)`` once per test session, also when pytest-xdist runs it on several processes: they
+    share the session's temp root, and a file lock there lets the first build it and the others wait.
+    Only for read-only fixtures (the tests copy before they change anything)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        path = tmp_path_factory.mktemp(name) / name
+        build(path)
+        return path
+    root = tmp_path_factory.getbasetemp().parent / "shared-fixtures"  # one per session, shared by workers
+    root.mkdir(exist_ok=True)
+    path, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(path, ignore_errors=True)  # a worker that failed to build it left a part
+            build(path)
+            done.touch()
+    return path
+
+
 @pytest.fixture(scope="session")
 def byte_shards(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     src = data_dir / "reference" / "books" / "tiny-shakespeare.txt"
-    return write_byte_shards(src, tmp_path_factory.mktemp("shards") / "shakespeare")
+    return built_once(tmp_path_factory, "shakespeare", lambda path: write_byte_shards(src, path))
 
 
 @pytest.fixture(scope="session")
 def trained_run(byte_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A few hundred steps of the tiny model on Shakespeare's bytes (shared by the export and eval tests)."""
-    run = tmp_path_factory.mktemp("trained") / "run"
-    torchrun(
-        2, "--data", str(byte_shards), "--config", str(ROOT / "configs/train/tiny.yaml"), "--out", str(run),
-        "--train.steps=300", "--train.log_every=50", "--train.val_every=100", "--train.val_batches=8",
-        "--data.batch_size=4", "--checkpoint.every=100", "--model.n_kv_heads=2", "--model.tie_embeddings=true",
-        timeout=600,
-    )  # fmt: skip
-    return run
+    """A few hundred steps of the tiny model on Shakespeare's bytes (shared by the export, eval and
+    quantize tests)."""
+
+    def train(run: Path) -> None:
+        torchrun(
+            2, "--data", str(byte_shards), "--config", str(ROOT / "configs/train/tiny.yaml"), "--out", str(run),
+            "--train.steps=300", "--train.log_every=50", "--train.val_every=100", "--train.val_batches=8",
+            "--data.batch_size=4", "--checkpoint.every=100", "--model.n_kv_heads=2",
+            "--model.tie_embeddings=true", timeout=600,
+        )  # fmt: skip
+
+    return built_once(tmp_path_factory, "trained-run", train)
 
 
 @pytest.fixture(scope="session")
@@ -57,9 +83,10 @@ def hf_export(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     """``llmpipe export`` of the trained run."""
     from llmpipe.cli import main
 
-    out = tmp_path_factory.mktemp("export") / "hf"
-    assert main(["export", str(trained_run), "--out", str(out)]) == 0
-    return out
+    def export(out: Path) -> None:
+        assert main(["export", str(trained_run), "--out", str(out)]) == 0
+
+    return built_once(tmp_path_factory, "hf-export", export)
 
 
 def free_port() -> int:
