@@ -189,6 +189,42 @@ def test_item5_out_with_foreign_files_is_refused_and_lock_symlinks_are_not_follo
     assert (run / "notes.txt").read_text() == "mine"
 
 
+def test_item5_quantize_and_prune_keep_a_users_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """quantize and prune replace their --out whole: a directory of the user's files is refused (one
+    line, nothing deleted) before any model loads; an earlier output of theirs is replaced as before."""
+    from llmpipe.compress.report import REPORT_JSON
+    from llmpipe.train.rundir import COMPRESS_REPORT
+
+    assert REPORT_JSON == COMPRESS_REPORT  # the proof the check looks for is what the report writes
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me\n")
+    (mine / "config.json").write_text("{}\n")  # one of the names quantize writes, but no earlier output
+    missing = str(tmp_path / "no-such-model")
+    for argv in (
+        ["quantize", missing, "--method", "int8", "--out", str(mine)],
+        ["prune", missing, "--sparsity", "0.5", "--out", str(mine)],
+    ):
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+        assert len(err) == 1 and "notes.txt" in err[0] and "--overwrite" in err[0], err
+        assert (mine / "notes.txt").read_text() == "keep me\n"
+    earlier = tmp_path / "earlier"  # an earlier quantize output: the check passes, the model is looked at
+    earlier.mkdir()
+    for name in ("config.json", "model.safetensors", COMPRESS_REPORT):
+        (earlier / name).write_text("{}\n")
+    capsys.readouterr()
+    assert main(["quantize", missing, "--method", "int8", "--out", str(earlier)]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-model" in err and "--overwrite" not in err, err
+    # --overwrite lets the user replace their own directory: the check passes, the missing model stops it
+    assert main(["quantize", missing, "--method", "int8", "--out", str(mine), "--overwrite"]) == 2
+    assert "no-such-model" in capsys.readouterr().err and (mine / "notes.txt").exists()
+
+
 def test_item6_manifest_names_must_stay_in_the_shard_directory(
     tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

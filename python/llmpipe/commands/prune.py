@@ -54,6 +54,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="fine-tuning peak learning rate (default 1e-4: a repair, not a second pretraining)",
     )
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --out even when it holds files llmpipe did not write (they are deleted)",
+    )
     p.set_defaults(func=run)
 
 
@@ -152,6 +157,9 @@ def error_line(stderr: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from llmpipe.train.rundir import COMPRESSED_OUT
+
+    COMPRESSED_OUT.check(args.out, args.overwrite)  # before anything loads: a user's directory is kept
     import torch
 
     from llmpipe.compress.calib import calibration_tokens

@@ -47,6 +47,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--eval", type=Path, default=None, help="shards whose val split gives bits/byte")
     p.add_argument("--eval-rows", type=int, default=64, help="validation rows for bits/byte (default 64)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --out even when it holds files llmpipe did not write (they are deleted)",
+    )
     p.set_defaults(func=run)
 
 
@@ -63,6 +68,9 @@ def _format(method: str | None, fmt: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from llmpipe.train.rundir import COMPRESSED_OUT
+
+    COMPRESSED_OUT.check(args.out, args.overwrite)  # before anything loads: a user's directory is kept
     from llmpipe.compress.calib import calibration_tokens
     from llmpipe.compress.model_io import hf_config_of, load_model
     from llmpipe.compress.report import build_report, fp32_file_bytes, measure, write_report

@@ -59,9 +59,38 @@ EXPORT_OUT = OutputDir(
             "special_tokens_map.json",
             "model.safetensors",
             "model.safetensors.index.json",
+            "adapter_config.json",  # a LoRA run's PEFT adapter directory
+            "adapter_model.safetensors",
             EXPORT_MARKER,
         }
     ),
     (re.compile(r"model-\d+-of-\d+\.safetensors"),),
     lambda d: (d / EXPORT_MARKER).is_file(),
+)
+
+
+COMPRESS_REPORT = "compression_report.json"
+#: what ``llmpipe quantize`` and ``llmpipe prune`` write (the directory is replaced whole): an earlier
+#: output of theirs carries their report
+COMPRESSED_OUT = OutputDir(
+    "model directory",
+    frozenset(
+        {
+            "config.json",
+            "generation_config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "model.safetensors",
+            "model.gguf",
+            "quantized.safetensors",
+            "quantization.json",
+            "masks.safetensors",
+            EXPORT_MARKER,
+            COMPRESS_REPORT,
+            "compression_report.txt",
+        }
+    ),
+    (),
+    lambda d: (d / COMPRESS_REPORT).is_file(),
 )
