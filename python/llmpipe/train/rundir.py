@@ -14,8 +14,10 @@ from llmpipe.outdir import OutputDir
 
 
 def _earlier_run(out: Path) -> bool:
-    """``out`` holds a trainer run (checkpoints, metrics, a sweep trial's log, or a saved run config)."""
-    if any((out / n).exists() for n in ("checkpoints", "metrics.jsonl", "launches.jsonl")):
+    """``out`` holds a trainer run (checkpoints, metrics, a sweep trial's launches or the log a sweep
+    trial or ablation proxy opens before the trainer starts, or a saved run config). The trainer never
+    deletes or rewrites a log it finds."""
+    if any((out / n).exists() for n in ("checkpoints", "metrics.jsonl", "launches.jsonl", "train.log")):
         return True
     try:
         saved = yaml.safe_load((out / "config.yaml").read_text())
