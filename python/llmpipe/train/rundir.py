@@ -49,23 +49,27 @@ RUN_DIR = OutputDir(
 
 
 EXPORT_MARKER = "llmpipe_export.json"
+#: the files of an HF model directory as llmpipe writes them (export, quantize, prune)
+HF_MODEL_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "model.safetensors",
+        EXPORT_MARKER,
+    }
+)
 #: what an export writes (the directory is replaced whole): a re-export replaces only an earlier export
 EXPORT_OUT = OutputDir(
     "model directory",
-    frozenset(
-        {
-            "config.json",
-            "generation_config.json",
-            "tokenizer.json",
-            "tokenizer_config.json",
-            "special_tokens_map.json",
-            "model.safetensors",
-            "model.safetensors.index.json",
-            "adapter_config.json",  # a LoRA run's PEFT adapter directory
-            "adapter_model.safetensors",
-            EXPORT_MARKER,
-        }
-    ),
+    HF_MODEL_FILES
+    | {
+        "model.safetensors.index.json",
+        "adapter_config.json",  # a LoRA run's PEFT adapter directory
+        "adapter_model.safetensors",
+    },
     (re.compile(r"model-\d+-of-\d+\.safetensors"),),
     lambda d: (d / EXPORT_MARKER).is_file(),
 )
@@ -76,23 +80,15 @@ COMPRESS_REPORT = "compression_report.json"
 #: output of theirs carries their report
 COMPRESSED_OUT = OutputDir(
     "model directory",
-    frozenset(
-        {
-            "config.json",
-            "generation_config.json",
-            "tokenizer.json",
-            "tokenizer_config.json",
-            "special_tokens_map.json",
-            "model.safetensors",
-            "model.gguf",
-            "quantized.safetensors",
-            "quantization.json",
-            "masks.safetensors",
-            EXPORT_MARKER,
-            COMPRESS_REPORT,
-            "compression_report.txt",
-        }
-    ),
+    HF_MODEL_FILES
+    | {
+        "model.gguf",
+        "quantized.safetensors",
+        "quantization.json",
+        "masks.safetensors",
+        COMPRESS_REPORT,
+        "compression_report.txt",
+    },
     (),
     lambda d: (d / COMPRESS_REPORT).is_file(),
 )
