@@ -148,6 +148,8 @@ def eval_texts(name: str, s: EvalSet) -> Iterator[str]:
                         rec = json.loads(line)
                     except json.JSONDecodeError as e:
                         raise ConfigError(f"{where}:{n}: not JSON ({e.msg})") from None
+                    except RecursionError:  # as eval's reader: one line, never a traceback
+                        raise ConfigError(f"{where}:{n}: JSON nested too deeply to read") from None
                     value = rec.get(s.field) if isinstance(rec, dict) else None
                     if isinstance(value, str):
                         yield value
