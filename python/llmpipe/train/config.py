@@ -1,7 +1,7 @@
 """The run's typed configuration: one dataclass per component, loaded from YAML plus ``--key=value``.
 
 ``configs/train/*.yaml`` holds sections (model, data, optim, parallel, train, checkpoint, guard, metrics,
-debug, eval, qat, init, lora). Every key not given takes the default below. Unknown keys and wrong types
+debug, eval, qat, init, lora, mlm). Every key not given takes the default below. Unknown keys and wrong types
 are a ConfigError, in the file and in overrides alike. An override is ``--section.key=value`` or, when
 the key name is unique across sections, ``--key=value``; the value is parsed as YAML (``--train.steps=20``,
 ``--doc_mask=true``).
@@ -184,6 +184,22 @@ class LoraConfig:
 
 
 @dataclass
+class MlmConfig:
+    """Masked-LM masking for ``model.arch=encoder`` (train/mlm.py), RoBERTa's recipe by default: of the
+    tokens chosen, ``mask_replace`` become ``<mask>``, ``random_replace`` a random token, the rest stay."""
+
+    mask_prob: float = 0.15  # share of the tokens (EOS and padding never) the loss predicts
+    mask_replace: float = 0.8
+    random_replace: float = 0.1
+    whole_word: bool = False  # choose whole words (a word starts at a token that begins with whitespace)
+    seed: int = 0  # the masks are drawn from (seed, step, position in the global batch, token position)
+    mask_token: str = "<mask>"
+    #: set at training start: the tokenizer's ``mask_token``, or else the first id it does not use (the
+    #: model's vocabulary grows to hold it); recorded in the run's config.yaml, used by export
+    mask_token_id: int | None = None
+
+
+@dataclass
 class InitConfig:
     from_hf: Path | None = None  # the older name of model.init_from (train/init_from.py): the same feature
 
@@ -203,6 +219,7 @@ class RunConfig:
     qat: QatConfig = field(default_factory=QatConfig)
     init: InitConfig = field(default_factory=InitConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
+    mlm: MlmConfig = field(default_factory=MlmConfig)
 
 
 def _sections() -> dict[str, set[str]]:
@@ -382,9 +399,31 @@ def validate_lora(cfg: RunConfig) -> None:
         raise ConfigError("lora runs with parallel.tp=1, parallel.pp=1, no parallel.float8 and no qat")
 
 
+def validate_encoder(cfg: RunConfig) -> None:
+    m = cfg.mlm
+    if not (0 < m.mask_prob < 1 and m.mask_replace >= 0 and m.random_replace >= 0):
+        raise ConfigError("mlm.mask_prob must be in (0, 1), mlm.mask_replace and mlm.random_replace >= 0")
+    if m.mask_replace + m.random_replace > 1:
+        raise ConfigError("mlm.mask_replace + mlm.random_replace must be at most 1")
+    if cfg.model.arch != "encoder":
+        return
+    unsupported = [
+        (cfg.parallel.pp > 1, "parallel.pp > 1"),
+        (bool(cfg.lora.rank), "lora"),
+        (bool(cfg.eval.every), "eval.every (bits per byte is a causal measure)"),
+        (cfg.init.from_hf is not None, "init.from_hf"),
+        (cfg.qat.scheme != "none", "qat"),
+        (cfg.parallel.float8, "parallel.float8"),
+    ]
+    for bad, what in unsupported:
+        if bad:
+            raise ConfigError(f"model.arch=encoder does not run with {what}")
+
+
 def validate(cfg: RunConfig) -> None:
     validate_mixture(cfg.data)
     validate_lora(cfg)
+    validate_encoder(cfg)
     checks = [
         (cfg.train.steps > 0, "train.steps must be positive"),
         (cfg.train.grad_accum > 0, "train.grad_accum must be positive"),

@@ -30,7 +30,8 @@ from safetensors.torch import save_file
 from llmpipe.config import load_yaml
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
 from llmpipe.errors import LlmpipeError, TokenizerError
-from llmpipe.train import init_from, lora
+from llmpipe.train import encoder_hf, init_from, lora
+from llmpipe.train.arch import new_model
 from llmpipe.train.checkpoint import STATE_FILE, list_checkpoints, load_dcp, load_train_state, step_dir
 from llmpipe.train.config import RunConfig, from_saved
 from llmpipe.train.hf import hf_config, hf_state_dict
@@ -47,7 +48,7 @@ def run_config(run_dir: Path) -> RunConfig:
 
 def load_run(
     run_dir: Path, step: int | None = None, *, merge: bool = True
-) -> tuple[RunConfig, Transformer, Path]:
+) -> tuple[RunConfig, Transformer, Path]:  # an Encoder for model.arch=encoder (train/encoder.py)
     """The run's config and its model (fp32, CPU, eval mode) from a checkpoint (default: the latest).
 
     A LoRA run's checkpoint holds adapters: the model is its base (``model.init_from``, refused if its
@@ -63,7 +64,7 @@ def load_run(
         raise LlmpipeError(f"{run_dir}/checkpoints: no checkpoint yet")
     else:
         path = found[-1]
-    model = Transformer(cfg.model)
+    model = new_model(cfg.model)
     if cfg.lora.rank:
         base = init_from.directory(cfg)
         if base is None or not base.is_dir():
@@ -85,7 +86,7 @@ def load_run(
     if cfg.lora.rank and merge:
         lora.merge(model)
     model.eval()
-    return cfg, model, path
+    return cfg, model, path  # type: ignore[return-value]
 
 
 def read_tokenizer(path: Path) -> str:
@@ -108,7 +109,9 @@ def read_tokenizer(path: Path) -> str:
     return text
 
 
-def tokenizer_files(tokenizer_json: str, eos_id: int | None, max_len: int | None) -> dict[str, str]:
+def tokenizer_files(
+    tokenizer_json: str, eos_id: int | None, max_len: int | None, mask_token: str | None = None
+) -> dict[str, str]:
     """tokenizer.json, tokenizer_config.json and special_tokens_map.json for ``AutoTokenizer``.
 
     The class is the generic ``PreTrainedTokenizerFast``: a llama config would otherwise make transformers
@@ -119,6 +122,8 @@ def tokenizer_files(tokenizer_json: str, eos_id: int | None, max_len: int | None
     if eos is None and "<|endoftext|>" in specials.values():
         eos = "<|endoftext|>"
     names = {"bos_token": eos, "eos_token": eos, "pad_token": eos} if eos is not None else {}
+    if mask_token is not None:  # the encoder's (train/mlm.py): fill-mask finds it by this name
+        names["mask_token"] = mask_token
     config: dict[str, object] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         **names,
@@ -203,6 +208,10 @@ def export(
         if tokenizer is None:  # the shards' own tokenizer: it must be the one they were made with
             check_tokenizer(shards, manifest)
     tok_json = read_tokenizer(tok)
+    mask = cfg.mlm.mask_token if cfg.model.arch == "encoder" else None
+    if mask is not None:
+        assert cfg.mlm.mask_token_id is not None  # set at training start (train/mlm.py)
+        tok_json = encoder_hf.with_mask_token(tok_json, cfg.mlm.mask_token_id, mask)
     ids = [t["id"] for t in json.loads(tok_json).get("added_tokens", [])]
     ids += list(json.loads(tok_json).get("model", {}).get("vocab", {}).values())
     vocab = cfg.model.vocab_size or 0
@@ -216,11 +225,15 @@ def export(
     tmp.mkdir(parents=True)
     if adapters:  # PEFT's adapter directory: PeftModel.from_pretrained(base, out)
         lora.peft_dir(model, cfg.lora, str(init_from.directory(cfg)), tmp)
+    elif mask is not None:  # the encoder: BertForMaskedLM
+        save_weights(encoder_hf.bert_state_dict(model), tmp, max_shard_size)  # type: ignore[arg-type]
+        bert = encoder_hf.bert_config(cfg.model, mask_id=cfg.mlm.mask_token_id or 0, eos_id=eos_id)
+        (tmp / "config.json").write_text(json.dumps(bert, indent=2) + "\n")
     else:
         save_weights(hf_state_dict(model), tmp, max_shard_size)
         (tmp / "config.json").write_text(json.dumps(hf_config(cfg.model, eos_id), indent=2) + "\n")
         (tmp / "generation_config.json").write_text(json.dumps(generation_config(eos_id), indent=2) + "\n")
-    for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len).items():
+    for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len, mask).items():
         (tmp / name).write_text(text, encoding="utf-8")
     (tmp / EXPORT_MARKER).write_text(json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n")
     if out.exists():

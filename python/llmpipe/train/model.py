@@ -27,6 +27,8 @@ from torch.utils.checkpoint import checkpoint
 
 @dataclass
 class ModelConfig:
+    # decoder: this file's causal Llama-style model; encoder: a BERT-shaped masked LM (train/encoder.py)
+    arch: Literal["decoder", "encoder", "encoder_decoder"] = "decoder"
     dim: int = 128
     n_layers: int = 2
     n_heads: int = 4
@@ -51,6 +53,10 @@ class ModelConfig:
     init_from: str | None = None
 
     def __post_init__(self) -> None:
+        if self.arch == "encoder_decoder":
+            raise ValueError("model.arch=encoder_decoder is not built yet: use decoder or encoder")
+        if self.arch == "encoder" and (self.mup_base_dim or self.init_from or self.kv_heads != self.n_heads):
+            raise ValueError("model.arch=encoder has no muP, init_from or grouped-query attention")
         if self.mup_base_dim < 0 or (self.mup_base_dim and self.mup_base_dim % self.n_heads):
             raise ValueError(f"mup_base_dim {self.mup_base_dim} must be 0 or a multiple of n_heads")
         if self.mup_base_dim and self.init_from:
@@ -87,6 +93,8 @@ class ModelConfig:
     def hidden(self) -> int:
         if self.ffn_hidden is not None:
             return self.ffn_hidden
+        if self.arch == "encoder":  # BERT's GELU MLP: 4 x dim
+            return 4 * self.dim
         h = int(8 * self.dim / 3)
         return self.multiple_of * math.ceil(h / self.multiple_of)
 
@@ -132,21 +140,29 @@ def attention_kind(cfg: ModelConfig, device: torch.device) -> Literal["sdpa", "f
     return cfg.attention
 
 
-def doc_mask(doc_ids: torch.Tensor, kind: Literal["sdpa", "flex"]) -> torch.Tensor | BlockMask:
-    """Causal attention within each document of a packed row (doc_ids [B, L]). Padding is EOS, which the
-    loader counts as a document end: each padding position is its own document and sees only itself (the
-    loss ignores it); no query is ever fully masked, the diagonal is always allowed."""
+def doc_mask(
+    doc_ids: torch.Tensor, kind: Literal["sdpa", "flex"], causal: bool = True
+) -> torch.Tensor | BlockMask:
+    """Causal attention within each document of a packed row (doc_ids [B, L]); ``causal=False`` (the
+    encoder): every token of the document, both directions. Padding is EOS, which the loader counts as a
+    document end: each padding position is its own document and sees only itself (the loss ignores it);
+    no query is ever fully masked, the diagonal is always allowed."""
     b, n = doc_ids.shape
     if kind == "sdpa":
-        causal = torch.ones(n, n, dtype=torch.bool, device=doc_ids.device).tril()
         same_doc = doc_ids[:, :, None] == doc_ids[:, None, :]
-        return (causal & same_doc)[:, None]  # [B, 1, L, L], True = may attend
+        if causal:
+            same_doc = same_doc & torch.ones(n, n, dtype=torch.bool, device=doc_ids.device).tril()
+        return same_doc[:, None]  # [B, 1, L, L], True = may attend
 
     def causal_same_doc(bi: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         return (q >= kv) & (doc_ids[bi, q] == doc_ids[bi, kv])
 
+    def same_doc_only(bi: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        return doc_ids[bi, q] == doc_ids[bi, kv]
+
     # one mask for all heads; blocks wholly outside every document are skipped by the kernel
-    return create_block_mask(causal_same_doc, b, None, n, n, device=doc_ids.device)
+    fn = causal_same_doc if causal else same_doc_only
+    return create_block_mask(fn, b, None, n, n, device=doc_ids.device)
 
 
 _flex_compiled: Callable[..., torch.Tensor] | None = None

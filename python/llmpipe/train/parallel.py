@@ -37,7 +37,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from llmpipe.errors import ConfigError
-from llmpipe.train import pp_math
+from llmpipe.train import encoder, pp_math
 from llmpipe.train.config import ParallelConfig
 from llmpipe.train.model import Block, LayerRange, ModelConfig, Transformer
 
@@ -310,8 +310,9 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:
     On a single data-parallel rank there is nothing to shard: the model stays a plain module (with TP, a
     module of DTensors) and bf16 / fp16 come from ``autocast``."""
     if d.layout.tp > 1:
-        apply_tp(model, d.mesh["tp"], cfg.loss_parallel)  # type: ignore[arg-type]
-    if isinstance(model, LayerRange):
+        tp = encoder.apply_tp if isinstance(model, encoder.Encoder) else apply_tp
+        tp(model, d.mesh["tp"], cfg.loss_parallel)  # type: ignore[arg-type]
+    if isinstance(model, LayerRange | encoder.Encoder):
         model.activation_checkpointing = cfg.activation_checkpointing
         model.checkpoint_every = cfg.checkpoint_every
     layers = model.get_submodule("layers")

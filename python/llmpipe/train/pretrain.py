@@ -20,7 +20,8 @@ from llmpipe.data.format import TOKENIZER_FILE
 from llmpipe.errors import LlmpipeError
 from llmpipe.lock import DirLock
 from llmpipe.plan import Plan, plan_for_run, render_memory
-from llmpipe.train import init_from, lora
+from llmpipe.train import init_from, lora, mlm
+from llmpipe.train.arch import new_model
 from llmpipe.train.checkpoint import STATE_FILE, Checkpointer, load_train_state
 from llmpipe.train.config import RunConfig, dump, parse_args, resolve_for_device
 from llmpipe.train.data import build_data, first_directory, open_train, verify_notices
@@ -47,12 +48,12 @@ def compression_hooks(cfg: RunConfig) -> TrainCompression:
     return TrainCompression(q.scheme, q.group_size, q.from_step)
 
 
-def build_model(cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None) -> Transformer:
+def build_model(cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None) -> torch.nn.Module:
     """Build on the meta device, parallelise (TP, then FSDP), then allocate only this rank's shards and
     initialise them (QAT fake quantizers go in before sharding)."""
     hooks = hooks or compression_hooks(cfg)
     with torch.device("meta"):
-        model = Transformer(cfg.model)
+        model = new_model(cfg.model)
     hooks.prepare(model)
     if cfg.lora.rank:
         lora.apply_lora(model, cfg.lora)  # the base frozen, adapters in the targeted layers
@@ -62,7 +63,7 @@ def build_model(cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None) 
         apply_float8(model)
     parallelize(model, cfg.parallel, d)
     model.to_empty(device=d.device)
-    model.init_weights(seed=cfg.train.seed)
+    model.init_weights(seed=cfg.train.seed)  # type: ignore[operator]
     if cfg.lora.rank:
         lora.init_adapters(model, cfg.train.seed)
     return model
@@ -231,6 +232,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
             f"model vocab {cfg.model.vocab_size} / max_seq_len {cfg.model.max_seq_len} is smaller than the "
             f"shards' vocab {train_ds.vocab_size} / seq_len {train_ds.seq_len}"
         )
+    masker = mlm.prepare(cfg, first_directory(cfg.data) / TOKENIZER_FILE, train_ds.vocab_size, train_ds.eos_id)
     schedule = BatchSchedule(
         cfg.data.batch_size * d.dp_size,
         train_ds.seq_len,
@@ -257,7 +259,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         if d.is_main:
             print(f"model weights from {hf_dir} (a fresh optimizer)", flush=True)
     with torch.device("meta"):
-        whole = Transformer(cfg.model)
+        whole = new_model(cfg.model)
     n_params = count_params(whole)
     n_dense = count_params(whole, exclude_embeddings=True)
     if d.is_main:
@@ -296,6 +298,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         pipeline=pipeline,
         compression=hooks,
         lora_base=base_ref,
+        masker=masker,
     )
     latest = ckpt.latest() if cfg.checkpoint.resume else None
     if latest is None:

@@ -25,6 +25,7 @@ from llmpipe.errors import LlmpipeError
 from llmpipe.train.checkpoint import Checkpointer
 from llmpipe.train.config import RunConfig
 from llmpipe.train.guard import SpikeGuard, TrainingDiverged
+from llmpipe.train.mlm import Masker
 from llmpipe.train.metrics import MetricsWriter, Throughput, peak_memory_mib
 from llmpipe.train.optim import clip_grad_norm
 from llmpipe.train.parallel import Dist, all_reduce_, all_reduce_sum, autocast, loss_context
@@ -103,7 +104,9 @@ class Trainer:
         pipeline: Pipeline | None = None,  # pp > 1: runs the stages; ``model`` holds their parameters
         compression: TrainCompression | None = None,  # QAT, pruning masks (llmpipe.compress)
         lora_base: dict[str, str] | None = None,  # LoRA: the frozen base's path and sha256 (train/lora.py)
+        masker: Masker | None = None,  # the encoder: masked-LM batches from the loader's (train/mlm.py)
     ) -> None:
+        self.masker = masker
         self.lora_base = lora_base
         self.text_eval = text_eval
         self.cfg, self.d, self.model = cfg, d, model
@@ -265,6 +268,8 @@ class Trainer:
         for i, b in enumerate(loader):
             if i >= self.cfg.train.val_batches:
                 break
+            if self.masker is not None:
+                b = self.masker.validation(b, i, self.d.dp_rank * batch)
             tokens += count_targets(b)
             if self.pipeline is not None:
                 loss += self.pipeline.eval_batch(b)
@@ -300,11 +305,15 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------------------
     def _batches(self) -> Iterator[list[Batch]]:
         it = iter(self.loader)
+        b, g = self.cfg.data.batch_size, self.cfg.data.batch_size * self.d.dp_size
         while True:
             try:
-                yield [next(it) for _ in range(self.schedule.accum(self.step))]
+                group = [next(it) for _ in range(self.schedule.accum(self.step))]
             except StopIteration:  # a mixture whose sources ran out (data.on_exhausted=stop)
                 return
+            if self.masker is not None:  # keyed by the step and each row's place in the global batch
+                group = [self.masker(x, self.step, k * g + self.d.dp_rank * b) for k, x in enumerate(group)]
+            yield group
 
     def _data_record(self) -> dict[str, Any]:
         """Per-source tokens and samples seen (a mixture) and the global batch (a ramp)."""
