@@ -114,11 +114,27 @@ class ModelShape:
         return cls(params, dim, n_layers, n_heads, kv, hidden, vocab_size, tie_embeddings)
 
     @classmethod
+    def bert(
+        cls, dim: int, n_layers: int, n_heads: int, vocab_size: int, hidden: int, positions: int, tie: bool
+    ) -> ModelShape:
+        """The parameter count of train/encoder.py's BERT-shaped encoder (checked against it): biases,
+        post-norm LayerNorms, learned positions, the prediction head."""
+        per_layer = 4 * dim * dim + 4 * dim + 2 * dim * hidden + hidden + dim + 4 * dim
+        emb = vocab_size * dim
+        head = dim * dim + dim + 2 * dim + vocab_size + (0 if tie else emb)
+        params = emb + positions * dim + 2 * dim + n_layers * per_layer + head
+        return cls(params, dim, n_layers, n_heads, n_heads, hidden, vocab_size, tie)
+
+    @classmethod
     def of(cls, m: ModelConfig, vocab_size: int | None = None) -> ModelShape:
         """The shape of the trainer's model for its typed config (``vocab_size`` overrides the config's)."""
         vocab = vocab_size or m.vocab_size
         if not vocab:
             raise ConfigError("model.vocab_size is taken from the shards; give a vocabulary size")
+        if m.arch == "encoder":
+            return cls.bert(
+                m.dim, m.n_layers, m.n_heads, vocab, m.hidden, m.max_seq_len or 512, m.tie_embeddings
+            )
         return cls.llama(
             m.dim,
             m.n_layers,

@@ -8,6 +8,11 @@ from pathlib import Path
 
 from llmpipe.errors import ConfigError
 
+MLM_SCORES = (
+    "an encoder: on shards the masked-LM loss per masked token; on texts the pseudo-log-likelihood "
+    "(each token masked alone), ppl the pseudo-perplexity, bpb pseudo bits per byte"
+)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
@@ -39,33 +44,44 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.text and args.shards is None:
         raise ConfigError("nothing to evaluate: pass --text FILE... and/or --shards DIR")
+    from llmpipe.eval.mlm import EncoderEval, is_encoder_run
+
     groups = {str(f): read_texts(f, field=args.field, max_docs=args.max_docs) for f in args.text}
-    ev = Evaluator(
-        load_lm(args.model, device=args.device, dtype=args.dtype),
-        batch_size=args.batch_size,
-        stride=args.stride,
-        max_len=args.max_len,
-        progress=True,
-    )
+    ev: Evaluator | EncoderEval
+    if is_encoder_run(args.model):  # masked-LM loss on shards, pseudo-perplexity on texts (eval/mlm.py)
+        ev = EncoderEval(args.model, batch_size=args.batch_size, device=args.device)
+    else:
+        ev = Evaluator(
+            load_lm(args.model, device=args.device, dtype=args.dtype),
+            batch_size=args.batch_size,
+            stride=args.stride,
+            max_len=args.max_len,
+            progress=True,
+        )
     results = ev.groups(groups) if groups else {}
     if args.shards is not None:
         results[f"{args.shards} ({args.split})"] = ev.shards(args.shards, args.split)
     overall = sum(results.values(), EvalResult(0.0, 0, 0, 0))
+    if isinstance(ev, EncoderEval):  # masked-LM loss and pseudo-log-likelihood do not add up
+        overall = EvalResult(0.0, 0, 0, 0)
     if args.json:
         out = {
             "model": str(args.model),
             "window": ev.max_len,
-            "stride": ev.stride or ev.max_len,
+            "stride": ev.max_len if isinstance(ev, EncoderEval) else ev.stride or ev.max_len,
+            **({"scores": MLM_SCORES} if isinstance(ev, EncoderEval) else {}),
             "inputs": {k: v.to_dict() for k, v in results.items()},
             "overall": overall.to_dict(),
         }
         print(json.dumps(out, indent=2))
         return 0
+    if isinstance(ev, EncoderEval):
+        print(MLM_SCORES)
     width = max(len(k) for k in [*results, "overall"])
     print(
         f"{'input':<{width}}  {'docs':>6}  {'tokens':>10}  {'bytes':>11}  {'loss':>7}  {'ppl':>9}  {'bpb':>7}"
     )
-    for name, r in [*results.items(), ("overall", overall)]:
+    for name, r in [*results.items(), *([("overall", overall)] if overall.tokens else [])]:
         print(
             f"{name:<{width}}  {r.docs:>6}  {r.tokens:>10}  {r.bytes:>11}  {r.loss:>7.4f}  {r.ppl:>9.3f}  {r.bpb:>7.4f}"
         )

@@ -149,24 +149,27 @@ def apply_tp(model: Encoder, mesh: DeviceMesh, loss_par: bool) -> None:
     sharded over the sequence (the LayerNorms run there), attention and MLP gather it, split heads /
     hidden over the tp ranks and reduce-scatter back."""
     rows = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+    seq = SequenceParallel(use_local_output=True)  # the residual stream: this rank's part of the sequence
     parallelize_module(model.tok_embeddings, mesh, rows)
     parallelize_module(model.pos_embeddings, mesh, rows)
-    parallelize_module(model.emb_norm, mesh, SequenceParallel())
+    parallelize_module(model.emb_norm, mesh, seq)
     for block in model.layers:
         plan = {
-            "attn": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
+            "attn": PrepareModuleInput(
+                input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)
+            ),
             "attn.wq": ColwiseParallel(),
             "attn.wk": ColwiseParallel(),
             "attn.wv": ColwiseParallel(),
             "attn.wo": RowwiseParallel(output_layouts=Shard(1)),
-            "attn_norm": SequenceParallel(),
+            "attn_norm": seq,
             "ffn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
             "ffn.w1": ColwiseParallel(),
             "ffn.w2": RowwiseParallel(output_layouts=Shard(1)),
-            "ffn_norm": SequenceParallel(),
+            "ffn_norm": seq,
         }
         parallelize_module(block, mesh, plan)  # type: ignore[arg-type]
-    parallelize_module(model.head, mesh, {"dense": SequenceParallel(), "norm": SequenceParallel()})
+    parallelize_module(model.head, mesh, {"dense": seq, "norm": seq})
     parallelize_module(
         model.output,
         mesh,

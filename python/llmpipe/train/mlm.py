@@ -74,7 +74,9 @@ def resolve_mask_token(cfg: MlmConfig, tokenizer_file: Path) -> int:
         return found
     free = max(vocab.values(), default=-1) + 1
     if cfg.mask_token_id is not None and cfg.mask_token_id < free:
-        raise LlmpipeError(f"mlm.mask_token_id {cfg.mask_token_id} is a token of the tokenizer (free ids from {free})")
+        raise LlmpipeError(
+            f"mlm.mask_token_id {cfg.mask_token_id} is a token of the tokenizer (free ids from {free})"
+        )
     return free if cfg.mask_token_id is None else cfg.mask_token_id
 
 
@@ -134,7 +136,9 @@ class Masker:
         kind = uniform(seed, _KIND ^ salt, step, rows, cols)
         rand = (uniform(seed, _RANDOM ^ salt, step, rows, cols) * self.n_random).long()
         inp = torch.where(chosen & (kind < c.mask_replace), self.mask_id, ids)
-        inp = torch.where(chosen & (kind >= c.mask_replace) & (kind < c.mask_replace + c.random_replace), rand, inp)
+        inp = torch.where(
+            chosen & (kind >= c.mask_replace) & (kind < c.mask_replace + c.random_replace), rand, inp
+        )
         target = torch.where(chosen, ids, -100)
         return Batch(inp.to(b.input.dtype), target, b.doc_ids)
 

@@ -232,7 +232,9 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
             f"model vocab {cfg.model.vocab_size} / max_seq_len {cfg.model.max_seq_len} is smaller than the "
             f"shards' vocab {train_ds.vocab_size} / seq_len {train_ds.seq_len}"
         )
-    masker = mlm.prepare(cfg, first_directory(cfg.data) / TOKENIZER_FILE, train_ds.vocab_size, train_ds.eos_id)
+    masker = mlm.prepare(
+        cfg, first_directory(cfg.data) / TOKENIZER_FILE, train_ds.vocab_size, train_ds.eos_id
+    )
     schedule = BatchSchedule(
         cfg.data.batch_size * d.dp_size,
         train_ds.seq_len,

@@ -25,8 +25,8 @@ from llmpipe.errors import LlmpipeError
 from llmpipe.train.checkpoint import Checkpointer
 from llmpipe.train.config import RunConfig
 from llmpipe.train.guard import SpikeGuard, TrainingDiverged
-from llmpipe.train.mlm import Masker
 from llmpipe.train.metrics import MetricsWriter, Throughput, peak_memory_mib
+from llmpipe.train.mlm import Masker
 from llmpipe.train.optim import clip_grad_norm
 from llmpipe.train.parallel import Dist, all_reduce_, all_reduce_sum, autocast, loss_context
 from llmpipe.train.pipeline import Pipeline

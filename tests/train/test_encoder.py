@@ -1,0 +1,163 @@
+"""model.arch=encoder: RoBERTa masking on real text, training with FSDP2 and tp=2 on 2 processes, exact resume,
+and the export as BertForMaskedLM (transformers' logits and loss are the trainer's; fill-mask runs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import ROOT, read_metrics, torchrun, train_losses
+from llmpipe.data import ShardDataset, TokenLoader
+from llmpipe.train.byte_shards import EOS, VOCAB, byte_tokenizer_json
+from llmpipe.train.config import MlmConfig
+from llmpipe.train.export_hf import load_run
+from llmpipe.train.mlm import Masker, word_starts
+
+COMMON = [
+    "--config", str(ROOT / "configs/train/tiny.yaml"), "--model.arch=encoder", "--data.batch_size=4",
+    "--train.log_every=1", "--train.val_every=0", "--train.val_batches=2", "--metrics.tensorboard=false",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def encoder_run(byte_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """12 steps of the tiny encoder on 2 processes, FSDP2 (full sharding), bf16."""
+    run = tmp_path_factory.mktemp("encoder") / "run"
+    torchrun(2, "--data", str(byte_shards), "--out", str(run), *COMMON, "--train.steps=12")
+    return run
+
+
+def _batches(shards: Path, n: int, batch: int = 64) -> list:
+    loader = TokenLoader(ShardDataset(shards, "train"), batch, seed=0, prefetch=1)
+    it = iter(loader)
+    return [next(it) for _ in range(n)]
+
+
+def test_masking_statistics_on_real_text_and_layout_independence(byte_shards: Path) -> None:
+    """Shakespeare's bytes: 15% of the non-EOS tokens chosen (within 0.5%), 80/10/10 among them, targets
+    the original tokens; whole words all or nothing; the same masks whatever the split into ranks."""
+    batches = _batches(byte_shards, 40)  # 40 x 64 rows x 64 tokens: 164k tokens
+    starts = word_starts(byte_tokenizer_json(), VOCAB + 1)
+    for whole_word in (False, True):
+        m = Masker(MlmConfig(whole_word=whole_word), mask_id=VOCAB, eos_id=EOS, n_random=VOCAB, starts=starts)
+        cand = chosen = masked = kept = 0
+        for step, b in enumerate(batches):
+            out = m(b, step, 0)
+            ids = b.input.long()
+            sel = out.target != -100
+            assert torch.equal(out.target[sel], ids[sel])  # the loss predicts the original token
+            assert not sel[ids == EOS].any()  # never EOS (separator and padding)
+            assert torch.equal(out.input[~sel], b.input[~sel])  # nothing else changes
+            cand += int((ids != EOS).sum())
+            chosen += int(sel.sum())
+            masked += int((out.input[sel] == VOCAB).sum())
+            kept += int((out.input[sel] == ids[sel]).sum())
+            if whole_word:  # a word (a run from a whitespace token to the next) is chosen whole
+                for row_ids, row_sel in zip(ids[:8].tolist(), sel[:8].tolist(), strict=True):
+                    word: list[bool] = []
+                    for t, s in zip(row_ids, row_sel, strict=True):
+                        if bool(starts[t]) or t == EOS:
+                            assert len(set(word)) <= 1, (row_ids, row_sel)
+                            word = []
+                        if t != EOS:
+                            word.append(s)
+        rate = chosen / cand
+        assert abs(rate - 0.15) < 0.005, (whole_word, rate)
+        assert abs(masked / chosen - 0.8) < 0.01, masked / chosen
+        # kept: the 10% left as they are, plus the random draws that hit the same token (1/257 of 10%)
+        assert abs(kept / chosen - 0.1 - 0.1 / VOCAB) < 0.01, kept / chosen
+        random = chosen - masked - kept
+        assert abs(random / chosen - 0.1 * (1 - 1 / VOCAB)) < 0.01
+
+    m = Masker(MlmConfig(), mask_id=VOCAB, eos_id=EOS, n_random=VOCAB)
+    b = batches[0]
+    whole = m(b, 7, 0)
+    # the same global rows on 4 ranks of 16, or as accumulation micro-batches: identical masks
+    for r in range(4):
+        part = type(b)(b.input[16 * r : 16 * (r + 1)], b.target[16 * r : 16 * (r + 1)], None)
+        assert torch.equal(m(part, 7, 16 * r).input, whole.input[16 * r : 16 * (r + 1)])
+    assert not torch.equal(m(b, 8, 0).input, whole.input)  # another step (a later epoch): new masks
+    assert not torch.equal(m.validation(b, 7, 0).input, whole.input)  # validation: its own stream
+    assert torch.equal(m(b, 7, 0).input, whole.input)  # no hidden state
+
+
+def test_encoder_trains_with_fsdp_and_exports_as_bert(
+    encoder_run: Path, byte_shards: Path, tmp_path: Path
+) -> None:
+    from llmpipe.cli import main
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+    losses = train_losses(encoder_run)
+    assert sorted(losses) == list(range(1, 13))
+    assert losses[12] < losses[1] - 0.5, losses  # from ln 258 = 5.55 down
+    assert any("val_loss" in r for r in read_metrics(encoder_run))
+    saved = (encoder_run / "config.yaml").read_text()
+    assert "mask_token_id: 257" in saved and "vocab_size: 258" in saved  # <mask> added after the bytes + EOS
+
+    out = tmp_path / "bert"
+    assert main(["export", str(encoder_run), "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["BertForMaskedLM"] and config["mask_token_id"] == 257
+    hf = AutoModelForMaskedLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert type(hf).__name__ == "BertForMaskedLM"
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.mask_token == "<mask>" and tok.mask_token_id == 257
+    _, ours, _ = load_run(encoder_run)
+
+    # a masked validation batch of packed rows, as the trainer scores it
+    b = next(iter(TokenLoader(ShardDataset(byte_shards, "val"), 4, seed=0, prefetch=1)))
+    m = Masker(MlmConfig(), mask_id=257, eos_id=EOS, n_random=VOCAB)
+    mb = m.validation(b, 0, 0)
+    ids, labels = mb.input.long(), mb.target.long()
+    with torch.no_grad():
+        want = ours(ids)  # the whole row attends (as BERT without a mask)
+        got = hf(input_ids=ids, labels=labels)
+        torch.testing.assert_close(got.logits, want, rtol=1e-4, atol=1e-4)
+        trainer_loss = F.cross_entropy(want.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        torch.testing.assert_close(got.loss, trainer_loss, rtol=1e-5, atol=1e-5)
+        # document masks: BERT given the block-diagonal mask [B, L, L] computes what the trainer does
+        assert b.doc_ids is not None and int(b.doc_ids.max()) > 0  # rows hold several documents
+        blocks = (b.doc_ids[:, :, None] == b.doc_ids[:, None, :]).long()
+        masked_docs = hf(input_ids=ids, attention_mask=blocks).logits
+        torch.testing.assert_close(masked_docs, ours(ids, b.doc_ids), rtol=1e-4, atol=1e-4)
+        # bidirectional within a document, nothing across: change the last token of the row's first
+        # document; every position of that document sees it (also earlier ones), no other position does
+        row = int((b.doc_ids.max(dim=1).values > 0).nonzero()[0])
+        first = b.doc_ids[row] == 0
+        last = int(first.nonzero()[-1])
+        changed = ids.clone()
+        changed[row, last - 1] = (changed[row, last - 1] + 1) % VOCAB
+        diff = (ours(changed, b.doc_ids) - ours(ids, b.doc_ids))[row].abs().amax(dim=-1)
+        assert bool((diff[first] > 0).all()) and bool((diff[~first] == 0).all()), diff
+
+    fill = pipeline("fill-mask", model=hf, tokenizer=tok, device="cpu")
+    guesses = fill("To be, or not to b<mask>, that is the question", top_k=3)
+    assert len(guesses) == 3 and all(g["sequence"].startswith("To be, or not to b") for g in guesses)
+
+    # llmpipe eval: masked-LM loss on the val split, pseudo-perplexity on a text
+    text = tmp_path / "t.txt"
+    text.write_text("ROMEO:\nBut soft, what light through yonder window breaks?")
+    assert main(["eval", str(encoder_run), "--shards", str(byte_shards), "--text", str(text), "--json"]) == 0
+
+
+def test_encoder_tp2_resumes_exactly(byte_shards: Path, tmp_path: Path) -> None:
+    """tp=2 (loss parallel) on 2 processes, whole-word masking, fp32: killed after step 7 (checkpoint at 5) and resumed,
+    steps 6 and 7 give the same losses again; the loss falls over the run."""
+    run = tmp_path / "tp"
+    args = ["--data", str(byte_shards), "--out", str(run), *COMMON, "--train.steps=12", "--parallel.tp=2",
+            "--parallel.loss_parallel=true", "--mlm.whole_word=true", "--checkpoint.every=5", "--parallel.mixed_precision=fp32"]  # fmt: skip
+    proc = torchrun(2, *args, "--debug.stop_after_step=7")
+    assert "stopping as if killed" in proc.stdout
+    first = train_losses(run)
+    assert sorted(first) == list(range(1, 8))
+    proc = torchrun(2, *args)
+    assert "resumed from" in proc.stdout and "at step 5" in proc.stdout
+    resumed = train_losses(run)
+    steps = [r["step"] for r in read_metrics(run) if "loss" in r]
+    assert steps == [*range(1, 8), *range(6, 13)]
+    rerun = [r["loss"] for r in read_metrics(run) if "loss" in r][7:9]
+    assert rerun == [first[6], first[7]]  # the same masks, the same data: identical losses
+    assert resumed[12] < resumed[1] - 0.5, resumed
