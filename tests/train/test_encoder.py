@@ -161,3 +161,23 @@ def test_encoder_tp2_resumes_exactly(byte_shards: Path, tmp_path: Path) -> None:
     rerun = [r["loss"] for r in read_metrics(run) if "loss" in r][7:9]
     assert rerun == [first[6], first[7]]  # the same masks, the same data: identical losses
     assert resumed[12] < resumed[1] - 0.5, resumed
+
+
+def test_plan_takes_the_encoder(capsys: pytest.CaptureFixture[str]) -> None:
+    """`llmpipe plan --arch encoder` counts the encoder's parameters as the model has them."""
+    from llmpipe.cli import main
+    from llmpipe.plan import ModelShape
+    from llmpipe.train.encoder import Encoder
+    from llmpipe.train.model import ModelConfig, count_params
+
+    for tie in (False, True):
+        cfg = ModelConfig(arch="encoder", dim=64, n_layers=3, n_heads=4, vocab_size=258, max_seq_len=64,
+                          tie_embeddings=tie)  # fmt: skip
+        with torch.device("meta"):
+            assert ModelShape.of(cfg).params == count_params(Encoder(cfg))
+    tiny = str(ROOT / "configs/train/tiny.yaml")
+    plans = []
+    for arch in ("decoder", "encoder"):
+        assert main(["plan", "--config", tiny, "--arch", arch, "--vocab-size", "258", "--json"]) == 0
+        plans.append(json.loads(capsys.readouterr().out))
+    assert plans[0]["params"] != plans[1]["params"]

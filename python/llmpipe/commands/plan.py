@@ -89,6 +89,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="a train config: a file, or a packaged name (tiny, gpt2-124m, llama-1b)",
     )
     p.add_argument(
+        "--arch",
+        choices=["decoder", "encoder"],
+        default=None,
+        help="model.arch for --config (default: the config's): the encoder counts BERT's parameters",
+    )
+    p.add_argument(
         "--vocab-size",
         type=_positive(int),
         metavar="V",
@@ -151,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
     seq_len = args.seq_len
     if args.config is not None:
         model = load_train_config(args.config).model
+        model.arch = getattr(args, "arch", None) or model.arch
         shape = ModelShape.of(model, args.vocab_size or model.vocab_size or 32000)
         seq_len = seq_len or model.max_seq_len or 0
     else:
