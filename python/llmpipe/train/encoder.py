@@ -27,7 +27,7 @@ from torch.distributed.tensor.parallel import (
 from torch.nn.attention.flex_attention import BlockMask
 from torch.utils.checkpoint import checkpoint
 
-from llmpipe.train.model import AttnMask, ModelConfig, _fill, _flex, _local, attention_kind, doc_mask
+from llmpipe.train.model import AttnMask, ModelConfig, _fill, _flex, attention_kind, doc_mask
 
 
 class EncoderAttention(nn.Module):
@@ -134,8 +134,8 @@ class Encoder(nn.Module):
         and embedding N(0, init_std), biases zero, LayerNorm weights one."""
         gen: torch.Generator | None = None
         for name, p in self.named_parameters():  # a tied output matrix is the embedding: filled once
-            if gen is None:
-                gen = torch.Generator(device=_local(p).device).manual_seed(seed)
+            if gen is None:  # on the CPU whatever the device (model.py's _fill): CPU and GPU runs agree
+                gen = torch.Generator().manual_seed(seed)
             if name.endswith("bias"):
                 p.zero_()
             elif "norm" in name:
