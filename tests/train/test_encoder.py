@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from conftest import ROOT, read_metrics, torchrun, train_losses
 from llmpipe.data import ShardDataset, TokenLoader
+from llmpipe.errors import LlmpipeError
 from llmpipe.train.byte_shards import EOS, VOCAB, byte_tokenizer_json
 from llmpipe.train.config import MlmConfig
 from llmpipe.train.export_hf import load_run
@@ -105,7 +106,9 @@ def test_encoder_trains_with_fsdp_and_exports_as_bert(
     assert type(hf).__name__ == "BertForMaskedLM"
     tok = AutoTokenizer.from_pretrained(out)
     assert tok.mask_token == "<mask>" and tok.mask_token_id == 257
-    _, ours, _ = load_run(encoder_run)
+    _, ours, _ = load_run(encoder_run, encoder=True)
+    with pytest.raises(LlmpipeError, match="an encoder run"):  # generate, quantize, prune: one line
+        load_run(encoder_run)
 
     # a masked validation batch of packed rows, as the trainer scores it
     b = next(iter(TokenLoader(ShardDataset(byte_shards, "val"), 4, seed=0, prefetch=1)))

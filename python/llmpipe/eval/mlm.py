@@ -36,7 +36,7 @@ class EncoderEval:
         from llmpipe.train.export_hf import load_run
         from llmpipe.train.mlm import Masker
 
-        self.cfg, model, _ = load_run(run_dir)
+        self.cfg, model, _ = load_run(run_dir, encoder=True)
         self.device = default_device(None if device == "auto" else device)
         self.model = model.to(self.device)
         shards = self.cfg.data.path if self.cfg.data.path is not None else self.cfg.data.sources[0].path

@@ -47,7 +47,7 @@ def run_config(run_dir: Path) -> RunConfig:
 
 
 def load_run(
-    run_dir: Path, step: int | None = None, *, merge: bool = True
+    run_dir: Path, step: int | None = None, *, merge: bool = True, encoder: bool = False
 ) -> tuple[RunConfig, Transformer, Path]:  # an Encoder for model.arch=encoder (train/encoder.py)
     """The run's config and its model (fp32, CPU, eval mode) from a checkpoint (default: the latest).
 
@@ -55,6 +55,11 @@ def load_run(
     files changed since) with the adapters merged into the weights, or (``merge=False``) kept as
     ``LoraLinear`` layers (train/lora.py)."""
     cfg = run_config(run_dir)
+    if cfg.model.arch == "encoder" and not encoder:  # the callers that take an encoder say so
+        raise LlmpipeError(
+            f"{run_dir} is an encoder run (model.arch=encoder): `llmpipe export` and `llmpipe eval` take it; "
+            "generation, quantization and pruning take decoders"
+        )
     found = list_checkpoints(run_dir / "checkpoints")
     if step is not None:
         path = step_dir(run_dir / "checkpoints", step)
@@ -194,7 +199,7 @@ def export(
     adapters = lora_run and not merge
     if merge and not lora_run:
         raise LlmpipeError(f"--merge: {run_dir} is not a LoRA run; its export is the whole model already")
-    cfg, model, path = load_run(run_dir, step, merge=not adapters)
+    cfg, model, path = load_run(run_dir, step, merge=not adapters, encoder=True)
     shards = cfg.data.path or (
         cfg.data.sources[0].path if cfg.data.sources else None
     )  # a mixture: one tokenizer
