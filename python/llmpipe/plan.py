@@ -200,7 +200,8 @@ class Plan:
 
 def _dp(p: PlanInput) -> int:
     if p.tp < 1 or p.pp < 1 or p.cp < 1 or p.gpus % (p.tp * p.pp * p.cp):
-        raise ConfigError(f"tp {p.tp} x pp {p.pp} x cp {p.cp} does not divide the {p.gpus} GPUs")
+        cp = f" x cp {p.cp}" if p.cp != 1 else ""
+        raise ConfigError(f"tp {p.tp} x pp {p.pp}{cp} does not divide the {p.gpus} GPUs")
     return p.gpus // (p.tp * p.pp * p.cp)
 
 

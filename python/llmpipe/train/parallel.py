@@ -87,8 +87,9 @@ def resolve_layout(cfg: ParallelConfig, world: int, model: ModelConfig | None = 
     if tp < 1 or pp < 1 or cp < 1 or cfg.dp_replicate < 0 or cfg.dp_shard < 0:
         raise ConfigError("parallel.tp, pp and cp must be >= 1, dp_replicate and dp_shard >= 0")
     if world % (tp * pp * cp):
+        with_cp = f" x parallel.cp {cp}" if cp > 1 else ""
         raise ConfigError(
-            f"parallel.tp {tp} x parallel.pp {pp} x parallel.cp {cp} does not divide the world size {world}"
+            f"parallel.tp {tp} x parallel.pp {pp}{with_cp} does not divide the world size {world}"
         )
     if cp > 1 and pp > 1:
         raise ConfigError("parallel.cp > 1 runs with parallel.pp=1 (the stages send whole rows)")
