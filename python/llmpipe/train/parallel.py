@@ -176,10 +176,10 @@ class Dist:
         """FSDP's mesh: 1-D (shard) or 2-D (replicate, shard) for HSDP and replication; with cp > 1 the
         shard dimension is ``dp_shard x cp`` flattened (``build_mesh``)."""
         if self.layout.cp > 1:
-            if self.layout.dp_replicate == 1:
-                return self.mesh["dp_shard_cp"]
-            with warnings.catch_warnings():  # torch 2.x warns of slicing a flattened dim; it is supported
+            with warnings.catch_warnings():  # torch warns of slicing a flattened dim; it is supported
                 warnings.simplefilter("ignore", UserWarning)
+                if self.layout.dp_replicate == 1:
+                    return self.mesh["dp_shard_cp"]
                 return self.mesh["dp_replicate", "dp_shard_cp"]
         if self.layout.dp_replicate == 1:
             return self.mesh["dp_shard"]
