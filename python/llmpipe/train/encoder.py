@@ -47,8 +47,10 @@ class EncoderAttention(nn.Module):
         v = self.wv(x).view(b, n, -1, self.head_dim).transpose(1, 2)
         if isinstance(mask, BlockMask):
             y = _flex(q, k, v, mask, None)
-        else:  # None: every token of the row, both directions
+        elif mask is None or isinstance(mask, torch.Tensor):  # None: every token of the row, both ways
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:  # a context-parallel exchange: the encoder refuses parallel.cp > 1 (train/config.py)
+            raise TypeError("the encoder does not run under context parallelism")
         return self.wo(y.transpose(1, 2).reshape(b, n, -1))
 
 
