@@ -86,6 +86,7 @@ class ParallelConfig:
     dp_replicate: int = 0  # data-parallel replicas (gradients all-reduced); 0: from sharding
     dp_shard: int = 0  # ranks each replica's parameters are sharded over (FSDP2); 0: from sharding
     tp: int = 1  # tensor parallel: heads and the MLP hidden split over tp ranks (DTensor)
+    ep: int = 1  # expert parallel: model.moe's experts split over ep ranks taken from dp_shard (train/moe.py)
     loss_parallel: bool = False  # tp: cross entropy on vocabulary-sharded logits (no logits gather)
     pp: int = 1  # pipeline parallel: layers split into stages on pp ranks
     pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
@@ -235,9 +236,13 @@ def apply_override(data: dict[str, Any], item: str) -> None:
         raise ConfigError(f"override {item!r}: value is not valid YAML ({e})") from e
     if isinstance(value, str) and _FLOAT.match(value):  # YAML 1.1 reads 1e-3 as a string
         value = float(value)
-    sect = data.setdefault(section, {})
-    if not isinstance(sect, dict):
-        raise ConfigError(f"config section {section!r} must be a mapping")
+    *inner, name = name.split(".")  # a nested section: --model.moe.experts=8
+    sect: Any = data
+    for depth, part in enumerate([section, *inner], 1):
+        sect = sect.setdefault(part, {})
+        if not isinstance(sect, dict):
+            where = ".".join([section, *inner][:depth])
+            raise ConfigError(f"config section {where!r} must be a mapping")
     sect[name] = value
 
 

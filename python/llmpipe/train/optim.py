@@ -90,14 +90,23 @@ def clip_grad_norm(
     """The global gradient norm (over all shards, and all pipeline stages when ``pp_group`` is given)
     before clipping; clips when ``max_norm > 0``."""
     params = [p for p in model.parameters() if p.grad is not None]
-    grads = [p.grad for p in params if p.grad is not None]  # all of them: the filter is for the type checker
-    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
-    if hasattr(norm, "full_tensor"):  # DTensor: reduce the partial norms across the mesh
-        norm = norm.full_tensor()
+    # by device mesh: DTensors of different meshes (FSDP's, expert parallel's) do not mix in one op
+    by_mesh: dict[object, list[torch.Tensor]] = {}
+    for p in params:
+        by_mesh.setdefault(getattr(p, "device_mesh", None), []).append(p)
+    norms = []
+    for group in by_mesh.values():
+        grads = [p.grad for p in group if p.grad is not None]  # all: the filter is for the type checker
+        norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+        if hasattr(norm, "full_tensor"):  # DTensor: reduce the partial norms across the mesh
+            norm = norm.full_tensor()
+        norms.append(norm)
+    norm = norms[0] if len(norms) == 1 else torch.stack([n.float() for n in norms]).norm()
     if pp_group is not None:  # each stage holds other parameters: sum the squares over the stages
         sq = norm.float() ** 2
         dist.all_reduce(sq, group=pp_group)
         norm = sq.sqrt()
     if max_norm > 0:
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=True)
+        for group in by_mesh.values():
+            torch.nn.utils.clip_grads_with_norm_(group, max_norm, norm, foreach=True)
     return norm

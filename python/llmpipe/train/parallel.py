@@ -40,6 +40,7 @@ from llmpipe.errors import ConfigError
 from llmpipe.train import pp_math
 from llmpipe.train.config import ParallelConfig
 from llmpipe.train.model import Block, LayerRange, ModelConfig, Transformer
+from llmpipe.train.moe import apply_ep, check_layout, expert_params
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
 
@@ -105,6 +106,9 @@ def resolve_layout(cfg: ParallelConfig, world: int, model: ModelConfig | None = 
     if cfg.loss_parallel and pp > 1:
         raise ConfigError("parallel.loss_parallel runs with pp=1 (the pipeline schedule owns the backward)")
     if model is not None:
+        why = check_layout(model.moe, model.n_layers, cfg.ep, tp, pp, shard)
+        if why:
+            raise ConfigError(why)
         if model.n_heads % tp or model.kv_heads % tp:
             raise ConfigError(
                 f"parallel.tp {tp} must divide model.n_heads {model.n_heads} and the kv heads {model.kv_heads}"
@@ -296,12 +300,18 @@ def _mp_policy(cfg: ParallelConfig) -> MixedPrecisionPolicy:
 def _fsdp(module: nn.Module, cfg: ParallelConfig, d: Dist, reshard: bool) -> None:
     offload = CPUOffloadPolicy(pin_memory=d.device.type == "cuda") if cfg.cpu_offload else None
     mp = _mp_policy(cfg)
+    ignored = expert_params(module) or None  # expert-parallel weights: sharded over ep (train/moe.py)
     if offload is not None:
         fully_shard(
-            module, mesh=d.dp_mesh, mp_policy=mp, reshard_after_forward=reshard, offload_policy=offload
+            module,
+            mesh=d.dp_mesh,
+            mp_policy=mp,
+            reshard_after_forward=reshard,
+            offload_policy=offload,
+            ignored_params=ignored,
         )
     else:
-        fully_shard(module, mesh=d.dp_mesh, mp_policy=mp, reshard_after_forward=reshard)
+        fully_shard(module, mesh=d.dp_mesh, mp_policy=mp, reshard_after_forward=reshard, ignored_params=ignored)
 
 
 def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:
@@ -311,6 +321,7 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:
     module of DTensors) and bf16 / fp16 come from ``autocast``."""
     if d.layout.tp > 1:
         apply_tp(model, d.mesh["tp"], cfg.loss_parallel)  # type: ignore[arg-type]
+    apply_ep(model, cfg.ep, d.world_size, d.device.type)  # experts split over ep ranks (train/moe.py)
     if isinstance(model, LayerRange):
         model.activation_checkpointing = cfg.activation_checkpointing
         model.checkpoint_every = cfg.checkpoint_every

@@ -26,6 +26,8 @@ from llmpipe.train.checkpoint import Checkpointer
 from llmpipe.train.config import RunConfig
 from llmpipe.train.guard import SpikeGuard, TrainingDiverged
 from llmpipe.train.metrics import MetricsWriter, Throughput, peak_memory_mib
+from llmpipe.train.moe import RoutingMonitor
+from llmpipe.train.moe import aux_loss as moe_aux_loss
 from llmpipe.train.optim import clip_grad_norm
 from llmpipe.train.parallel import Dist, all_reduce_, all_reduce_sum, autocast, loss_context
 from llmpipe.train.pipeline import Pipeline
@@ -76,7 +78,12 @@ def forward_backward(
                 logits.flatten(0, 1), b.target.long().flatten(), ignore_index=-100, reduction="sum"
             )
             loss = loss * scale
-            (loss * (norm.to(loss.device) * grad_scale)).backward()
+            backward = loss
+            aux = moe_aux_loss(model)  # MoE load balancing: per sequence, to the mean per sequence
+            if aux is not None:
+                global_seqs = world_size * len(batches) * b.input.shape[0]
+                backward = loss + aux * (norm.reciprocal().to(aux.device) * world_size / global_seqs)
+            (backward * (norm.to(loss.device) * grad_scale)).backward()
         if isinstance(loss, DTensor):
             loss = loss.full_tensor()
         loss_sum += loss.detach().double()
@@ -114,6 +121,7 @@ class Trainer:
         self.schedule = schedule or BatchSchedule(g, 1, cfg.train.grad_accum, 1, 0)
         self.data_ended = False
         self.guard = SpikeGuard(cfg.guard)
+        self.routing = RoutingMonitor(model, d.device) if cfg.model.moe.experts else None
         self.compression = compression  # QAT fake quantization, pruning masks (llmpipe.compress)
         self.pipeline = pipeline
         p = cfg.parallel
@@ -192,6 +200,8 @@ class Trainer:
         self._inject_overflow()
         params = [p for p in self.model.parameters() if p.grad is not None]
         if not self.scaler.unscale_(params, self.d.device):  # fp16 overflow on some rank: skip the step
+            if self.routing is not None:
+                self.routing.after_step(apply=False)
             total, global_tokens = torch.stack([all_reduce_(loss_sum) / lay.tp, tokens]).tolist()
             self.optimizer.zero_grad(set_to_none=True)
             return StepResult(total / max(global_tokens, 1.0), int(global_tokens), "overflow", None)
@@ -204,6 +214,8 @@ class Trainer:
         total, global_tokens, norm = torch.stack(reduced).tolist()
         mean = total / max(global_tokens, 1.0)
         decision = self.guard.check(mean, norm)
+        if self.routing is not None:  # MoE bias balancing from this step's loads (not a skipped step's)
+            self.routing.after_step(apply=decision == "ok")
         if decision == "ok":
             self.optimizer.step()
             if self.compression is not None:
@@ -358,6 +370,8 @@ class Trainer:
                 if self.scaler.enabled:
                     rec["loss_scale"], rec["skipped_steps"] = self.scaler.scale, self.scaler.skipped
                 rec.update(self._data_record())
+                if self.routing is not None:
+                    rec.update(self.routing.record())  # tokens per expert, imbalance, dropped tokens
                 self.record(rec)
             self._log_events()
             if cfg.train.val_every and self.step % cfg.train.val_every == 0 and self.step != steps:
