@@ -51,6 +51,7 @@ tokens (default 2%, or the retention a curate run measured).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -86,6 +87,16 @@ class ModelShape:
     hidden: int = 0
     vocab_size: int = 0
     tie_embeddings: bool = False
+    # mixture of experts (train/moe.py): ``hidden`` is then the SwiGLU width a token activates, averaged
+    # over the blocks (top_k + shared experts' widths in MoE blocks)
+    active_params: int = 0  # parameters one token uses (0: all of them, a dense model)
+    expert_params: int = 0  # the routed experts' weights, all MoE blocks (split over ep ranks)
+    moe_layers: int = 0
+    top_k: int = 0
+
+    @property
+    def active(self) -> int:
+        return self.active_params or self.params
 
     @property
     def known_layout(self) -> bool:
@@ -119,7 +130,7 @@ class ModelShape:
         vocab = vocab_size or m.vocab_size
         if not vocab:
             raise ConfigError("model.vocab_size is taken from the shards; give a vocabulary size")
-        return cls.llama(
+        shape = cls.llama(
             m.dim,
             m.n_layers,
             m.n_heads,
@@ -128,6 +139,21 @@ class ModelShape:
             ffn_hidden=m.hidden,
             tie_embeddings=m.tie_embeddings,
         )
+        e = m.moe
+        if not e.experts:
+            return shape
+        n_moe = sum(e.is_moe(i) for i in range(m.n_layers))
+        he = e.expert_hidden or m.hidden
+        routed = e.experts * 3 * m.dim * he
+        shared = e.shared_experts * 3 * m.dim * he + m.dim if e.shared_experts else 0  # + its gate
+        moe_block = m.dim * e.experts + routed + shared  # router, experts, shared expert
+        params = shape.params + n_moe * (moe_block - 3 * m.dim * m.hidden)
+        active = params - n_moe * (e.experts - e.top_k) * 3 * m.dim * he
+        width = ((m.n_layers - n_moe) * m.hidden + n_moe * (e.top_k + e.shared_experts) * he) / m.n_layers
+        return dataclasses.replace(
+            shape, params=params, hidden=round(width), active_params=active, expert_params=n_moe * routed,
+            moe_layers=n_moe, top_k=e.top_k,
+        )  # fmt: skip
 
 
 @dataclass
@@ -157,6 +183,7 @@ class PlanInput:
     pp_schedule: PipelineSchedule = "1f1b"
     stages_per_rank: int = 0  # 0: 1, or 2 for interleaved_1f1b
     loss_parallel: bool = False  # tp: vocabulary-sharded logits
+    ep: int = 1  # expert-parallel ranks (a mixture of experts: the routed experts split over them)
 
 
 @dataclass
@@ -184,6 +211,8 @@ class Plan:
     params_per_rank: float = 0.0  # before data-parallel sharding: after tp and pp
     bubble_fraction: float = 0.0  # pipeline idle share of a step
     comm_gb: dict[str, float] = field(default_factory=dict)  # bytes each GPU sends per step, by kind
+    active_params: int = 0  # a mixture of experts: the parameters one token uses (dense: all)
+    flops_per_token: float = 0.0  # training FLOPs per token: 6 x active parameters (+ attention)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -305,6 +334,8 @@ def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
             out["tp"] = 8 * act * layers * (p.tp - 1) / p.tp
         if p.pp > 1:
             out["pp"] = 2 * act * _stages_per_rank(p) / p.tp
+        if p.ep > 1 and m.moe_layers:  # each routed copy of a token to its expert's rank and back,
+            out["all_to_all"] = 4 * m.top_k * act * m.moe_layers * (p.ep - 1) / p.ep  # forward + backward
     return out
 
 
@@ -343,6 +374,11 @@ def estimate(p: PlanInput) -> Plan:
     weights = rank_params * wb / wf
     grads = rank_params * gb / gf
     opt = rank_params * ob / of
+    if p.ep > 1:  # the routed experts are split over the ep ranks instead of the data-parallel sharding
+        if not p.model.expert_params or _dp(p) % p.ep:
+            raise ConfigError(f"ep {p.ep} needs a mixture of experts and must divide the data-parallel ranks")
+        ex, dense = p.model.expert_params, rank_params - p.model.expert_params
+        weights, grads, opt = (dense * b / f + ex * b / p.ep for b, f in ((wb, wf), (gb, gf), (ob, of)))
     offload = 0.0
     if p.cpu_offload:
         offload, opt = opt, 0.0
@@ -373,7 +409,7 @@ def estimate(p: PlanInput) -> Plan:
         max_mb = max(0, int(room // per_sample)) if grads <= room else 0
     optimal_tokens = p.optimal_tokens or 20.0 * n
     tokens = p.tokens or optimal_tokens
-    flops = 6.0 * n * tokens
+    flops = 6.0 * p.model.active * tokens  # a mixture of experts: the parameters a token uses
     attn = 12.0 * p.model.n_layers * p.model.dim * p.seq_len * tokens if p.seq_len else 0.0
     peak = p.peak_tflops * 1e12
     gpu_hours = flops / (peak * p.mfu) / 3600.0 if p.mfu > 0 and peak > 0 else math.inf
@@ -407,6 +443,8 @@ def estimate(p: PlanInput) -> Plan:
         params_per_rank=rank_params,
         bubble_fraction=bubble_fraction(p),
         comm_gb={k: v / GB for k, v in comm_bytes(p, rank_params, wf).items()},
+        active_params=p.model.active,
+        flops_per_token=(flops + attn) / tokens if tokens else 0.0,
     )
 
 
@@ -462,6 +500,11 @@ def render_memory(plan: Plan) -> list[str]:
         lines.append(
             f"  pipeline: {i['pp_schedule']}, {i['microbatches'] or 'default'} micro-batches, "
             f"bubble {plan.bubble_fraction:.1%} of each step"
+        )
+    if plan.active_params != plan.params:
+        lines.append(
+            f"mixture of experts: {human(plan.active_params)} of the {human(plan.params)} parameters active "
+            f"per token; {plan.flops_per_token:.3e} training FLOPs per token; ep {i['ep']}"
         )
     comm = ", ".join(f"{k} {_size(v).strip()}" for k, v in plan.comm_gb.items() if v > 0) or "none"
     lines.append(f"  communication per GPU per step: {comm}")
@@ -525,5 +568,6 @@ def plan_for_run(
             pp_schedule=p.pp_schedule,
             stages_per_rank=p.pp_stages_per_rank,
             loss_parallel=p.loss_parallel,
+            ep=p.ep,
         )
     )

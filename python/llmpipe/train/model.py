@@ -65,7 +65,9 @@ class ModelConfig:
         if (self.dim // self.n_heads) % 2:
             raise ValueError("the head dimension must be even for rotary embeddings")
         if self.moe.layers is not None and any(not 0 <= i < self.n_layers for i in self.moe.layers):
-            raise ValueError(f"moe.layers {self.moe.layers}: each must be a block index in [0, {self.n_layers})")
+            raise ValueError(
+                f"moe.layers {self.moe.layers}: each must be a block index in [0, {self.n_layers})"
+            )
         if self.moe.experts and self.init_from:
             raise ValueError("init_from loads a dense Llama: it does not start a model.moe model")
 

@@ -196,7 +196,7 @@ class MoE(nn.Module):
         self.ep: ExpertParallel | None = None
         self.grouped: bool | None = None  # None: torch._grouped_mm where supported (expert_ffn)
         self.stats = RoutingStats()
-        self.aux: torch.Tensor | None = None  # the last training forward's balance loss, summed over sequences
+        self.aux: torch.Tensor | None = None  # the last training forward's balance loss (sum over sequences)
 
     # -- routing ---------------------------------------------------------------------------------------
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -293,6 +293,13 @@ class MoE(nn.Module):
 # -- the model's MoE layers ----------------------------------------------------------------------------
 def moe_layers(model: nn.Module) -> list[tuple[str, MoE]]:
     return [(name, m) for name, m in model.named_modules() if isinstance(m, MoE)]
+
+
+def inactive_params(model: nn.Module) -> int:
+    """Routed expert weights a token does not use: (experts - top_k) of each MoE layer's."""
+    return sum(
+        (m.cfg.experts - m.cfg.top_k) * (m.w1[0].numel() * 2 + m.w2[0].numel()) for _, m in moe_layers(model)
+    )
 
 
 def check_layout(cfg: MoEConfig, n_layers: int, ep: int, tp: int, pp: int, dp_shard: int) -> str | None:

@@ -96,9 +96,9 @@ def hf_state_dict(model: torch.nn.Module, m: ModelConfig) -> dict[str, torch.Ten
         else:
             raise InputError(f"{name}: no place for it in {arch}")
     if not mixtral and not m.moe.shared_experts:  # Qwen2-MoE always has one: zero-width, adds zero
-        for i in range(m.n_layers):
-            if m.moe.is_moe(i):
-                pre = f"model.layers.{i}.mlp"
+        for layer in range(m.n_layers):
+            if m.moe.is_moe(layer):
+                pre = f"model.layers.{layer}.mlp"
                 out[f"{pre}.shared_expert.gate_proj.weight"] = torch.zeros(0, m.dim)
                 out[f"{pre}.shared_expert.up_proj.weight"] = torch.zeros(0, m.dim)
                 out[f"{pre}.shared_expert.down_proj.weight"] = torch.zeros(m.dim, 0)

@@ -311,7 +311,9 @@ def _fsdp(module: nn.Module, cfg: ParallelConfig, d: Dist, reshard: bool) -> Non
             ignored_params=ignored,
         )
     else:
-        fully_shard(module, mesh=d.dp_mesh, mp_policy=mp, reshard_after_forward=reshard, ignored_params=ignored)
+        fully_shard(
+            module, mesh=d.dp_mesh, mp_policy=mp, reshard_after_forward=reshard, ignored_params=ignored
+        )
 
 
 def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:

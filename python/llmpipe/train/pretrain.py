@@ -26,6 +26,7 @@ from llmpipe.train.config import RunConfig, dump, parse_args, resolve_for_device
 from llmpipe.train.data import build_data, first_directory, open_train, verify_notices
 from llmpipe.train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
 from llmpipe.train.model import Transformer, _local, count_params
+from llmpipe.train.moe import inactive_params
 from llmpipe.train.optim import build_optimizer, build_scheduler
 from llmpipe.train.parallel import (
     Dist,
@@ -277,7 +278,8 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     ckpt = Checkpointer(
         out, cfg.checkpoint, rank=d.rank, world_size=d.world_size, frozen_base=bool(cfg.lora.rank)
     )
-    fpt = flops_per_token(cfg.model, n_params, train_ds.seq_len)
+    # a mixture of experts: MFU counts the parameters each token uses
+    fpt = flops_per_token(cfg.model, n_params - inactive_params(whole), train_ds.seq_len)
     metrics = MetricsWriter(out, enabled=d.is_main, tensorboard=cfg.metrics.tensorboard)
     trainer = Trainer(
         cfg,
