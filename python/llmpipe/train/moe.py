@@ -225,6 +225,7 @@ class MoE(nn.Module):
         return self.cfg.experts * (f * probs.mean(1)).sum()
 
     # -- forward ----------------------------------------------------------------------------------------
+    @torch.compiler.disable  # data-dependent shapes and collectives: eager under parallel.compile
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, dim = x.shape
         k, e = self.cfg.top_k, self.cfg.experts
@@ -232,7 +233,8 @@ class MoE(nn.Module):
         keep = self.capacity_mask(idx) if self.training else None  # evaluation is dropless, as HF
         flat_e, flat_w = idx.reshape(-1), weights.reshape(-1)
         tok = torch.arange(b * n, device=x.device).repeat_interleave(k)
-        if self.training:
+        # activation checkpointing re-runs this forward inside the backward: count and keep the loss once
+        if self.training and torch._C._current_graph_task_id() == -1:
             self._count(idx, keep)
             if self.cfg.balance == "aux_loss":
                 self.aux = self.balance_loss(idx, probs)
@@ -263,7 +265,7 @@ class MoE(nn.Module):
         """Rows ``xs`` sorted by expert (counts[e] for expert e) through their experts."""
         w1, w3, w2 = self._weights(xs.dtype)
         if self.ep is None:
-            return expert_ffn(xs, counts.tolist(), w1, w3, w2, self.grouped)
+            return self._ffn(xs, counts.tolist(), w1, w3, w2)
         ep, local = self.ep, self.cfg.experts // self.ep.size
         recv = torch.empty_like(counts)  # recv[src * local + j]: rows rank src sends for my expert j
         dist.all_to_all_single(recv, counts, group=ep.group)
@@ -274,9 +276,20 @@ class MoE(nn.Module):
         # rows arrive by source rank, then expert: group them by expert for the matmuls
         expert_of = torch.arange(local, device=xs.device).repeat(ep.size)
         perm = expert_of.repeat_interleave(recv_counts.reshape(-1)).argsort(stable=True)
-        y = expert_ffn(xr[perm], recv_counts.sum(0).tolist(), w1, w3, w2, self.grouped)
+        y = self._ffn(xr[perm], recv_counts.sum(0).tolist(), w1, w3, w2)
         back = torch.empty_like(y).index_copy(0, perm, y)
         return _AllToAll.apply(back, send_splits, recv_splits, ep.group)
+
+    def _ffn(
+        self, x: torch.Tensor, counts: list[int], w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor
+    ) -> torch.Tensor:
+        """expert_ffn; a grouped matmul the device refuses (shapes, alignment) falls back to the loop."""
+        if self.grouped is None and grouped_mm_supported(x):
+            try:
+                return expert_ffn(x, counts, w1, w3, w2, grouped=True)
+            except RuntimeError:
+                self.grouped = False
+        return expert_ffn(x, counts, w1, w3, w2, grouped=bool(self.grouped))
 
     @torch.no_grad()
     def _count(self, idx: torch.Tensor, keep: torch.Tensor | None) -> None:
