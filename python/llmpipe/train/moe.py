@@ -233,12 +233,14 @@ class MoE(nn.Module):
         keep = self.capacity_mask(idx) if self.training else None  # evaluation is dropless, as HF
         flat_e, flat_w = idx.reshape(-1), weights.reshape(-1)
         tok = torch.arange(b * n, device=x.device).repeat_interleave(k)
+        if self.training and self.cfg.balance == "aux_loss":
+            aux = self.balance_loss(idx, probs)  # also when recomputed: the same tensors saved
         # activation checkpointing re-runs this forward inside the backward: count and keep the loss once
         if self.training and torch._C._current_graph_task_id() == -1:
             self._count(idx, keep)
             if self.cfg.balance == "aux_loss":
-                self.aux = self.balance_loss(idx, probs)
-                self.stats.aux_sum = self.stats.aux_sum + self.aux.detach()
+                self.aux = aux
+                self.stats.aux_sum = self.stats.aux_sum + aux.detach()
         if keep is not None:
             kept = keep.reshape(-1)
             flat_e, flat_w, tok = flat_e[kept], flat_w[kept], tok[kept]
