@@ -75,7 +75,8 @@ def test_moe_trains_ep2_matches_and_exports_to_mixtral(byte_shards: Path, tmp_pa
 
 def test_moe_bias_capacity_shared_resume_across_ep(byte_shards: Path, tmp_path: Path) -> None:
     """Bias balancing, dropped tokens, a shared expert and a dense block on 1 process; its step-5
-    checkpoint (the biases in it) resumed at ep=2 on 2 processes continues with the same losses."""
+    checkpoint (the biases in it) resumed at ep=2 on 2 processes, with activation checkpointing (the
+    experts' forward and all-to-all recomputed in the backward), continues with the same losses."""
     ref = tmp_path / "ep1"
     one = train(1, ref, byte_shards, *SPARSE)
     stats = routing(ref)
@@ -88,7 +89,7 @@ def test_moe_bias_capacity_shared_resume_across_ep(byte_shards: Path, tmp_path: 
     shutil.copytree(ref / "checkpoints" / "step-00000005", cut / "checkpoints" / "step-00000005")
     proc = torchrun(
         2, "--data", str(byte_shards), "--out", str(cut), *COMMON, *SPARSE, "--data.batch_size=4",
-        "--parallel.ep=2",
+        "--parallel.ep=2", "--parallel.activation_checkpointing=true",
     )  # fmt: skip
     assert "at step 5" in proc.stdout
     resumed = train_losses(cut)
