@@ -1,5 +1,5 @@
 """Run under torchrun: the measured peak memory of one rank training the trainer's model at a layout
-(``tp=N`` or ``pp=N``, CPU, fp32, two optimizer steps) next to ``llmpipe plan``'s estimate for that
+(``tp=N``, ``pp=N`` or ``cp=N``, CPU, fp32, two optimizer steps) next to ``llmpipe plan``'s estimate for that
 layout. Prints ``rank R: measured M estimated E``.
 
 The peak is the most bytes of tensor storage alive at once, counted by a dispatch mode that sees every
@@ -69,6 +69,8 @@ def main(shards: str, config: str, *overrides: str) -> int:
         opt = build_optimizer(model, cfg.optim)
         for _ in range(2):  # the second step has the optimizer states
             b = next(loader)
+            if d.context_parallel is not None:  # cp: this rank's chunks of each row
+                b = d.context_parallel.shard(b)
             tokens = float((b.target != -100).sum())
             if pipe is not None:
                 pipe.train_batches([b], torch.tensor(1.0 / tokens))

@@ -24,6 +24,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
+from llmpipe.train.context_parallel import ContextParallel, KVExchange
 from llmpipe.train.moe import MoE, MoEConfig
 
 
@@ -132,7 +133,9 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     return (xf * cos + rotate_half(xf) * sin).type_as(x)
 
 
-AttnMask = torch.Tensor | BlockMask | None  # dense bool [B, 1, L, L] (True = may attend), block mask, causal
+# dense bool [B, 1, L, L] (True = may attend), block mask, causal (None), or under context parallelism
+# the mask against the keys of every cp rank with their exchange (train/context_parallel.py)
+AttnMask = torch.Tensor | BlockMask | KVExchange | None
 
 
 def attention_kind(cfg: ModelConfig, device: torch.device) -> Literal["sdpa", "flex"]:
@@ -193,6 +196,8 @@ class Attention(nn.Module):
         k = self.wk(x).view(b, n, -1, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(b, n, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, rope), apply_rope(k, rope)
+        if isinstance(mask, KVExchange):  # context parallel: attend to the whole row's keys
+            k, v, mask = mask.gather(k), mask.gather(v), mask.mask
         if self.kv_heads != self.n_heads:  # grouped-query attention: share each k/v head
             rep = self.n_heads // self.kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -247,6 +252,7 @@ class LayerRange(nn.Module):
     output: nn.Linear | None
     activation_checkpointing: bool
     checkpoint_every: int  # with activation_checkpointing: blocks 0, N, 2N, ... (model index) recompute
+    context_parallel: ContextParallel | None = None  # parallel.cp > 1: inputs hold this rank's chunks
 
     def blocks(self) -> Iterator[tuple[int, nn.Module]]:
         """(index in the whole model, block), in order."""
@@ -258,8 +264,12 @@ class LayerRange(nn.Module):
         n = x.shape[1]
         rope = self.rope[:, :n]
         mask: AttnMask = None
-        if self.cfg.doc_mask and doc_ids is not None:
-            mask = doc_mask(doc_ids, attention_kind(self.cfg, x.device))
+        ids = doc_ids if self.cfg.doc_mask else None
+        if self.context_parallel is not None:  # this rank's chunks of each row (context_parallel.py)
+            kind = attention_kind(self.cfg, x.device)
+            rope, mask = self.context_parallel.attention_inputs(self.rope, n, ids, kind)
+        elif ids is not None:
+            mask = doc_mask(ids, attention_kind(self.cfg, x.device))
         h = x
         if self.tok_embeddings is not None:
             h = F.dropout(self.tok_embeddings(x), self.cfg.dropout, self.training)

@@ -325,8 +325,8 @@ def check_layout(cfg: MoEConfig, n_layers: int, ep: int, tp: int, pp: int, dp_sh
         return "parallel.ep > 1 needs model.moe.experts" if ep > 1 else None
     if cfg.layers is not None and any(not 0 <= i < n_layers for i in cfg.layers):
         return f"model.moe.layers {cfg.layers}: each must be a block index in [0, {n_layers})"
-    if tp > 1 or pp > 1:
-        return "model.moe runs with parallel.tp=1 and parallel.pp=1 (experts are split by parallel.ep)"
+    if tp > 1 or pp > 1:  # tp here: tp x cp
+        return "model.moe runs with parallel.tp=1, pp=1 and cp=1 (experts are split by parallel.ep)"
     if cfg.experts % ep:
         return f"parallel.ep {ep} must divide model.moe.experts {cfg.experts}"
     if dp_shard % ep:
