@@ -35,6 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
+    from llmpipe.train.export_t5 import is_t5_run
+
+    if is_t5_run(args.model):
+        return run_span_corruption(args)
     from llmpipe.eval import EvalResult, Evaluator, load_lm, read_texts
 
     if not args.text and args.shards is None:
@@ -69,4 +73,26 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{name:<{width}}  {r.docs:>6}  {r.tokens:>10}  {r.bytes:>11}  {r.loss:>7.4f}  {r.ppl:>9.3f}  {r.bpb:>7.4f}"
         )
+    return 0
+
+
+def run_span_corruption(args: argparse.Namespace) -> int:
+    """An encoder-decoder run: its span-corruption loss on the shards' split (bits per byte is a
+    decoder's measure; text files are refused)."""
+    from llmpipe.eval.model import default_device
+    from llmpipe.train.export_t5 import span_loss
+
+    if args.text or args.shards is None:
+        raise ConfigError(
+            f"{args.model} is an encoder-decoder run: pass --shards DIR (span-corruption loss on its "
+            f"{args.split} split); --text (bits per byte) is for decoders"
+        )
+    r = span_loss(args.model, args.shards, args.split, batch_size=args.batch_size,
+                  device=str(default_device(args.device)))  # fmt: skip
+    name = f"{args.shards} ({args.split})"
+    if args.json:
+        print(json.dumps({"model": str(args.model), "objective": "span_corruption", "inputs": {name: r}}, indent=2))
+        return 0
+    print(f"{'input':<{len(name)}}  {'rows':>6}  {'tokens':>10}  {'span loss':>9}  {'ppl':>9}")
+    print(f"{name}  {r['rows']:>6}  {r['tokens']:>10}  {r['loss']:>9.4f}  {r['ppl']:>9.3f}")
     return 0
