@@ -17,7 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "line) and/or the val split of a shard directory: loss (nats per token), perplexity and bits per "
         "UTF-8 byte, per input and overall. MODEL is a run directory of the trainer (its latest "
         "checkpoint) or a local HuggingFace causal LM directory. Long documents are scored by sliding "
-        "windows (default: disjoint windows of the model's length, as lm-eval's loglikelihood_rolling).",
+        "windows (default: disjoint windows of the model's length, as lm-eval's loglikelihood_rolling). "
+        "An encoder-decoder run (model.arch=encoder_decoder) reports its span-corruption loss on --shards.",
     )
     p.add_argument("model", type=Path, metavar="MODEL", help="run directory or HF model directory")
     p.add_argument("--text", type=Path, nargs="+", default=[], metavar="FILE", help="text or JSONL files")
@@ -91,7 +92,11 @@ def run_span_corruption(args: argparse.Namespace) -> int:
                   device=str(default_device(args.device)))  # fmt: skip
     name = f"{args.shards} ({args.split})"
     if args.json:
-        print(json.dumps({"model": str(args.model), "objective": "span_corruption", "inputs": {name: r}}, indent=2))
+        print(
+            json.dumps(
+                {"model": str(args.model), "objective": "span_corruption", "inputs": {name: r}}, indent=2
+            )
+        )
         return 0
     print(f"{'input':<{len(name)}}  {'rows':>6}  {'tokens':>10}  {'span loss':>9}  {'ppl':>9}")
     print(f"{name}  {r['rows']:>6}  {r['tokens']:>10}  {r['loss']:>9.4f}  {r['ppl']:>9.3f}")

@@ -386,7 +386,9 @@ def validate_lora(cfg: RunConfig) -> None:
 
 def validate(cfg: RunConfig) -> None:
     if cfg.model.arch == "encoder":
-        raise ConfigError("model.arch=encoder (masked LM) is not in this build; use decoder or encoder_decoder")
+        raise ConfigError(
+            "model.arch=encoder (masked LM) is not in this build; use decoder or encoder_decoder"
+        )
     validate_mixture(cfg.data)
     validate_lora(cfg)
     checks = [

@@ -191,6 +191,7 @@ def export(
     adapters = lora_run and not merge
     if merge and not lora_run:
         raise LlmpipeError(f"--merge: {run_dir} is not a LoRA run; its export is the whole model already")
+    model: Transformer | export_t5.T5
     if t5_run:
         cfg, (model, path) = saved, export_t5.load_t5(saved, run_dir, step)
     else:
@@ -219,14 +220,13 @@ def export(
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    if adapters:  # PEFT's adapter directory: PeftModel.from_pretrained(base, out)
-        lora.peft_dir(model, cfg.lora, str(init_from.directory(cfg)), tmp)
-    elif t5_run:
+    if isinstance(model, export_t5.T5):
         if manifest is None or eos_id is None:
             raise LlmpipeError(f"{run_dir}: an encoder-decoder export needs the run's shards ({shards})")
-        assert isinstance(model, export_t5.T5)
         weights = export_t5.write_dir(cfg, model, tmp, tok_json, manifest["seq_len"], eos_id)
         save_weights(weights, tmp, max_shard_size)
+    elif adapters:  # PEFT's adapter directory: PeftModel.from_pretrained(base, out)
+        lora.peft_dir(model, cfg.lora, str(init_from.directory(cfg)), tmp)
     else:
         save_weights(hf_state_dict(model), tmp, max_shard_size)
         (tmp / "config.json").write_text(json.dumps(hf_config(cfg.model, eos_id), indent=2) + "\n")

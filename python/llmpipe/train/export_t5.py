@@ -18,7 +18,7 @@ from llmpipe.errors import LlmpipeError
 from llmpipe.train.checkpoint import list_checkpoints, load_dcp, step_dir
 from llmpipe.train.config import RunConfig
 from llmpipe.train.span_corruption import PAD_TOKEN, SpanCorruptor, sentinel_token
-from llmpipe.train.t5 import NUM_BUCKETS, MAX_DISTANCE, T5
+from llmpipe.train.t5 import MAX_DISTANCE, NUM_BUCKETS, T5
 
 
 def load_t5(cfg: RunConfig, run_dir: Path, step: int | None = None) -> tuple[T5, Path]:
@@ -215,7 +215,8 @@ def span_loss(
     corruptor = SpanCorruptor(cfg.span, ds.seq_len + 1, ds.eos_id, cfg.data.seed)
     if model.cfg.vocab_size is None or ds.vocab_size > cfg.span.extra_ids_from:
         raise LlmpipeError(f"{shards}: its vocabulary of {ds.vocab_size} is not the run's tokenizer's")
-    batch = max(1, min(batch_size, len(ds)))
+    # every row once: the largest batch up to batch_size that divides the split (the loader takes whole ones)
+    batch = next(b for b in range(max(1, min(batch_size, len(ds))), 0, -1) if len(ds) % b == 0)
     loader = TokenLoader(ds, batch, seed=0, device=device, infinite=False, doc_ids=False, prefetch=1)
     total, tokens, rows = 0.0, 0, 0
     for b in SpanCorruptionLoader(loader, corruptor):

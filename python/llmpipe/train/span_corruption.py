@@ -11,8 +11,8 @@ replaced by one sentinel, the decoder writes each sentinel followed by the span 
 
 Every token of the row is in exactly one of the two (T5's length arithmetic: ``inputs = n - noise +
 spans + 1`` and ``targets = noise + spans + 1``, both fixed for a given n, so batches need no padding).
-To train at a given encoder length, curate with the raw length ``raw_length_for`` gives (T5's
-``compute_input_and_target_lengths``).
+To train at a given encoder length, curate with the raw length ``span_math.raw_length_for`` gives
+(T5's ``compute_input_and_target_lengths``).
 
 The extra ids sit after the tokenizer's vocabulary: ``<pad>`` (the decoder's start token, as in T5),
 then ``<extra_id_0>``, ``<extra_id_1>``, ... (``span.extra_ids_from``, filled in at the start of a run
@@ -34,6 +34,7 @@ import torch
 from llmpipe.data import Batch
 from llmpipe.data.loader import MixtureLoader, TokenLoader
 from llmpipe.errors import ConfigError
+from llmpipe.train.span_math import SpanLengths, span_lengths
 
 PAD_TOKEN = "<pad>"
 
@@ -50,42 +51,6 @@ class SpanConfig:
     mean_span_length: float = 3.0  # mean length of the corrupted spans
     # the first extra id (<pad>, then the sentinels): 0 = the tokenizer's vocabulary size, filled in at start
     extra_ids_from: int = 0
-
-
-@dataclass(frozen=True)
-class SpanLengths:
-    """T5's arithmetic for a row of ``raw`` tokens."""
-
-    raw: int
-    noise: int
-    spans: int
-
-    @property
-    def inputs(self) -> int:
-        return self.raw - self.noise + self.spans + 1  # + EOS
-
-    @property
-    def targets(self) -> int:
-        return self.noise + self.spans + 1  # + EOS
-
-
-def span_lengths(raw: int, noise_density: float, mean_span_length: float) -> SpanLengths:
-    """Noise tokens and spans in a row of ``raw`` tokens, as ``random_spans_noise_mask`` counts them."""
-    if raw < 2:
-        raise ConfigError(f"span corruption needs rows of at least 2 tokens, not {raw}")
-    noise = min(max(int(round(raw * noise_density)), 1), raw - 1)
-    spans = max(int(round(noise / mean_span_length)), 1)
-    spans = min(spans, noise, raw - noise)  # each span (and each gap before one) holds a token
-    return SpanLengths(raw, noise, spans)
-
-
-def raw_length_for(inputs_length: int, noise_density: float, mean_span_length: float) -> int:
-    """T5's ``compute_input_and_target_lengths``: the longest raw row whose corrupted encoder input
-    (EOS included) fits ``inputs_length`` tokens."""
-    raw = inputs_length
-    while span_lengths(raw + 1, noise_density, mean_span_length).inputs <= inputs_length:
-        raw += 1
-    return raw
 
 
 def _segmentation(num_items: int, num_segments: int, rng: np.random.Generator) -> np.ndarray:

@@ -30,7 +30,8 @@ from llmpipe.errors import ConfigError
 from llmpipe.train.config import ParallelConfig, RunConfig
 from llmpipe.train.model import ModelConfig, RMSNorm, _fill, _local
 from llmpipe.train.parallel import Dist, _fsdp
-from llmpipe.train.span_corruption import SpanCorruptor, SpanLengths
+from llmpipe.train.span_corruption import SpanCorruptor
+from llmpipe.train.span_math import SpanLengths
 
 NUM_BUCKETS = 32
 MAX_DISTANCE = 128
@@ -56,9 +57,9 @@ def relative_buckets(q_len: int, k_len: int, bidirectional: bool, device: torch.
     else:
         rel = -torch.clamp(rel, max=0)
     exact = n // 2
-    large = exact + (
-        torch.log(rel.float() / exact) / math.log(MAX_DISTANCE / exact) * (n - exact)
-    ).to(torch.long)
+    large = exact + (torch.log(rel.float() / exact) / math.log(MAX_DISTANCE / exact) * (n - exact)).to(
+        torch.long
+    )
     large = torch.clamp(large, max=n - 1)
     return buckets + torch.where(rel < exact, rel, large)
 
@@ -80,7 +81,9 @@ class T5Attention(nn.Module):
         q = self.wq(x).view(b, n, -1, self.head_dim).transpose(1, 2)
         k = self.wk(kv).view(b, kv.shape[1], -1, self.head_dim).transpose(1, 2)
         v = self.wv(kv).view(b, kv.shape[1], -1, self.head_dim).transpose(1, 2)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype) if bias is not None else None, scale=1.0)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias.to(q.dtype) if bias is not None else None, scale=1.0
+        )
         return self.wo(y.transpose(1, 2).reshape(b, n, -1))
 
 
@@ -241,7 +244,7 @@ def _replicated(module: nn.Module, mesh: DeviceMesh) -> None:
     def out(_: nn.Module, o: torch.Tensor, m: DeviceMesh) -> torch.Tensor:
         return o.to_local() if isinstance(o, DTensor) else o
 
-    distribute_module(module, mesh, input_fn=inp, output_fn=out)
+    distribute_module(module, mesh, input_fn=inp, output_fn=out)  # type: ignore[arg-type]  # torch's hint says None
 
 
 def apply_tp(model: T5, mesh: DeviceMesh, loss_par: bool) -> None:
@@ -319,7 +322,10 @@ def check_run(cfg: RunConfig) -> None:
         (cfg.lora.rank > 0, "lora"),
         (cfg.qat.scheme != "none", "qat"),
         (cfg.init.from_hf is not None, "init.from_hf"),
-        (cfg.eval.every > 0, "eval.every (bits per byte is a decoder's measure; the val loss is span corruption's)"),
+        (
+            cfg.eval.every > 0,
+            "eval.every (bits per byte is a decoder's measure; the val loss is span corruption's)",
+        ),
     ]
     for bad, what in refused:
         if bad:
