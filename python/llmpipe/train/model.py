@@ -295,6 +295,7 @@ class Transformer(LayerRange):
     def init_weights(self, seed: int = 0, only: dict[str, torch.Tensor] | None = None) -> None:
         """Fill every parameter and buffer (after ``to_empty``): N(0, std), the output projections of
         each block scaled down by sqrt(2 * n_layers) as in GPT-2, norms at one, rotary tables recomputed.
+        The values are drawn on the CPU from ``seed``, so a GPU run starts from the CPU run's weights.
         With muP the hidden matrices (every block's linear layers) take std / sqrt(width_mult): variance
         in 1 / fan_in; the embedding and output matrices keep std. The values depend on the seed only,
         not on how the parameters are sharded (see ``_fill``).
@@ -311,9 +312,8 @@ class Transformer(LayerRange):
         hidden_std = self.cfg.init_std / math.sqrt(self.cfg.width_mult)
         for name, p in self.named_parameters():  # a tied output matrix is the embedding: filled once
             target = p if only is None else only.get(name)
-            if gen is None:
-                device = _local(next(iter(only.values()))).device if only else _local(p).device
-                gen = torch.Generator(device=device).manual_seed(seed)
+            if gen is None:  # on the CPU whatever the device: the same weights on CPU and GPU
+                gen = torch.Generator().manual_seed(seed)
             std: float | None = self.cfg.init_std
             if name.endswith("norm.weight"):
                 std = None
@@ -338,11 +338,12 @@ def _fill(p: torch.Tensor, std: float | None, gen: torch.Generator) -> None:
     """N(0, std) (ones when std is None) drawn for the whole tensor, then this rank's shard kept: the
     same weights on any number of ranks and in a plain unsharded model. Only one full parameter is
     held at a time."""
-    full = torch.empty(p.shape, dtype=p.dtype, device=_local(p).device)
+    full = torch.empty(p.shape, dtype=p.dtype)
     if std is None:
         full.fill_(1.0)
     else:
         full.normal_(0.0, std, generator=gen)
+    full = full.to(_local(p).device)
     if isinstance(p, DTensor):  # every rank drew the same values: slice locally, no communication
         full = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
     p.copy_(full)

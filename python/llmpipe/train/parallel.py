@@ -172,6 +172,12 @@ def init_distributed(cfg: ParallelConfig, model: ModelConfig | None = None) -> D
     want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
     if want_cuda and not torch.cuda.is_available():
         raise ConfigError("parallel.device=cuda but CUDA is not available")
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if want_cuda and local_world > torch.cuda.device_count():
+        raise ConfigError(
+            f"{local_world} processes per node but {torch.cuda.device_count()} CUDA device(s): one process "
+            "per GPU (torchrun --nproc_per_node), or parallel.device=cpu for gloo processes on the CPU"
+        )
     if want_cuda:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
