@@ -150,7 +150,7 @@ def test_t5_export_eval_plan(
     from llmpipe.cli import main
     from llmpipe.config import load_yaml
     from llmpipe.train.config import from_saved
-    from llmpipe.train.export_t5 import load_t5
+    from llmpipe.train.export_t5 import every_row, load_t5
     from llmpipe.train.model import count_params
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -164,11 +164,9 @@ def test_t5_export_eval_plan(
     model, _ = load_t5(cfg, t5_run)
     ds = ShardDataset(byte_shards, "val")
     corruptor = SpanCorruptor(cfg.span, ds.seq_len + 1, ds.eos_id, cfg.data.seed)
-    rows = next(b for b in range(64, 0, -1) if len(ds) % b == 0)  # every val row, as llmpipe eval takes them
-    loader = TokenLoader(ds, rows, seed=0, infinite=False, doc_ids=False, prefetch=1)
     total, count = 0.0, 0
     with torch.no_grad():
-        for i, b in enumerate(SpanCorruptionLoader(loader, corruptor)):
+        for i, b in enumerate(every_row(ds, corruptor, 256)):  # every val row, as llmpipe eval scores them
             ours = model(b.input, b.decoder_input)
             theirs = hf(input_ids=b.input.long(), labels=b.target.long())  # HF shifts the labels itself
             if i == 0:
@@ -181,7 +179,7 @@ def test_t5_export_eval_plan(
             count += int((b.target != -100).sum())
     # llmpipe eval: the span-corruption loss of the run on the val split, as transformers computes it
     capsys.readouterr()
-    assert main(["eval", str(t5_run), "--shards", str(byte_shards), "--json", "--batch-size", "64"]) == 0
+    assert main(["eval", str(t5_run), "--shards", str(byte_shards), "--json", "--batch-size", "256"]) == 0
     report = json.loads(capsys.readouterr().out)
     (r,) = report["inputs"].values()
     assert report["objective"] == "span_corruption" and r["rows"] == len(ds) and r["tokens"] == count

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
+from llmpipe.data import ShardDataset
 from llmpipe.errors import LlmpipeError
 from llmpipe.train.checkpoint import list_checkpoints, load_dcp, step_dir
 from llmpipe.train.config import RunConfig
-from llmpipe.train.span_corruption import PAD_TOKEN, SpanCorruptor, sentinel_token
+from llmpipe.train.span_corruption import PAD_TOKEN, Seq2SeqBatch, SpanCorruptor, sentinel_token
 from llmpipe.train.t5 import MAX_DISTANCE, NUM_BUCKETS, T5
 
 
@@ -204,9 +206,8 @@ def span_loss(
     import torch.nn.functional as F
 
     from llmpipe.config import load_yaml
-    from llmpipe.data import ShardDataset, TokenLoader
+    from llmpipe.data import ShardDataset
     from llmpipe.train.config import from_saved
-    from llmpipe.train.span_corruption import SpanCorruptionLoader
 
     cfg = from_saved(load_yaml(run_dir / "config.yaml"))
     model, _ = load_t5(cfg, run_dir)
@@ -215,14 +216,31 @@ def span_loss(
     corruptor = SpanCorruptor(cfg.span, ds.seq_len + 1, ds.eos_id, cfg.data.seed)
     if model.cfg.vocab_size is None or ds.vocab_size > cfg.span.extra_ids_from:
         raise LlmpipeError(f"{shards}: its vocabulary of {ds.vocab_size} is not the run's tokenizer's")
-    # every row once: the largest batch up to batch_size that divides the split (the loader takes whole ones)
-    batch = next(b for b in range(max(1, min(batch_size, len(ds))), 0, -1) if len(ds) % b == 0)
-    loader = TokenLoader(ds, batch, seed=0, device=device, infinite=False, doc_ids=False, prefetch=1)
     total, tokens, rows = 0.0, 0, 0
-    for b in SpanCorruptionLoader(loader, corruptor):
+    for b in every_row(ds, corruptor, batch_size, device):
         logits = model(b.input, b.decoder_input)
         total += float(F.cross_entropy(logits.flatten(0, 1), b.target.long().flatten(), reduction="sum"))
         tokens += int((b.target != -100).sum())
         rows += len(b.input)
     loss = total / max(tokens, 1)
     return {"rows": rows, "tokens": tokens, "loss": loss, "ppl": math.exp(min(loss, 700.0))}
+
+
+def every_row(
+    ds: ShardDataset, corruptor: SpanCorruptor, batch_size: int, device: str = "cpu"
+) -> Iterator[Seq2SeqBatch]:
+    """Every row of ``ds`` once, span-corrupted, in the loader's seed-0 order: whole batches of
+    ``batch_size``, then one batch of the rows left."""
+    from llmpipe.data import TokenLoader
+    from llmpipe.train.span_corruption import SpanCorruptionLoader
+
+    n = len(ds)
+    b = max(1, min(batch_size, n))
+    full = n // b * b
+    yield from SpanCorruptionLoader(
+        TokenLoader(ds, b, seed=0, device=device, infinite=False, doc_ids=False, prefetch=1), corruptor
+    )
+    if full < n:  # the rest: a loader of n - full rows placed where the whole batches ended
+        rest = TokenLoader(ds, n - full, seed=0, device=device, infinite=False, doc_ids=False, prefetch=1)
+        rest.load_state_dict({**rest.state_dict(), "consumed": full})
+        yield from SpanCorruptionLoader(rest, corruptor)

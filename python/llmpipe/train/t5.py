@@ -28,7 +28,7 @@ from torch.utils.checkpoint import checkpoint
 
 from llmpipe.errors import ConfigError
 from llmpipe.train.config import ParallelConfig, RunConfig
-from llmpipe.train.model import ModelConfig, RMSNorm, _fill, _local
+from llmpipe.train.model import ModelConfig, RMSNorm, _fill
 from llmpipe.train.parallel import Dist, _fsdp
 from llmpipe.train.span_corruption import SpanCorruptor
 from llmpipe.train.span_math import SpanLengths
@@ -196,7 +196,7 @@ class T5(nn.Module):
         embedding N(0, 1), the output N(0, dim^-1/2), queries N(0, (dim * head_dim)^-1/2), keys, values
         and the feed-forward's input N(0, dim^-1/2), attention outputs N(0, inner^-1/2), the
         feed-forward's output N(0, hidden^-1/2), the position biases N(0, dim^-1/2), norms one. Drawn
-        from the seed alone, whatever the sharding (model._fill)."""
+        from the seed alone, whatever the sharding or device (model._fill)."""
         c = self.cfg
         f = c.init_std / 0.02
         inner = c.n_heads * c.head_dim
@@ -211,10 +211,8 @@ class T5(nn.Module):
             "ffn.w2": c.hidden**-0.5,
             "rel_bias": c.dim**-0.5,
         }
-        gen: torch.Generator | None = None
+        gen = torch.Generator().manual_seed(seed)  # on the CPU: the same weights on CPU and GPU
         for name, p in self.named_parameters():
-            if gen is None:
-                gen = torch.Generator(device=_local(p).device).manual_seed(seed)
             std: float | None
             if name.endswith("norm.weight"):
                 std = None
