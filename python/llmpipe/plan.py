@@ -55,6 +55,11 @@ thumb ``2 x weights`` (so fp32 AdamW training needs about 6 x the weights: ~24 G
 Compute: ``6 * N * tokens`` FLOPs (PaLM adds ``12 * layers * h * s`` per token for attention; shown
 too). Compute-optimal data: 20 tokens per parameter (Chinchilla), or D_opt(N) from a fitted scaling law. Curation keeps about 1-3% of crawled
 tokens (default 2%, or the retention a curate run measured).
+
+An encoder-decoder (``model.arch: encoder_decoder``, train/t5.py) counts both stacks (``n_layers`` each,
+the decoder's blocks with cross-attention); its activations are the encoder's over the corrupted input
+and the decoder's over the targets (T5's span-corruption lengths for rows of ``seq_len + 1``, noise
+density 0.15, mean span 3), and its FLOPs per raw token weigh each stack by the tokens it reads.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from llmpipe.errors import ConfigError
 from llmpipe.train import pp_math  # the trainer's pipeline arithmetic (no torch)
+from llmpipe.train.span_math import span_lengths  # T5's span-corruption lengths (no torch)
 
 if TYPE_CHECKING:  # the trainer's typed config (train/config.py); llmpipe does not import it at run time
     from llmpipe.train.config import RunConfig
@@ -80,6 +86,7 @@ Optimizer = Literal["adamw", "adam8bit", "sgd_momentum", "sgd"]
 
 #: dense bf16 peak TFLOP/s per device (no sparsity), for MFU and GPU-hours
 PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0, "b200": 2250.0, "a100": 312.0, "l40s": 362.0, "a10g": 125.0}
+T5_BUCKETS, T5_NOISE_DENSITY, T5_MEAN_SPAN = 32, 0.15, 3.0  # train/t5.py, train/span_corruption.py
 OPTIMIZER_BYTES = {"adamw": 8.0, "adam8bit": 2.0, "sgd_momentum": 4.0, "sgd": 0.0}
 
 
@@ -101,6 +108,8 @@ class ModelShape:
     expert_params: int = 0  # the routed experts' weights, all MoE blocks (split over ep ranks)
     moe_layers: int = 0
     top_k: int = 0
+    arch: str = "decoder"  # encoder_decoder: n_layers counts the blocks of both stacks
+    encoder_params: int = 0  # encoder_decoder: the encoder stack's matmul parameters
 
     @property
     def active(self) -> int:
@@ -133,11 +142,35 @@ class ModelShape:
         return cls(params, dim, n_layers, n_heads, kv, hidden, vocab_size, tie_embeddings)
 
     @classmethod
+    def t5(
+        cls, dim: int, n_layers: int, n_heads: int, vocab_size: int, hidden: int, tie_embeddings: bool
+    ) -> ModelShape:
+        """train/t5.py's encoder-decoder (``n_layers`` per stack; checked against it): per encoder block
+        q, k, v, o, the gated feed-forward and two norms; per decoder block also the cross-attention and
+        its norm; a position-bias table per stack, two final norms, the embedding and the output."""
+        head_dim = dim // n_heads
+        inner = n_heads * head_dim
+        enc = 4 * dim * inner + 3 * dim * hidden
+        dec = 8 * dim * inner + 3 * dim * hidden
+        emb = vocab_size * dim
+        params = (
+            n_layers * (enc + 2 * dim + dec + 3 * dim)
+            + 2 * T5_BUCKETS * n_heads
+            + 2 * dim
+            + emb * (1 if tie_embeddings else 2)
+        )
+        shape = cls(params, dim, 2 * n_layers, n_heads, n_heads, hidden, vocab_size, tie_embeddings)
+        shape.arch, shape.encoder_params = "encoder_decoder", n_layers * enc
+        return shape
+
+    @classmethod
     def of(cls, m: ModelConfig, vocab_size: int | None = None) -> ModelShape:
         """The shape of the trainer's model for its typed config (``vocab_size`` overrides the config's)."""
         vocab = vocab_size or m.vocab_size
         if not vocab:
             raise ConfigError("model.vocab_size is taken from the shards; give a vocabulary size")
+        if m.arch == "encoder_decoder":
+            return cls.t5(m.dim, m.n_layers, m.n_heads, vocab, m.hidden, m.tie_embeddings)
         shape = cls.llama(
             m.dim,
             m.n_layers,
@@ -302,6 +335,8 @@ def activation_bytes(p: PlanInput, micro_batch: int) -> float:
     m = p.model
     s = p.seq_len / p.cp  # context parallel: each rank holds seq_len / cp of every sequence
     scale = 2.0 if p.precision == "fp32" else 1.0
+    if m.arch == "encoder_decoder":
+        return _t5_activation_bytes(p, micro_batch, scale)
     kv_ratio = m.n_kv_heads / m.n_heads if m.n_heads else 1.0
     layers, in_flight, b = m.n_layers, 1, float(micro_batch)
     if p.pp > 1:
@@ -321,6 +356,32 @@ def activation_bytes(p: PlanInput, micro_batch: int) -> float:
     if p.activation_checkpointing:
         return in_flight * layers * scale * 2 * s * b * m.dim / p.tp + layer + head
     return in_flight * layers * layer + head
+
+
+def _t5_activation_bytes(p: PlanInput, micro_batch: int, scale: float) -> float:
+    """An encoder-decoder's activations: encoder blocks over the corrupted input (Le tokens), decoder
+    blocks over the targets (Ld) with the cross-attention's q and output at Ld and its k and v at Le, the
+    logits at Ld; Le and Ld from T5's arithmetic for rows of seq_len + 1 tokens (default span settings)."""
+    m = p.model
+    n = span_lengths(p.seq_len + 1, T5_NOISE_DENSITY, T5_MEAN_SPAN)
+    le, ld, b, h = n.inputs, n.targets, float(micro_batch), m.dim
+    enc = scale * (le * b * h * 16 + le * b * m.hidden * 8) / p.tp
+    dec = scale * (ld * b * h * 24 + 2 * le * b * h * 2 + ld * b * m.hidden * 8) / p.tp
+    layers = m.n_layers // 2
+    head = scale * 2 * ld * b * h / p.tp + 8.0 * ld * b * m.vocab_size / (p.tp if p.loss_parallel else 1)
+    if p.activation_checkpointing:
+        return layers * scale * 2 * b * h * (le + ld) / p.tp + max(enc, dec) + head
+    return layers * (enc + dec) + head
+
+
+def t5_flops_per_token(m: ModelShape, seq_len: int) -> tuple[float, float]:
+    """(matmul, attention) training FLOPs per raw token of an encoder-decoder: the encoder's matmuls
+    over Le tokens, the decoder's (with the output layer) over Ld, per row of seq_len + 1 tokens."""
+    n = span_lengths(seq_len + 1, T5_NOISE_DENSITY, T5_MEAN_SPAN)
+    dec = m.params - m.encoder_params - m.vocab_size * m.dim * (0 if m.tie_embeddings else 1)
+    matmul = 6.0 * (m.encoder_params * n.inputs + dec * n.targets) / n.raw
+    attn = 12.0 * (m.n_layers // 2) * m.dim * (n.inputs**2 + n.targets**2 + n.inputs * n.targets) / n.raw
+    return matmul, attn
 
 
 def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
@@ -386,6 +447,8 @@ def estimate(p: PlanInput) -> Plan:
     """Per-GPU memory by component, fit, largest micro-batch, compute and data budgets."""
     if p.gpus < 1:
         raise ConfigError("gpus must be at least 1")
+    if p.model.arch == "encoder_decoder" and p.pp > 1:
+        raise ConfigError("an encoder-decoder trains with pp=1 (no pipeline stages of the two stacks)")
     n = p.model.params
     wf, gf, of = _shard_factors(p)
     wb, gb, ob = _per_param_bytes(p)
@@ -430,6 +493,13 @@ def estimate(p: PlanInput) -> Plan:
     tokens = p.tokens or optimal_tokens
     flops = 6.0 * p.model.active * tokens  # a mixture of experts: the parameters a token uses
     attn = 12.0 * p.model.n_layers * p.model.dim * p.seq_len * tokens if p.seq_len else 0.0
+    if p.model.arch == "encoder_decoder" and p.seq_len:
+        matmul, per_token_attn = t5_flops_per_token(p.model, p.seq_len)
+        flops, attn = matmul * tokens, per_token_attn * tokens
+        notes.append(
+            "encoder-decoder: FLOPs per raw token from T5's span-corruption lengths (the encoder reads the "
+            "corrupted row, the decoder the targets)"
+        )
     peak = p.peak_tflops * 1e12
     gpu_hours = flops / (peak * p.mfu) / 3600.0 if p.mfu > 0 and peak > 0 else math.inf
     if p.precision in ("int8", "int4"):

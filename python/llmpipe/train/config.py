@@ -1,7 +1,7 @@
 """The run's typed configuration: one dataclass per component, loaded from YAML plus ``--key=value``.
 
 ``configs/train/*.yaml`` holds sections (model, data, optim, parallel, train, checkpoint, guard, metrics,
-debug, eval, qat, init, lora). Every key not given takes the default below. Unknown keys and wrong types
+debug, eval, qat, init, lora, span). Every key not given takes the default below. Unknown keys and wrong types
 are a ConfigError, in the file and in overrides alike. An override is ``--section.key=value`` or, when
 the key name is unique across sections, ``--key=value``; the value is parsed as YAML (``--train.steps=20``,
 ``--doc_mask=true``).
@@ -22,6 +22,7 @@ import yaml
 from llmpipe.config import config_file, from_dict, load_yaml, to_dict
 from llmpipe.errors import ConfigError
 from llmpipe.train.model import ModelConfig
+from llmpipe.train.span_corruption import SpanConfig
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
@@ -205,6 +206,7 @@ class RunConfig:
     qat: QatConfig = field(default_factory=QatConfig)
     init: InitConfig = field(default_factory=InitConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
+    span: SpanConfig = field(default_factory=SpanConfig)  # model.arch=encoder_decoder
 
 
 def _sections() -> dict[str, set[str]]:
@@ -389,6 +391,10 @@ def validate_lora(cfg: RunConfig) -> None:
 
 
 def validate(cfg: RunConfig) -> None:
+    if cfg.model.arch == "encoder":
+        raise ConfigError(
+            "model.arch=encoder (masked LM) is not in this build; use decoder or encoder_decoder"
+        )
     validate_mixture(cfg.data)
     validate_lora(cfg)
     checks = [

@@ -30,6 +30,9 @@ from llmpipe.train.moe import MoE, MoEConfig
 
 @dataclass
 class ModelConfig:
+    # decoder: this file's causal LM; encoder_decoder: T5 with span corruption (train/t5.py); encoder:
+    # masked LM (not in this build)
+    arch: Literal["decoder", "encoder", "encoder_decoder"] = "decoder"
     dim: int = 128
     n_layers: int = 2
     n_heads: int = 4

@@ -20,7 +20,7 @@ from llmpipe.data.format import TOKENIZER_FILE
 from llmpipe.errors import LlmpipeError
 from llmpipe.lock import DirLock
 from llmpipe.plan import Plan, plan_for_run, render_memory
-from llmpipe.train import init_from, lora
+from llmpipe.train import init_from, lora, t5
 from llmpipe.train.checkpoint import STATE_FILE, Checkpointer, load_train_state
 from llmpipe.train.config import RunConfig, dump, parse_args, resolve_for_device
 from llmpipe.train.data import build_data, first_directory, open_train, verify_notices
@@ -39,6 +39,7 @@ from llmpipe.train.parallel import (
 from llmpipe.train.pipeline import Pipeline
 from llmpipe.train.rundir import RUN_DIR
 from llmpipe.train.schedule import BatchSchedule
+from llmpipe.train.span_corruption import SpanCorruptionLoader
 from llmpipe.train.text_eval import TextEval
 from llmpipe.train.trainer import Trainer
 
@@ -225,6 +226,9 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     train_ds = open_train(cfg.data)
     hf_dir = init_from.directory(cfg)  # model.init_from or init.from_hf: one feature
     init_from.prepare(cfg.model, first_directory(cfg.data), hf_dir)  # its shape, its tokenizer checked
+    span = None  # an encoder-decoder's span corruption: extra ids after the vocabulary (train/t5.py)
+    if cfg.model.arch == "encoder_decoder":
+        span = t5.prepare(cfg, train_ds.vocab_size, train_ds.seq_len, train_ds.eos_id)
     cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
     cfg.model.max_seq_len = cfg.model.max_seq_len or train_ds.seq_len
     if d.context_parallel is not None:
@@ -248,7 +252,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     if hf_dir is not None and d.layout.pp > 1:
         raise LlmpipeError("model.init_from loads a whole model: use it with parallel.pp=1")
     hooks = compression_hooks(cfg)
-    model, pipeline = build_parallel_model(cfg, d, hooks)
+    model, pipeline = (t5.build_model(cfg, d), None) if span else build_parallel_model(cfg, d, hooks)
     base_ref: dict[str, str] | None = None
     if hf_dir is not None and cfg.lora.rank:
         lora.load_base(model, hf_dir)  # the frozen base (quantized to NF4 with lora.base_quant=nf4)
@@ -260,7 +264,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         if d.is_main:
             print(f"model weights from {hf_dir} (a fresh optimizer)", flush=True)
     with torch.device("meta"):
-        whole = Transformer(cfg.model)
+        whole = t5.T5(cfg.model) if span else Transformer(cfg.model)
     n_params = count_params(whole)
     n_dense = count_params(whole, exclude_embeddings=True)
     if d.is_main:
@@ -270,6 +274,8 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
             "\n".join(startup_summary(cfg, d, out, n_params, n_dense, len(train_ds), train_ds.seq_len)),
             flush=True,
         )
+        if span:
+            print(t5.summary(span), flush=True)
     lora_record = lora_summary(cfg, model, n_params, d) if cfg.lora.rank else {}
     if cfg.parallel.cpu_offload:
         on_cpu = sum(_local(p).device.type == "cpu" for p in model.parameters())
@@ -282,6 +288,8 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     )
     # a mixture of experts: MFU counts the parameters each token uses
     fpt = flops_per_token(cfg.model, n_params - inactive_params(whole), train_ds.seq_len)
+    if span:  # per target token: the metrics count the decoder's
+        fpt = t5.flops_per_target(cfg.model, span.lengths)
     metrics = MetricsWriter(out, enabled=d.is_main, tensorboard=cfg.metrics.tensorboard)
     trainer = Trainer(
         cfg,
@@ -289,7 +297,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         model,
         optimizer,
         scheduler,
-        data.loader,
+        SpanCorruptionLoader(data.loader, span) if span else data.loader,
         data.val.get(""),
         ckpt,
         metrics,
@@ -300,6 +308,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         pipeline=pipeline,
         compression=hooks,
         lora_base=base_ref,
+        span=span,
     )
     latest = ckpt.latest() if cfg.checkpoint.resume else None
     if latest is None:

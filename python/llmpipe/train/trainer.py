@@ -33,6 +33,7 @@ from llmpipe.train.parallel import Dist, all_reduce_, all_reduce_sum, autocast, 
 from llmpipe.train.pipeline import Pipeline
 from llmpipe.train.scaler import LossScaler
 from llmpipe.train.schedule import BatchSchedule
+from llmpipe.train.span_corruption import Seq2SeqBatch, SpanCorruptionLoader, SpanCorruptor
 from llmpipe.train.text_eval import TextEval
 
 SPIKE_SCALE = 1000.0  # debug.inject_spike_at_step multiplies the loss by this
@@ -44,6 +45,13 @@ class StepResult:
     tokens: int  # target tokens of the step, all ranks
     decision: str
     grad_norm: torch.Tensor | None
+
+
+def model_args(b: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The model's inputs: tokens and document ids, or (span corruption) encoder and decoder ids."""
+    if isinstance(b, Seq2SeqBatch):
+        return b.input, b.decoder_input
+    return b.input, b.doc_ids
 
 
 def count_targets(b: Batch) -> int:
@@ -72,7 +80,7 @@ def forward_backward(
     loss_sum = torch.zeros((), dtype=torch.float64, device=batches[0].input.device)
     for b in batches:
         with amp():  # forward only; backward runs outside autocast
-            logits = model(b.input, b.doc_ids)
+            logits = model(*model_args(b))
         with loss_ctx():  # loss parallel: the loss and its backward on vocabulary-sharded logits
             loss = F.cross_entropy(
                 logits.flatten(0, 1), b.target.long().flatten(), ignore_index=-100, reduction="sum"
@@ -98,7 +106,7 @@ class Trainer:
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
-        loader: TokenLoader,
+        loader: TokenLoader | SpanCorruptionLoader,
         val_ds: ShardDataset | None,
         checkpointer: Checkpointer,
         metrics: MetricsWriter,
@@ -110,7 +118,9 @@ class Trainer:
         pipeline: Pipeline | None = None,  # pp > 1: runs the stages; ``model`` holds their parameters
         compression: TrainCompression | None = None,  # QAT, pruning masks (llmpipe.compress)
         lora_base: dict[str, str] | None = None,  # LoRA: the frozen base's path and sha256 (train/lora.py)
+        span: SpanCorruptor | None = None,  # encoder-decoder: validation batches span-corrupted too
     ) -> None:
+        self.span = span
         self.lora_base = lora_base
         self.text_eval = text_eval
         self.cfg, self.d, self.model = cfg, d, model
@@ -281,7 +291,8 @@ class Trainer:
         )
         self.model.eval()
         loss, tokens = 0.0, 0
-        for i, b in enumerate(loader):
+        batches = SpanCorruptionLoader(loader, self.span) if self.span is not None else loader
+        for i, b in enumerate(batches):
             if i >= self.cfg.train.val_batches:
                 break
             (b,) = self._cp_shard([b])
@@ -290,7 +301,7 @@ class Trainer:
                 loss += self.pipeline.eval_batch(b)
                 continue
             with autocast(self.cfg.parallel, self.d):
-                logits = self.model(b.input, b.doc_ids)
+                logits = self.model(*model_args(b))
             with loss_context(self.cfg.parallel):
                 ce = F.cross_entropy(logits.flatten(0, 1), b.target.long().flatten(), reduction="sum")
             loss += float(ce.full_tensor() if isinstance(ce, DTensor) else ce)
