@@ -138,7 +138,7 @@ class PlanInput:
     precision: Precision = "bf16"
     optimizer: Optimizer = "adamw"
     strategy: Strategy = "fsdp_full"
-    shard_size: int = 0  # fsdp_hybrid: ranks per shard group
+    shard_size: int = 0  # fsdp_hybrid, zero1/2/3: ranks per shard group (0 for zero: all data-parallel ranks)
     cpu_offload: bool = False
     seq_len: int = 0
     micro_batch: int = 0
@@ -224,15 +224,15 @@ def _rank_params(p: PlanInput) -> float:
 def _shard_factors(p: PlanInput) -> tuple[int, int, int]:
     """(weights, gradients, optimizer) sharding factors over the data-parallel ranks."""
     n = _dp(p)
-    group = p.shard_size or n
-    if p.strategy == "fsdp_hybrid" and n % group:
-        raise ConfigError(f"fsdp_hybrid: {n} GPUs are not a multiple of shard_size {group}")
+    group = p.shard_size or n  # fsdp_hybrid and the ZeRO stages: groups of shard_size ranks (0: all)
+    if (p.strategy == "fsdp_hybrid" or p.strategy.startswith("zero")) and n % group:
+        raise ConfigError(f"{p.strategy}: {n} data-parallel ranks are not a multiple of shard_size {group}")
     return {
         "ddp": (1, 1, 1),
         "fsdp_none": (1, 1, 1),
-        "zero1": (1, 1, n),
-        "zero2": (1, n, n),
-        "zero3": (n, n, n),
+        "zero1": (1, 1, group),
+        "zero2": (1, group, group),
+        "zero3": (group, group, group),
         "fsdp_full": (n, n, n),
         "fsdp_hybrid": (group, group, group),
     }[p.strategy]
@@ -291,13 +291,18 @@ def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
     m = p.model
     cb = 4.0 if p.precision == "fp32" else 2.0
     dp = _dp(p)
-    rep = dp // wf if wf else 1
+    of = _shard_factors(p)[2]  # the shard group (wf for FSDP; the optimizer's for ZeRO-1 and -2)
+    rep = dp // of if of else 1
     out = {"fsdp": 0.0, "replicate": 0.0, "tp": 0.0, "pp": 0.0}
-    if wf > 1:
-        gathers = 1 if p.pp > 1 else 2
-        out["fsdp"] = (gathers * rank_params * cb + rank_params * 4.0) * (wf - 1) / wf
-    if rep > 1:
-        out["replicate"] = 2 * rank_params / wf * 4.0 * (rep - 1) / rep
+    if p.strategy == "zero1":  # all-reduce of the whole fp32 gradients, all-gather of the updated rows
+        out["replicate"] = 2 * rank_params * 4.0 * (dp - 1) / dp
+        out["fsdp"] = rank_params * 4.0 * (of - 1) / of
+    else:
+        if of > 1:  # ZeRO-2 gathers once per step: the weights stay gathered from forward to backward
+            gathers = 1 if p.pp > 1 or p.strategy == "zero2" else 2
+            out["fsdp"] = (gathers * rank_params * cb + rank_params * 4.0) * (of - 1) / of
+        if rep > 1:
+            out["replicate"] = 2 * rank_params / of * 4.0 * (rep - 1) / rep
     if m.known_layout and p.seq_len and p.micro_batch:
         act = p.seq_len * p.micro_batch * m.dim * cb
         layers = m.n_layers / p.pp
@@ -309,20 +314,26 @@ def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
 
 
 def _fsdp_buffers(p: PlanInput, wf: int) -> float:
+    """FSDP's all-gathered weights of two blocks and one block's fp32 gradient buffer; ZeRO-2 keeps
+    every block's weights gathered (counted in the weights), so only the gradient buffer."""
     m = p.model
-    if not m.known_layout or wf == 1:
+    if not m.known_layout or (wf == 1 and p.strategy != "zero2"):
         return 0.0
     block = (m.params - m.vocab_size * m.dim * (1 if m.tie_embeddings else 2)) / m.n_layers
     compute = 4.0 if p.precision == "fp32" else 2.0
-    return 2 * block * compute + block * 4.0
+    return (0.0 if p.strategy == "zero2" else 2 * block * compute) + block * 4.0
 
 
 def _optimizer_step_temporaries(p: PlanInput, n: float, of: int) -> float:
-    """The foreach (multi-tensor) AdamW step allocates two fp32 copies of its parameters (sqrt of the
-    second moment, and the update); a fused kernel allocates none. Offloaded steps run on the host."""
+    """The foreach (multi-tensor) AdamW step, torch's default on CUDA, allocates two fp32 copies of its
+    parameters (sqrt of the second moment, and the update); on CPU torch steps one tensor at a time
+    (two copies of the largest); a fused kernel allocates none. Offloaded steps run on the host."""
     if p.fused_optimizer or p.cpu_offload or p.optimizer in ("sgd",):
         return 0.0
     trainable = p.trainable_fraction if p.precision in ("int8", "int4") else 1.0
+    m = p.model
+    if p.device == "cpu" and m.known_layout:
+        n = max(m.vocab_size * m.dim, m.dim * m.hidden, m.dim * m.dim) / p.tp
     return 2 * 4.0 * n * trainable / of
 
 
@@ -341,6 +352,8 @@ def estimate(p: PlanInput) -> Plan:
     wb, gb, ob = _per_param_bytes(p)
     rank_params = _rank_params(p)
     weights = rank_params * wb / wf
+    if p.strategy == "zero2" and p.precision == "fp32":  # FSDP2 keeps its shard besides the gathered
+        weights += rank_params * wb / of  # weights (in bf16 that shard is the master copy: optimizer)
     grads = rank_params * gb / gf
     opt = rank_params * ob / of
     offload = 0.0
@@ -403,7 +416,7 @@ def estimate(p: PlanInput) -> Plan:
         retention=p.retention,
         raw_tokens_to_crawl=tokens / p.retention if p.retention > 0 else math.inf,
         notes=notes,
-        layout={"dp_replicate": _dp(p) // wf, "dp_shard": wf, "pp": p.pp, "tp": p.tp},
+        layout={"dp_replicate": _dp(p) // of, "dp_shard": of, "pp": p.pp, "tp": p.tp},
         params_per_rank=rank_params,
         bubble_fraction=bubble_fraction(p),
         comm_gb={k: v / GB for k, v in comm_bytes(p, rank_params, wf).items()},
@@ -497,6 +510,7 @@ def plan_for_run(
     device_memory_gb: float,
     dp_replicate: int = 0,
     dp_shard: int = 0,
+    device: Literal["cuda", "cpu"] = "cuda",
 ) -> Plan:
     """The plan of a train/pretrain.py run from its resolved config (the trainer prints its memory part),
     at its layout: ``dp_replicate`` x ``dp_shard`` as the trainer resolved them (0: from ``sharding``),
@@ -507,6 +521,10 @@ def plan_for_run(
     if dp_shard:
         strategy = "fsdp_none" if dp_shard == 1 else ("fsdp_hybrid" if dp_replicate > 1 else "fsdp_full")
         shard_size = dp_shard
+    if p.zero:  # a ZeRO stage over the dp_shard ranks (the whole data-parallel group with sharding full)
+        zero: dict[int, Strategy] = {1: "zero1", 2: "zero2", 3: "zero3"}
+        strategy = zero[p.zero]
+        shard_size = dp_shard or (shard_size if p.sharding == "hybrid" else 0)
     return estimate(
         PlanInput(
             model=ModelShape.of(cfg.model),
@@ -514,7 +532,7 @@ def plan_for_run(
             gpu_memory_gb=device_memory_gb,
             precision="fp32" if p.mixed_precision == "fp32" else "bf16",
             strategy=strategy,
-            shard_size=shard_size if strategy == "fsdp_hybrid" else 0,
+            shard_size=shard_size if strategy in ("fsdp_hybrid", "zero1", "zero2", "zero3") else 0,
             cpu_offload=p.cpu_offload,
             seq_len=seq_len,
             micro_batch=cfg.data.batch_size,
@@ -525,5 +543,7 @@ def plan_for_run(
             pp_schedule=p.pp_schedule,
             stages_per_rank=p.pp_stages_per_rank,
             loss_parallel=p.loss_parallel,
+            device=device,
+            fused_optimizer=cfg.optim.fused is True,
         )
     )

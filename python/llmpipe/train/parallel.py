@@ -37,7 +37,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from llmpipe.errors import ConfigError
-from llmpipe.train import pp_math
+from llmpipe.train import pp_math, zero
 from llmpipe.train.config import ParallelConfig
 from llmpipe.train.model import Block, LayerRange, ModelConfig, Transformer
 
@@ -100,6 +100,7 @@ def resolve_layout(cfg: ParallelConfig, world: int, model: ModelConfig | None = 
             f"layout dp_replicate {cfg.dp_replicate} x dp_shard {cfg.dp_shard} x pp {pp} x tp {tp} "
             f"does not multiply to the world size {world}"
         )
+    zero.check_layout(cfg, rep, shard)
     if cfg.cpu_offload and layout.dp == 1:
         raise ConfigError("parallel.cpu_offload is FSDP's offload: it needs more than one data-parallel rank")
     if cfg.loss_parallel and pp > 1:
@@ -320,11 +321,13 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:
     if cfg.compile is True:  # "auto" is settled per device by config.resolve_for_device
         for block in blocks:
             block.compile()  # in place: parameter names (and so checkpoints) stay the same
-    if d.layout.dp == 1:
-        return model
+    if d.layout.dp == 1 or cfg.zero == 1:
+        return model  # one rank: nothing to shard; ZeRO-1: replicated parameters (train/zero.py)
+    # the last block's parameters are needed again at once by backward: keep them gathered; stage 2
+    # keeps every block's from forward to backward
+    reshard = d.layout.pp == 1 and cfg.zero != 2
     for i, block in enumerate(blocks):
-        # the last block's parameters are needed again at once by backward: keep them gathered
-        _fsdp(block, cfg, d, reshard=i < len(blocks) - 1 and d.layout.pp == 1)
+        _fsdp(block, cfg, d, reshard=reshard and i < len(blocks) - 1)
     _fsdp(model, cfg, d, reshard=False)
     return model
 
@@ -351,7 +354,7 @@ def apply_float8(model: nn.Module) -> nn.Module:
 
 def autocast(cfg: ParallelConfig, d: Dist) -> contextlib.AbstractContextManager[None]:
     """bf16 / fp16 compute without FSDP (with it, FSDP's MixedPrecisionPolicy casts the parameters)."""
-    if d.layout.dp == 1 and cfg.mixed_precision in ("bf16", "fp16"):
+    if (d.layout.dp == 1 or cfg.zero == 1) and cfg.mixed_precision in ("bf16", "fp16"):
         dtype = torch.bfloat16 if cfg.mixed_precision == "bf16" else torch.float16
         return torch.autocast(d.device.type, dtype=dtype)
     return contextlib.nullcontext()
