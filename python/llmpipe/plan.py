@@ -12,8 +12,11 @@ its tests measure on disk.)
 
 Sharding divides model states over ``F`` ranks: DDP / FSDP ``none`` replicate (F = 1); ZeRO-1 shards
 the optimizer states, ZeRO-2 also the gradients, ZeRO-3 / FSDP ``full`` also the weights (F = all
-GPUs); FSDP ``hybrid`` shards within groups of ``shard_size`` ranks (F = shard_size). CPU offload moves
-the optimizer states (and the master copy) to host memory.
+GPUs); FSDP ``hybrid`` shards within groups of ``shard_size`` ranks (F = shard_size), and so do the
+ZeRO stages when ``shard_size`` is given. As the trainer runs ZeRO-2 (FSDP2 keeping the weights gathered
+from forward to backward), its fp32 weights count FSDP's shard besides the gathered copy, and its
+temporaries one block's gradient buffer. CPU offload moves the optimizer states (and the master copy) to
+host memory.
 
 Activations per layer (Korthikanti et al. 2022, adapted to a Llama block with SDPA / flash attention,
 which stores no s x s score matrix): with 16-bit activations, ``bytes = s*b*h*(12 + 4*kv/heads) +
@@ -40,7 +43,7 @@ activations for the micro-batches in flight (GPipe: all m; 1F1B: up to pp; inter
 GPU per step: FSDP all-gathers (twice, once with pp) and reduce-scatters, replicas all-reduce, TP moves
 8 activation-sized tensors per block (sequence parallel), PP sends activations and gradients across
 each stage boundary. tests/train/test_train_plan.py checks the memory against a tp=2 and a pp=2 rank of
-the real trainer.
+the real trainer, and against a rank at each ZeRO stage (``parallel.zero``).
 
 Without a sequence length and micro-batch (a bare parameter count), activations follow the rule of
 thumb ``2 x weights`` (so fp32 AdamW training needs about 6 x the weights: ~24 GB for 1B parameters).
@@ -325,15 +328,11 @@ def _fsdp_buffers(p: PlanInput, wf: int) -> float:
 
 
 def _optimizer_step_temporaries(p: PlanInput, n: float, of: int) -> float:
-    """The foreach (multi-tensor) AdamW step, torch's default on CUDA, allocates two fp32 copies of its
-    parameters (sqrt of the second moment, and the update); on CPU torch steps one tensor at a time
-    (two copies of the largest); a fused kernel allocates none. Offloaded steps run on the host."""
+    """The foreach (multi-tensor) AdamW step allocates two fp32 copies of its parameters (sqrt of the
+    second moment, and the update); a fused kernel allocates none. Offloaded steps run on the host."""
     if p.fused_optimizer or p.cpu_offload or p.optimizer in ("sgd",):
         return 0.0
     trainable = p.trainable_fraction if p.precision in ("int8", "int4") else 1.0
-    m = p.model
-    if p.device == "cpu" and m.known_layout:
-        n = max(m.vocab_size * m.dim, m.dim * m.hidden, m.dim * m.dim) / p.tp
     return 2 * 4.0 * n * trainable / of
 
 

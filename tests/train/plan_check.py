@@ -23,8 +23,8 @@ from llmpipe.train.config import RunConfig, load_config  # noqa: E402
 from llmpipe.train.optim import build_optimizer  # noqa: E402
 from llmpipe.train.parallel import Dist, init_distributed  # noqa: E402
 from llmpipe.train.pretrain import build_parallel_model  # noqa: E402
-from llmpipe.train.zero import optimizer_mesh  # noqa: E402
 from llmpipe.train.trainer import forward_backward  # noqa: E402
+from llmpipe.train.zero import optimizer_mesh  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402

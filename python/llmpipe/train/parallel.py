@@ -4,7 +4,9 @@ The mesh is ``pp x dp_replicate x dp_shard x tp`` (names as in ``parallel.*``); 
 is the world size. ``sharding`` keeps its meaning by filling the data-parallel sizes when neither is set:
 ``full``: ``dp_shard`` = every data-parallel rank (FSDP / ZeRO-3); ``hybrid``: ``dp_shard`` =
 ``shard_size`` (HSDP: sharded within a node, replicated across); ``none``: ``dp_replicate`` = every
-data-parallel rank (DDP semantics). Tensor-parallel ranks see the same batch; pipeline ranks of one
+data-parallel rank (DDP semantics). ``zero`` names the ZeRO stage over the ``dp_shard`` ranks (1: no
+FSDP, train/zero.py; 2: FSDP2 keeping parameters gathered from forward to backward; 3: FSDP2); 0 leaves it
+to ``sharding``. Tensor-parallel ranks see the same batch; pipeline ranks of one
 data-parallel replica see the same batch too (the first stage reads the tokens, the last the targets).
 
 The model is parallelised in a fixed order, as in torchtitan: pipeline split (stages of whole blocks),
