@@ -1,6 +1,7 @@
 """The classifier stage's scoring vs ``transformers.pipeline("text-classification")``, same texts, same run.
 
     python bench/bench_classifier.py [--docs 64] [--threads 1] [--batch-size 16]
+    python bench/bench_classifier.py --device cuda --docs 512 --batch-size 64 --pipeline-batch 64
 
 A BERT-base-sized classifier (12 layers, hidden 768, 12 heads, 512 positions, 2 labels, random weights)
 and a WordPiece tokenizer trained on the crawl text are built in a temporary directory with
@@ -8,7 +9,8 @@ save_pretrained. Both sides score the same real crawl documents (truncated to 51
 ``--threads`` torch threads, fp32 on CPU: llmpipe's ``hf_models.Loaded.run`` (length-sorted batches,
 what the stage runs per key file) and the pipeline (its default: one document at a time, the way a
 user calls it; ``--pipeline-batch`` gives it a batch size too). Prints documents/s per CPU core of
-both, the ratio, and the largest score difference (the scores must agree).
+both, the ratio, and the largest score difference (the scores must agree). With ``--device cuda`` both
+sides run in bf16 on the GPU (the stage's choice there) and the rate is documents/s of the device.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--pipeline-batch", type=int, default=1)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: both sides in bf16")
     args = ap.parse_args()
 
     import torch
@@ -62,23 +65,26 @@ def main() -> None:
         mine = scores_of(loaded.run(texts), m.head)
         t_mine = time.perf_counter() - t0
 
+        cuda = args.device == "cuda"
+        assert cuda == (loaded.device.type == "cuda"), "the stage picks CUDA whenever torch sees a GPU"
         pipe = pipeline(
-            "text-classification", model=str(model_dir), truncation=True, top_k=None, device="cpu"
-        )
+            "text-classification", model=str(model_dir), truncation=True, top_k=None, device=args.device,
+            dtype=torch.bfloat16 if cuda else torch.float32,
+        )  # fmt: skip
         pipe(texts[:2])
         t0 = time.perf_counter()
         res = pipe(texts, batch_size=args.pipeline_batch)
+        if cuda:
+            torch.cuda.synchronize()
         t_pipe = time.perf_counter() - t0
         ref = np.array([next(x["score"] for x in r if x["label"] == "high") for r in res])
 
-    per_core = lambda t: len(texts) / t / args.threads  # noqa: E731
-    print(
-        f"{len(texts)} documents, {n_tokens} tokens (<= 512 each), {args.threads} thread(s), BERT-base size"
-    )
-    print(
-        f"llmpipe classifier: {per_core(t_mine):.2f} docs/s per core (batch {args.batch_size}, length-sorted)"
-    )
-    print(f"transformers.pipeline: {per_core(t_pipe):.2f} docs/s per core (batch {args.pipeline_batch})")
+    where = torch.cuda.get_device_name() + " (bf16)" if cuda else f"{args.threads} thread(s)"
+    unit = "docs/s" if cuda else "docs/s per core"
+    rate = lambda t: len(texts) / t / (1 if cuda else args.threads)  # noqa: E731
+    print(f"{len(texts)} documents, {n_tokens} tokens (<= 512 each), {where}, BERT-base size")
+    print(f"llmpipe classifier: {rate(t_mine):.2f} {unit} (batch {args.batch_size}, length-sorted)")
+    print(f"transformers.pipeline: {rate(t_pipe):.2f} {unit} (batch {args.pipeline_batch})")
     print(f"ratio: {t_pipe / t_mine:.2f}x; largest score difference {np.abs(mine - ref).max():.2e}")
 
 

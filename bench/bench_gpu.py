@@ -20,8 +20,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import gzip
+import re
+import shutil
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -48,21 +52,37 @@ class Variant:
     attention: Literal["sdpa", "flex"]  # how the document mask is applied
     compile: bool
     float8: bool
+    checkpointing: bool | None = None  # activation checkpointing; None: as the config says
 
     @property
     def name(self) -> str:
         mask = f"doc mask ({self.attention})" if self.doc_mask else "causal"
-        return f"{mask}{' + compile' if self.compile else ''}{' + float8' if self.float8 else ''}"
+        ac = {None: "", True: " + AC", False: " - AC"}[self.checkpointing]
+        return f"{mask}{' + compile' if self.compile else ''}{' + float8' if self.float8 else ''}{ac}"
+
+    @classmethod
+    def parse(cls, key: str) -> Variant:
+        """``causal|sdpa|flex`` then any of ``+compile``, ``+float8``, ``+ac``, ``-ac``: ``flex+compile-ac``."""
+        parts = re.findall(r"[+-]?[a-z0-9]+", key)
+        mask, flags = parts[0], set(parts[1:])
+        if mask not in ("causal", "sdpa", "flex") or not flags <= {"+compile", "+float8", "+ac", "-ac"}:
+            raise SystemExit(
+                f"bench_gpu: unknown variant {key!r} (causal|sdpa|flex, +compile, +float8, +ac, -ac)"
+            )
+        ac = True if "+ac" in flags else False if "-ac" in flags else None
+        return cls(
+            mask != "causal",
+            "flex" if mask == "flex" else "sdpa",
+            "+compile" in flags,
+            "+float8" in flags,
+            ac,
+        )
 
 
-def variants(quick: bool) -> list[Variant]:
-    out = [Variant(False, "sdpa", False, False), Variant(True, "sdpa", False, False)]
-    out += [Variant(True, "flex", False, False)]
-    out += [Variant(False, "sdpa", True, False), Variant(True, "sdpa", True, False)]
-    out += [Variant(True, "flex", True, False)]
-    if not quick:
-        out += [Variant(False, "sdpa", True, True), Variant(True, "flex", True, True)]
-    return out
+DEFAULT_VARIANTS = (
+    "causal,sdpa,causal+compile,sdpa+compile,flex+compile,causal+compile+float8,flex+compile+float8"
+)
+QUICK_VARIANTS = "causal,sdpa,flex,causal+compile,sdpa+compile,flex+compile"
 
 
 def doc_ids(b: int, n: int, mean_len: int, gen: torch.Generator) -> torch.Tensor:
@@ -77,7 +97,16 @@ def run_config(
     cfg = dataclasses.replace(
         cfg,
         model=dataclasses.replace(cfg.model, doc_mask=variant.doc_mask, attention=variant.attention),
-        parallel=dataclasses.replace(cfg.parallel, compile=variant.compile, float8=variant.float8),
+        parallel=dataclasses.replace(
+            cfg.parallel,
+            compile=variant.compile,
+            float8=variant.float8,
+            activation_checkpointing=(
+                cfg.parallel.activation_checkpointing
+                if variant.checkpointing is None
+                else variant.checkpointing
+            ),
+        ),
         optim=dataclasses.replace(cfg.optim, fused="auto"),
     )
     resolve_for_device(cfg, device)  # ConfigError: the device cannot run this variant
@@ -120,6 +149,10 @@ def run_config(
     sync()
     dt = time.perf_counter() - t0
     tps = b * n * args.steps / dt
+    if args.profile and variant == Variant.parse(args.profile_variant):
+        profile(
+            step, sync, args.profile / re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{cfg_name(cfg)}-{variant.name}")
+        )
     peak = peak_tflops(device, args.peak_tflops)
     fpt = flops_per_token(cfg.model, count_params(model), n)
     return {
@@ -127,6 +160,31 @@ def run_config(
         "mfu": None if peak is None else tps * fpt / (peak * 1e12),
         "mem_mib": peak_memory_mib(device),
     }
+
+
+def cfg_name(cfg: RunConfig) -> str:
+    return f"d{cfg.model.dim}-l{cfg.model.n_layers}"
+
+
+def profile(step: Any, sync: Any, stem: Path) -> None:
+    """Three steps under the torch profiler: a table of the kernels by device time and a Chrome trace."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with torch_profile(activities=acts) as prof:
+        for _ in range(3):
+            step()
+        sync()
+    sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+    stem.with_suffix(".txt").write_text(prof.key_averages().table(sort_by=sort, row_limit=40))
+    trace = stem.with_suffix(".json")
+    prof.export_chrome_trace(str(trace))
+    with trace.open("rb") as src, gzip.open(f"{trace}.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    trace.unlink()
+    print(f"profile: {stem}.txt, {trace}.gz", flush=True)
 
 
 def device_name(device: torch.device) -> str:
@@ -145,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--doc-len", type=int, default=512, help="mean document length with document masking")
     p.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for MFU (0: by device name)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--variants", default="", help=f"comma-separated (default: {DEFAULT_VARIANTS})")
+    p.add_argument("--profile", type=Path, help="write a torch profiler table and trace of one variant here")
+    p.add_argument("--profile-variant", default="causal+compile", help="the variant --profile records")
     args = p.parse_args(argv)
     if args.quick:
         args.config = args.config or [ROOT / "configs/train/tiny.yaml"]
@@ -167,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.batch_size:
             cfg.data.batch_size = args.batch_size
         base = None
-        for v in variants(args.quick):
+        keys = args.variants or (QUICK_VARIANTS if args.quick else DEFAULT_VARIANTS)
+        for v in [Variant.parse(k) for k in keys.split(",")]:
             try:
                 r = run_config(cfg, v, device, args)
             except ConfigError as e:
@@ -177,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"| {name:<10} | {seq:>5} | {v.name:<32} | out of memory at batch {cfg.data.batch_size}"
                 )
+                continue
+            except Exception as e:  # one variant's failure (a kernel, a library) must not hide the others
+                traceback.print_exc()
+                first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+                print(f"| {name:<10} | {seq:>5} | {v.name:<32} | failed: {type(e).__name__}: {first}")
                 continue
             base = base or r["tokens_s"]
             mfu = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"

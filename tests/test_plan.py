@@ -150,7 +150,7 @@ def test_tensor_and_pipeline_layouts() -> None:
     cfg = ["--config", str(ROOT / "configs/train/llama-1b.yaml"), "--seq-len", "2048", "--micro-batch", "8"]
     one = _plan(*cfg, "--gpus", "8")
     tp = _plan(*cfg, "--gpus", "8", "--tp", "2")
-    assert tp["layout"] == {"dp_replicate": 1, "dp_shard": 4, "pp": 1, "tp": 2}
+    assert tp["layout"] == {"dp_replicate": 1, "dp_shard": 4, "cp": 1, "pp": 1, "tp": 2}
     assert tp["memory_gb"]["weights"] == pytest.approx(one["memory_gb"]["weights"])  # 1/8 either way
     assert tp["memory_gb"]["activations"] < one["memory_gb"]["activations"] / 1.5
     assert tp["comm_gb"]["tp"] > 0 and one["comm_gb"]["tp"] == 0
@@ -165,6 +165,18 @@ def test_tensor_and_pipeline_layouts() -> None:
     assert f1b["comm_gb"]["pp"] > 0 and f1b["comm_gb"]["fsdp"] == 0  # one rank per stage: nothing to shard
     text = run_cli("plan", *cfg, "--gpus", "4", "--pp", "4").stdout
     assert "bubble" in text and "communication per GPU per step" in text
+    # context parallel: half of each sequence per rank, the model states sharded over dp x cp, the
+    # gathered K/V kept by attention, and their all-gather / reduce-scatter as communication
+    cp = _plan(*cfg, "--gpus", "8", "--cp", "2")
+    assert cp["layout"] == {"dp_replicate": 1, "dp_shard": 4, "cp": 2, "pp": 1, "tp": 1}
+    assert cp["memory_gb"]["weights"] == pytest.approx(one["memory_gb"]["weights"])
+    assert (
+        one["memory_gb"]["activations"] / 2
+        < cp["memory_gb"]["activations"]
+        < one["memory_gb"]["activations"] / 1.5
+    )
+    assert cp["comm_gb"]["cp"] > 0 and one["comm_gb"]["cp"] == 0
+    assert cp["comm_gb"]["tp"] == tp["comm_gb"]["cp"] == 0
     bad = run_cli("plan", *cfg, "--gpus", "6", "--tp", "4", check=False)
     assert bad.returncode != 0 and "tp 4 x pp 1 does not divide the 6 GPUs" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -375,7 +375,7 @@ def test_classifier_on_actors_matches_local(cluster: Cluster, data_dir: Path, tm
     run_cli("curate", *inputs, "--out", str(tmp_path / "local"), *common, "--workers", "1")
     p = run_cli(
         "curate", *inputs, "--out", str(tmp_path / "ray"), *common, "--ray", f"127.0.0.1:{cluster.port}",
-        env=cluster.env,
+        env=cluster.env, timeout=1200,  # 4 actors each import torch and transformers: slow on a busy 2-core box
     )  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
     local, ray_out = tmp_path / "local", tmp_path / "ray"

@@ -45,6 +45,14 @@ GPU per step: FSDP all-gathers (twice, once with pp) and reduce-scatters, replic
 each stage boundary. tests/train/test_train_plan.py checks the memory against a tp=2 and a pp=2 rank of
 the real trainer, and against a rank at each ZeRO stage (``parallel.zero``).
 
+Context parallel (``--cp``): the GPUs are ``dp x cp x pp x tp``; each cp rank holds ``seq_len / cp`` of
+every sequence, so every activation is divided by cp, except the keys and values each layer all-gathers
+over the cp ranks, which attention keeps for its backward at full length (``4*s*b*h`` in 16-bit, the
+grouped-query heads repeated; llmpipe.train.context_parallel explains the all-gather). The model states
+are sharded over ``dp x cp`` (FSDP over both, as the trainer does). Communication: per layer, an
+all-gather of K and V in forward (again when the block is recomputed) and a reduce-scatter of their
+gradients in backward, ``(cp-1)/cp`` of the gathered ``2*s*b*h*kv/heads`` each.
+
 Without a sequence length and micro-batch (a bare parameter count), activations follow the rule of
 thumb ``2 x weights`` (so fp32 AdamW training needs about 6 x the weights: ~24 GB for 1B parameters).
 Compute: ``6 * N * tokens`` FLOPs (PaLM adds ``12 * layers * h * s`` per token for attention; shown
@@ -156,6 +164,7 @@ class PlanInput:
     fused_optimizer: bool = False  # a fused AdamW kernel: no full-size temporaries in the step
     tp: int = 1  # tensor-parallel ranks (sequence parallel: activations split too)
     pp: int = 1  # pipeline stages' ranks
+    cp: int = 1  # context-parallel ranks (each holds seq_len / cp of every sequence)
     microbatches: int = 0  # pipeline micro-batches per step (0: pp x stages per rank)
     pp_schedule: PipelineSchedule = "1f1b"
     stages_per_rank: int = 0  # 0: 1, or 2 for interleaved_1f1b
@@ -183,7 +192,7 @@ class Plan:
     retention: float
     raw_tokens_to_crawl: float
     notes: list[str] = field(default_factory=list)
-    layout: dict[str, int] = field(default_factory=dict)  # dp_replicate, dp_shard, pp, tp
+    layout: dict[str, int] = field(default_factory=dict)  # dp_replicate, dp_shard, cp, pp, tp
     params_per_rank: float = 0.0  # before data-parallel sharding: after tp and pp
     bubble_fraction: float = 0.0  # pipeline idle share of a step
     comm_gb: dict[str, float] = field(default_factory=dict)  # bytes each GPU sends per step, by kind
@@ -193,9 +202,10 @@ class Plan:
 
 
 def _dp(p: PlanInput) -> int:
-    if p.tp < 1 or p.pp < 1 or p.gpus % (p.tp * p.pp):
-        raise ConfigError(f"tp {p.tp} x pp {p.pp} does not divide the {p.gpus} GPUs")
-    return p.gpus // (p.tp * p.pp)
+    if p.tp < 1 or p.pp < 1 or p.cp < 1 or p.gpus % (p.tp * p.pp * p.cp):
+        cp = f" x cp {p.cp}" if p.cp != 1 else ""
+        raise ConfigError(f"tp {p.tp} x pp {p.pp}{cp} does not divide the {p.gpus} GPUs")
+    return p.gpus // (p.tp * p.pp * p.cp)
 
 
 def _stages_per_rank(p: PlanInput) -> int:
@@ -225,11 +235,13 @@ def _rank_params(p: PlanInput) -> float:
 
 
 def _shard_factors(p: PlanInput) -> tuple[int, int, int]:
-    """(weights, gradients, optimizer) sharding factors over the data-parallel ranks."""
-    n = _dp(p)
-    group = p.shard_size or n  # fsdp_hybrid and the ZeRO stages: groups of shard_size ranks (0: all)
+    """(weights, gradients, optimizer) sharding factors over the data-parallel ranks (and the
+    context-parallel ones, which shard the model states like data-parallel ranks)."""
+    n = _dp(p) * p.cp
+    # fsdp_hybrid and the ZeRO stages: groups of shard_size ranks (0: all)
+    group = p.shard_size * p.cp if p.shard_size else n
     if (p.strategy == "fsdp_hybrid" or p.strategy.startswith("zero")) and n % group:
-        raise ConfigError(f"{p.strategy}: {n} data-parallel ranks are not a multiple of shard_size {group}")
+        raise ConfigError(f"{p.strategy}: {n} GPUs are not a multiple of shard_size {group}")
     return {
         "ddp": (1, 1, 1),
         "fsdp_none": (1, 1, 1),
@@ -263,7 +275,7 @@ def activation_bytes(p: PlanInput, micro_batch: int) -> float:
     up to pp (1F1B) or (v - 1) pp + 2 (pp - 1) + 1 stage chunks (interleaved), each of
     ``micro_batch / microbatches`` sequences."""
     m = p.model
-    s = p.seq_len
+    s = p.seq_len / p.cp  # context parallel: each rank holds seq_len / cp of every sequence
     scale = 2.0 if p.precision == "fp32" else 1.0
     kv_ratio = m.n_kv_heads / m.n_heads if m.n_heads else 1.0
     layers, in_flight, b = m.n_layers, 1, float(micro_batch)
@@ -278,6 +290,8 @@ def activation_bytes(p: PlanInput, micro_batch: int) -> float:
         else:
             layers, in_flight = per_stage, min(mb * v, (v - 1) * p.pp + 2 * (p.pp - 1) + 1)
     layer = scale * (s * b * m.dim * (12 + 4 * kv_ratio) + s * b * m.hidden * 8) / p.tp
+    if p.cp > 1:  # the all-gathered keys and values (heads repeated) that attention keeps
+        layer += scale * 4 * p.seq_len * b * m.dim / p.tp
     head = scale * 2 * s * b * m.dim / p.tp + 8.0 * s * b * m.vocab_size / (p.tp if p.loss_parallel else 1)
     if p.activation_checkpointing:
         return in_flight * layers * scale * 2 * s * b * m.dim / p.tp + layer + head
@@ -290,13 +304,14 @@ def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
     keeps them gathered) and reduce-scatter of fp32 gradients; replicas: all-reduce (2x) of the
     gradient shard. TP (sequence parallel): per block, 2 all-gathers and 2 reduce-scatters of the
     activations in forward and the same in backward. PP: each stage boundary sends the activations
-    forward and their gradients back."""
+    forward and their gradients back. CP: per layer, the all-gather of K and V (twice with activation
+    checkpointing) and the reduce-scatter of their gradients."""
     m = p.model
     cb = 4.0 if p.precision == "fp32" else 2.0
-    dp = _dp(p)
+    dp = _dp(p) * p.cp
     of = _shard_factors(p)[2]  # the shard group (wf for FSDP; the optimizer's for ZeRO-1 and -2)
     rep = dp // of if of else 1
-    out = {"fsdp": 0.0, "replicate": 0.0, "tp": 0.0, "pp": 0.0}
+    out = {"fsdp": 0.0, "replicate": 0.0, "tp": 0.0, "pp": 0.0, "cp": 0.0}
     if p.strategy == "zero1":  # all-reduce of the whole fp32 gradients, all-gather of the updated rows
         out["replicate"] = 2 * rank_params * 4.0 * (dp - 1) / dp
         out["fsdp"] = rank_params * 4.0 * (of - 1) / of
@@ -307,8 +322,12 @@ def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
         if rep > 1:
             out["replicate"] = 2 * rank_params / of * 4.0 * (rep - 1) / rep
     if m.known_layout and p.seq_len and p.micro_batch:
-        act = p.seq_len * p.micro_batch * m.dim * cb
+        act = p.seq_len / p.cp * p.micro_batch * m.dim * cb
         layers = m.n_layers / p.pp
+        if p.cp > 1:
+            kv = 2 * p.seq_len * p.micro_batch * m.dim * (m.n_kv_heads / m.n_heads) * cb / p.tp
+            passes = 3 if p.activation_checkpointing else 2
+            out["cp"] = passes * kv * layers * (p.cp - 1) / p.cp
         if p.tp > 1:
             out["tp"] = 8 * act * layers * (p.tp - 1) / p.tp
         if p.pp > 1:
@@ -337,9 +356,10 @@ def _optimizer_step_temporaries(p: PlanInput, n: float, of: int) -> float:
 
 
 def _loss_temporaries(p: PlanInput, micro_batch: int) -> float:
-    """The loss gradient of one (pipeline) micro-batch; vocabulary-sharded under loss parallel."""
+    """The loss gradient of one (pipeline) micro-batch (this cp rank's positions); vocabulary-sharded
+    under loss parallel."""
     b = micro_batch / _microbatches(p) if p.pp > 1 else micro_batch
-    return 8.0 * p.seq_len * b * p.model.vocab_size / (p.tp if p.loss_parallel else 1)
+    return 8.0 * p.seq_len / p.cp * b * p.model.vocab_size / (p.tp if p.loss_parallel else 1)
 
 
 def estimate(p: PlanInput) -> Plan:
@@ -395,6 +415,7 @@ def estimate(p: PlanInput) -> Plan:
         )
     if p.cpu_offload:
         notes.append(f"CPU offload: {offload / GB:.2f} GB of optimizer states per rank in host memory")
+    dp_shard = of // p.cp if of % p.cp == 0 else of  # the cp ranks shard with the dp_shard ones
     return Plan(
         inputs={k: v for k, v in asdict(p).items() if k != "model"},
         params=n,
@@ -415,7 +436,13 @@ def estimate(p: PlanInput) -> Plan:
         retention=p.retention,
         raw_tokens_to_crawl=tokens / p.retention if p.retention > 0 else math.inf,
         notes=notes,
-        layout={"dp_replicate": _dp(p) // of, "dp_shard": of, "pp": p.pp, "tp": p.tp},
+        layout={
+            "dp_replicate": _dp(p) // dp_shard,
+            "dp_shard": dp_shard,
+            "cp": p.cp,
+            "pp": p.pp,
+            "tp": p.tp,
+        },
         params_per_rank=rank_params,
         bubble_fraction=bubble_fraction(p),
         comm_gb={k: v / GB for k, v in comm_bytes(p, rank_params, wf).items()},
@@ -467,8 +494,9 @@ def render_memory(plan: Plan) -> list[str]:
         lines.append(f"  largest micro-batch that fits: {plan.max_micro_batch}")
     lay = plan.layout
     lines.append(
-        f"layout: dp_replicate {lay['dp_replicate']} x dp_shard {lay['dp_shard']} x pp {lay['pp']} x "
-        f"tp {lay['tp']}; {human(plan.params_per_rank)} parameters per rank before data-parallel sharding"
+        f"layout: dp_replicate {lay['dp_replicate']} x dp_shard {lay['dp_shard']} x cp {lay.get('cp', 1)} x "
+        f"pp {lay['pp']} x tp {lay['tp']}; {human(plan.params_per_rank)} parameters per rank before "
+        "data-parallel sharding"
     )
     if lay["pp"] > 1:
         lines.append(
@@ -517,8 +545,9 @@ def plan_for_run(
     p = cfg.parallel
     strategies: dict[str, Strategy] = {"full": "fsdp_full", "hybrid": "fsdp_hybrid", "none": "fsdp_none"}
     strategy, shard_size = strategies[p.sharding], (p.shard_size or local_world_size)
-    if dp_shard:
-        strategy = "fsdp_none" if dp_shard == 1 else ("fsdp_hybrid" if dp_replicate > 1 else "fsdp_full")
+    if dp_shard:  # the trainer's FSDP shards over dp_shard x cp
+        sharded = dp_shard * p.cp > 1
+        strategy = "fsdp_none" if not sharded else ("fsdp_hybrid" if dp_replicate > 1 else "fsdp_full")
         shard_size = dp_shard
     if p.zero:  # a ZeRO stage over the dp_shard ranks (the whole data-parallel group with sharding full)
         zero: dict[int, Strategy] = {1: "zero1", 2: "zero2", 3: "zero3"}
@@ -538,6 +567,7 @@ def plan_for_run(
             activation_checkpointing=p.activation_checkpointing,
             tp=p.tp,
             pp=p.pp,
+            cp=p.cp,
             microbatches=p.pp_microbatches,
             pp_schedule=p.pp_schedule,
             stages_per_rank=p.pp_stages_per_rank,

@@ -1,7 +1,7 @@
 """Run under torchrun: the measured peak memory of one rank training the trainer's model at a layout
-(``tp=N``, ``pp=N``, or the ZeRO stages ``zero=1,2,3`` one after the other; CPU, fp32, two optimizer
-steps) next to ``llmpipe plan``'s estimate for that layout. Prints ``rank R: measured M estimated E``
-(``rank R zero=Z: ...`` per stage).
+(``tp=N``, ``pp=N``, ``cp=N``, or the ZeRO stages ``zero=1,2,3`` one after the other; CPU, fp32, two
+optimizer steps) next to ``llmpipe plan``'s estimate for that layout. Prints ``rank R: measured M
+estimated E`` (``rank R zero=Z: ...`` per stage).
 
 The peak is the most bytes of tensor storage alive at once, counted by a dispatch mode that sees every
 tensor an operator returns and is told when its storage is freed or resized (FSDP2 frees its gathered
@@ -91,6 +91,8 @@ def measure(cfg: RunConfig, d: Dist, ds: ShardDataset) -> int:
         opt = build_optimizer(model, cfg.optim, optimizer_mesh(cfg.parallel, d))
         for _ in range(2):
             b = next(loader)
+            if d.context_parallel is not None:  # cp: this rank's chunks of each row
+                b = d.context_parallel.shard(b)
             tokens = float((b.target != -100).sum())
             if pipe is not None:
                 pipe.train_batches([b], torch.tensor(1.0 / tokens))

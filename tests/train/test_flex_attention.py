@@ -119,6 +119,23 @@ def test_cuda_only_options_refused_on_cpu() -> None:
         validate(_cfg(checkpoint_every=0))
 
 
+def test_more_processes_per_node_than_gpus_is_one_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes on a one-GPU node stop before any CUDA call, naming the fix (on a GPU machine the
+    second rank would otherwise fail deep in torch.cuda.set_device)."""
+    from llmpipe.train.config import ParallelConfig
+    from llmpipe.train.parallel import init_distributed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: pytest.fail("reached torch.cuda.set_device"))
+    for k, v in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(
+        ConfigError, match=r"2 processes per node but 1 CUDA device\(s\).*parallel.device=cpu"
+    ):
+        init_distributed(ParallelConfig(device="auto"))
+
+
 def test_cli_refuses_float8_on_cpu_in_one_line(
     byte_shards: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:

@@ -96,3 +96,26 @@ def test_dp2_x_tp2_matches_and_resumes_at_dp4_and_on_one_process(
         got = train(n, run, byte_shards, "--debug.dump_grads=false", dp=dp)
         assert sorted(got) == [6, 7, 8, 9, 10], (name, got)
         assert_same_run(got, {s: want[s] for s in got}, f"resumed at {name}")
+
+
+def test_context_parallel_matches_and_resumes_at_cp1(
+    reference: Path, byte_shards: Path, tmp_path: Path
+) -> None:
+    """cp=2 (2 processes) and cp=2 x tp=2 (4 processes) on packed rows with the document mask: the one
+    process's losses and gradients; the cp=2 run's step-5 checkpoint resumed at cp=1 goes on as if
+    uninterrupted (cp changes no parameter shape: DCP reshards it like a data-parallel dimension)."""
+    want = train_losses(reference)
+    for name, n, extra in (
+        ("cp2", 2, ["--parallel.cp=2"]),
+        ("cp2xtp2", 4, ["--parallel.cp=2", "--parallel.tp=2"]),
+    ):
+        run = tmp_path / name
+        got = train(n, run, byte_shards, "--model.doc_mask=true", *extra)
+        assert_same_run(got, want, name)
+        assert_same_grads(grads(run), grads(reference), name)
+    run = tmp_path / "cp1"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copytree(tmp_path / "cp2" / "checkpoints" / "step-00000005", run / "checkpoints" / "step-00000005")
+    got = train(1, run, byte_shards, "--debug.dump_grads=false")
+    assert sorted(got) == [6, 7, 8, 9, 10], got
+    assert_same_run(got, {s: want[s] for s in got}, "cp2 resumed at cp1")

@@ -1,4 +1,4 @@
-"""`llmpipe plan` for tensor- and pipeline-parallel layouts against the peak tensor memory a rank of the
+"""`llmpipe plan` for tensor-, pipeline- and context-parallel layouts against the peak tensor memory a rank of the
 real trainer uses at that layout (2 gloo processes, CPU, fp32, two optimizer steps), within 20% as the
 single-process estimate is (tests/test_plan.py)."""
 
@@ -13,7 +13,9 @@ from conftest import ROOT, torchrun
 MODEL = ["model.dim=256", "model.n_layers=4", "model.n_heads=8", "data.batch_size=16"]
 
 
-@pytest.mark.parametrize("layout", ["parallel.tp=2", "parallel.pp=2"], ids=["tp2", "pp2-1f1b"])
+@pytest.mark.parametrize(
+    "layout", ["parallel.tp=2", "parallel.pp=2", "parallel.cp=2"], ids=["tp2", "pp2-1f1b", "cp2"]
+)
 def test_layout_estimate_within_20_percent_of_the_measured_peak(layout: str, byte_shards: Path) -> None:
     proc = torchrun(
         2, str(ROOT / "tests/train/plan_check.py"), str(byte_shards), str(ROOT / "configs/train/tiny.yaml"),

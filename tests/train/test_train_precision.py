@@ -67,6 +67,8 @@ def test_cpu_offload_gives_the_losses_of_the_run_without(byte_shards: Path, tmp_
             "more stages than model.n_layers 3",
         ),
         (1, {"cpu_offload": True}, {}, "needs more than one data-parallel rank"),
+        (4, {"cp": 2, "pp": 2}, {}, "parallel.cp > 1 runs with parallel.pp=1"),
+        (4, {"cp": 2, "tp": 4}, {}, "x parallel.cp 2 does not divide the world size 4"),
     ],
 )
 def test_bad_layouts_are_one_line_config_errors(world: int, kw: dict, model: dict, expect: str) -> None:

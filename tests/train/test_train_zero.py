@@ -56,7 +56,7 @@ def test_zero_stages_match_ddp_and_a_stage_1_checkpoint_resumes_at_stage_3(
         (2, {"zero": 2, "sharding": "none"}, "parallel.sharding=none replicates everything"),
         (2, {"zero": 1, "dp_replicate": 2}, "this layout has dp_shard 1 (dp_replicate 2)"),
         (2, {"zero": 1, "cpu_offload": True}, "it runs with zero=3, not zero=1"),
-        (4, {"zero": 1, "tp": 2}, "parallel.zero=1 runs with tp=1 and pp=1"),
+        (4, {"zero": 1, "tp": 2}, "parallel.zero=1 runs with tp=1, pp=1 and cp=1"),
     ],
 )
 def test_contradictory_zero_settings_are_one_line_config_errors(world: int, kw: dict, expect: str) -> None:

@@ -75,7 +75,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
             "temporaries), whether it fits, the largest micro-batch that fits, training FLOPs, "
             "petaFLOP/s-days and GPU-hours for a token budget, the compute-optimal token count "
             "(20 per parameter, or from a scaling fit: --scaling) and the raw tokens to crawl at a curation "
-            "retention rate; with --tp / --pp, the layout's per-GPU memory, pipeline bubble fraction and "
+            "retention rate; with --tp / --pp / --cp, the layout's per-GPU memory, pipeline bubble fraction and "
             "communication volume per step. The formulas "
             "are in llmpipe/plan.py's docstring."
         ),
@@ -127,6 +127,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel ranks (default 1)")
     p.add_argument("--pp", type=int, default=1, metavar="N", help="pipeline-parallel ranks (default 1)")
+    p.add_argument(
+        "--cp", type=int, default=1, metavar="N", help="context-parallel ranks: seq_len / N each (default 1)"
+    )
     p.add_argument(
         "--microbatches",
         type=int,
@@ -185,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
             retention=retention,
             tp=args.tp,
             pp=args.pp,
+            cp=args.cp,
             microbatches=args.microbatches,
             pp_schedule=args.pp_schedule,
             stages_per_rank=args.stages_per_rank,

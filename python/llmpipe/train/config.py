@@ -77,7 +77,7 @@ class OptimConfig:
 
 @dataclass
 class ParallelConfig:
-    """The layout is a mesh ``dp_replicate x dp_shard x pp x tp`` whose product is the world size
+    """The layout is a mesh ``pp x dp_replicate x dp_shard x cp x tp`` whose product is the world size
     (train/parallel.py). ``sharding`` fills the data-parallel sizes when both are 0: ``full``: dp_shard
     = all data-parallel ranks; ``none``: dp_replicate = all; ``hybrid``: dp_shard = ``shard_size``."""
 
@@ -89,6 +89,7 @@ class ParallelConfig:
     dp_replicate: int = 0  # data-parallel replicas (gradients all-reduced); 0: from sharding
     dp_shard: int = 0  # ranks each replica's parameters are sharded over (FSDP2); 0: from sharding
     tp: int = 1  # tensor parallel: heads and the MLP hidden split over tp ranks (DTensor)
+    cp: int = 1  # context parallel: each sequence split over cp ranks (train/context_parallel.py)
     loss_parallel: bool = False  # tp: cross entropy on vocabulary-sharded logits (no logits gather)
     pp: int = 1  # pipeline parallel: layers split into stages on pp ranks
     pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"

@@ -202,13 +202,14 @@ def init_adapters(model: nn.Module, seed: int) -> None:
     for _, m in sorted(lora_modules(model).items()):
         for p, bound in ((m.lora_A.weight, 1 / math.sqrt(m.in_features)), (m.lora_B.weight, 0.0)):
             local = p.to_local() if isinstance(p, DTensor) else p
-            if gen is None:
-                gen = torch.Generator(device=local.device).manual_seed(seed)
-            full = torch.empty(p.shape, dtype=p.dtype, device=local.device)
+            if gen is None:  # on the CPU whatever the device: the same adapters on CPU and GPU
+                gen = torch.Generator().manual_seed(seed)
+            full = torch.empty(p.shape, dtype=p.dtype)
             if bound:
                 full.uniform_(-bound, bound, generator=gen)
             else:
                 full.zero_()
+            full = full.to(local.device)
             if isinstance(p, DTensor):
                 full = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
             p.copy_(full)

@@ -24,6 +24,8 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
+from llmpipe.train.context_parallel import ContextParallel, KVExchange
+
 
 @dataclass
 class ModelConfig:
@@ -123,7 +125,9 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     return (xf * cos + rotate_half(xf) * sin).type_as(x)
 
 
-AttnMask = torch.Tensor | BlockMask | None  # dense bool [B, 1, L, L] (True = may attend), block mask, causal
+# dense bool [B, 1, L, L] (True = may attend), block mask, causal (None), or under context parallelism
+# the mask against the keys of every cp rank with their exchange (train/context_parallel.py)
+AttnMask = torch.Tensor | BlockMask | KVExchange | None
 
 
 def attention_kind(cfg: ModelConfig, device: torch.device) -> Literal["sdpa", "flex"]:
@@ -184,6 +188,8 @@ class Attention(nn.Module):
         k = self.wk(x).view(b, n, -1, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(b, n, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, rope), apply_rope(k, rope)
+        if isinstance(mask, KVExchange):  # context parallel: attend to the whole row's keys
+            k, v, mask = mask.gather(k), mask.gather(v), mask.mask
         if self.kv_heads != self.n_heads:  # grouped-query attention: share each k/v head
             rep = self.n_heads // self.kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -236,6 +242,7 @@ class LayerRange(nn.Module):
     output: nn.Linear | None
     activation_checkpointing: bool
     checkpoint_every: int  # with activation_checkpointing: blocks 0, N, 2N, ... (model index) recompute
+    context_parallel: ContextParallel | None = None  # parallel.cp > 1: inputs hold this rank's chunks
 
     def blocks(self) -> Iterator[tuple[int, nn.Module]]:
         """(index in the whole model, block), in order."""
@@ -247,8 +254,12 @@ class LayerRange(nn.Module):
         n = x.shape[1]
         rope = self.rope[:, :n]
         mask: AttnMask = None
-        if self.cfg.doc_mask and doc_ids is not None:
-            mask = doc_mask(doc_ids, attention_kind(self.cfg, x.device))
+        ids = doc_ids if self.cfg.doc_mask else None
+        if self.context_parallel is not None:  # this rank's chunks of each row (context_parallel.py)
+            kind = attention_kind(self.cfg, x.device)
+            rope, mask = self.context_parallel.attention_inputs(self.rope, n, ids, kind)
+        elif ids is not None:
+            mask = doc_mask(ids, attention_kind(self.cfg, x.device))
         h = x
         if self.tok_embeddings is not None:
             h = F.dropout(self.tok_embeddings(x), self.cfg.dropout, self.training)
@@ -292,6 +303,7 @@ class Transformer(LayerRange):
     def init_weights(self, seed: int = 0, only: dict[str, torch.Tensor] | None = None) -> None:
         """Fill every parameter and buffer (after ``to_empty``): N(0, std), the output projections of
         each block scaled down by sqrt(2 * n_layers) as in GPT-2, norms at one, rotary tables recomputed.
+        The values are drawn on the CPU from ``seed``, so a GPU run starts from the CPU run's weights.
         With muP the hidden matrices (every block's linear layers) take std / sqrt(width_mult): variance
         in 1 / fan_in; the embedding and output matrices keep std. The values depend on the seed only,
         not on how the parameters are sharded (see ``_fill``).
@@ -308,9 +320,8 @@ class Transformer(LayerRange):
         hidden_std = self.cfg.init_std / math.sqrt(self.cfg.width_mult)
         for name, p in self.named_parameters():  # a tied output matrix is the embedding: filled once
             target = p if only is None else only.get(name)
-            if gen is None:
-                device = _local(next(iter(only.values()))).device if only else _local(p).device
-                gen = torch.Generator(device=device).manual_seed(seed)
+            if gen is None:  # on the CPU whatever the device: the same weights on CPU and GPU
+                gen = torch.Generator().manual_seed(seed)
             std: float | None = self.cfg.init_std
             if name.endswith("norm.weight"):
                 std = None
@@ -335,11 +346,12 @@ def _fill(p: torch.Tensor, std: float | None, gen: torch.Generator) -> None:
     """N(0, std) (ones when std is None) drawn for the whole tensor, then this rank's shard kept: the
     same weights on any number of ranks and in a plain unsharded model. Only one full parameter is
     held at a time."""
-    full = torch.empty(p.shape, dtype=p.dtype, device=_local(p).device)
+    full = torch.empty(p.shape, dtype=p.dtype)
     if std is None:
         full.fill_(1.0)
     else:
         full.normal_(0.0, std, generator=gen)
+    full = full.to(_local(p).device)
     if isinstance(p, DTensor):  # every rank drew the same values: slice locally, no communication
         full = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
     p.copy_(full)

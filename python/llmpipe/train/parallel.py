@@ -1,13 +1,15 @@
 """Process group, the N-D device mesh, and parallelising the model on it, in one place.
 
-The mesh is ``pp x dp_replicate x dp_shard x tp`` (names as in ``parallel.*``); the product of the sizes
-is the world size. ``sharding`` keeps its meaning by filling the data-parallel sizes when neither is set:
+The mesh is ``pp x dp_replicate x dp_shard x cp x tp`` (names as in ``parallel.*``); the product of the
+sizes is the world size. ``sharding`` keeps its meaning by filling the data-parallel sizes when neither is set:
 ``full``: ``dp_shard`` = every data-parallel rank (FSDP / ZeRO-3); ``hybrid``: ``dp_shard`` =
 ``shard_size`` (HSDP: sharded within a node, replicated across); ``none``: ``dp_replicate`` = every
 data-parallel rank (DDP semantics). ``zero`` names the ZeRO stage over the ``dp_shard`` ranks (1: no
 FSDP, train/zero.py; 2: FSDP2 keeping parameters gathered from forward to backward; 3: FSDP2); 0 leaves it
 to ``sharding``. Tensor-parallel ranks see the same batch; pipeline ranks of one
 data-parallel replica see the same batch too (the first stage reads the tokens, the last the targets).
+Context-parallel ranks read the same batch and each keeps 1/cp of every row (train/context_parallel.py);
+FSDP then shards and reduces over ``dp_shard x cp`` flattened, as a data-parallel dimension.
 
 The model is parallelised in a fixed order, as in torchtitan: pipeline split (stages of whole blocks),
 then tensor parallel (DTensor: column-wise Q/K/V and MLP up/gate, row-wise output and down, sequence
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -41,9 +44,10 @@ from torch.distributed.tensor.parallel import (
 from llmpipe.errors import ConfigError
 from llmpipe.train import pp_math, zero
 from llmpipe.train.config import ParallelConfig
+from llmpipe.train.context_parallel import ContextParallel
 from llmpipe.train.model import Block, LayerRange, ModelConfig, Transformer
 
-MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
 
 @dataclass(frozen=True)
@@ -52,14 +56,20 @@ class Layout:
     dp_replicate: int
     dp_shard: int
     tp: int
+    cp: int = 1
 
     @property
     def dp(self) -> int:
         return self.dp_replicate * self.dp_shard
 
     @property
-    def sizes(self) -> tuple[int, int, int, int]:
-        return (self.pp, self.dp_replicate, self.dp_shard, self.tp)
+    def fsdp(self) -> int:
+        """Ranks the parameters are sharded or replicated over and gradients reduced over: dp x cp."""
+        return self.dp * self.cp
+
+    @property
+    def sizes(self) -> tuple[int, int, int, int, int]:
+        return (self.pp, self.dp_replicate, self.dp_shard, self.cp, self.tp)
 
     def __str__(self) -> str:
         return " x ".join(f"{n} {s}" for n, s in zip(MESH_DIMS, self.sizes, strict=True))
@@ -75,12 +85,17 @@ def microbatches(cfg: ParallelConfig) -> int:
 
 def resolve_layout(cfg: ParallelConfig, world: int, model: ModelConfig | None = None) -> Layout:
     """The mesh sizes for ``world`` ranks, or a one-line ConfigError saying what does not fit."""
-    tp, pp = cfg.tp, cfg.pp
-    if tp < 1 or pp < 1 or cfg.dp_replicate < 0 or cfg.dp_shard < 0:
-        raise ConfigError("parallel.tp and parallel.pp must be >= 1, dp_replicate and dp_shard >= 0")
-    if world % (tp * pp):
-        raise ConfigError(f"parallel.tp {tp} x parallel.pp {pp} does not divide the world size {world}")
-    dp = world // (tp * pp)
+    tp, pp, cp = cfg.tp, cfg.pp, cfg.cp
+    if tp < 1 or pp < 1 or cp < 1 or cfg.dp_replicate < 0 or cfg.dp_shard < 0:
+        raise ConfigError("parallel.tp, pp and cp must be >= 1, dp_replicate and dp_shard >= 0")
+    if world % (tp * pp * cp):
+        with_cp = f" x parallel.cp {cp}" if cp > 1 else ""
+        raise ConfigError(
+            f"parallel.tp {tp} x parallel.pp {pp}{with_cp} does not divide the world size {world}"
+        )
+    if cp > 1 and pp > 1:
+        raise ConfigError("parallel.cp > 1 runs with parallel.pp=1 (the stages send whole rows)")
+    dp = world // (tp * pp * cp)
     rep, shard = cfg.dp_replicate, cfg.dp_shard
     if rep == 0 and shard == 0:
         if cfg.sharding == "full":
@@ -96,14 +111,14 @@ def resolve_layout(cfg: ParallelConfig, world: int, model: ModelConfig | None = 
         rep = dp // shard if dp % shard == 0 else 0
     elif shard == 0:
         shard = dp // rep if dp % rep == 0 else 0
-    layout = Layout(pp, rep, shard, tp)
-    if rep * shard * pp * tp != world:
+    layout = Layout(pp, rep, shard, tp, cp)
+    if rep * shard * pp * cp * tp != world:
         raise ConfigError(
-            f"layout dp_replicate {cfg.dp_replicate} x dp_shard {cfg.dp_shard} x pp {pp} x tp {tp} "
+            f"layout dp_replicate {cfg.dp_replicate} x dp_shard {cfg.dp_shard} x pp {pp} x cp {cp} x tp {tp} "
             f"does not multiply to the world size {world}"
         )
     zero.check_layout(cfg, rep, shard)
-    if cfg.cpu_offload and layout.dp == 1:
+    if cfg.cpu_offload and layout.fsdp == 1:
         raise ConfigError("parallel.cpu_offload is FSDP's offload: it needs more than one data-parallel rank")
     if cfg.loss_parallel and pp > 1:
         raise ConfigError("parallel.loss_parallel runs with pp=1 (the pipeline schedule owns the backward)")
@@ -135,8 +150,9 @@ class Dist:
     world_size: int
     local_rank: int
     device: torch.device
-    mesh: DeviceMesh  # pp x dp_replicate x dp_shard x tp
+    mesh: DeviceMesh  # pp x dp_replicate x dp_shard x cp x tp
     layout: Layout = field(default_factory=lambda: Layout(1, 1, 1, 1))
+    context_parallel: ContextParallel | None = None  # cp > 1: this rank's place in its cp group
 
     @property
     def is_main(self) -> bool:
@@ -160,7 +176,14 @@ class Dist:
 
     @property
     def dp_mesh(self) -> DeviceMesh:
-        """FSDP's mesh: 1-D (shard) or 2-D (replicate, shard) for HSDP and replication."""
+        """FSDP's mesh: 1-D (shard) or 2-D (replicate, shard) for HSDP and replication; with cp > 1 the
+        shard dimension is ``dp_shard x cp`` flattened (``build_mesh``)."""
+        if self.layout.cp > 1:
+            with warnings.catch_warnings():  # torch warns of slicing a flattened dim; it is supported
+                warnings.simplefilter("ignore", UserWarning)
+                if self.layout.dp_replicate == 1:
+                    return self.mesh["dp_shard_cp"]
+                return self.mesh["dp_replicate", "dp_shard_cp"]
         if self.layout.dp_replicate == 1:
             return self.mesh["dp_shard"]
         return self.mesh["dp_replicate", "dp_shard"]
@@ -175,6 +198,12 @@ def init_distributed(cfg: ParallelConfig, model: ModelConfig | None = None) -> D
     want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
     if want_cuda and not torch.cuda.is_available():
         raise ConfigError("parallel.device=cuda but CUDA is not available")
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if want_cuda and local_world > torch.cuda.device_count():
+        raise ConfigError(
+            f"{local_world} processes per node but {torch.cuda.device_count()} CUDA device(s): one process "
+            "per GPU (torchrun --nproc_per_node), or parallel.device=cpu for gloo processes on the CPU"
+        )
     if want_cuda:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
@@ -192,14 +221,20 @@ def init_distributed(cfg: ParallelConfig, model: ModelConfig | None = None) -> D
             backend=backend, rank=rank, world_size=world, device_id=device if want_cuda else None
         )
     mesh = build_mesh(cfg, world, device.type, model)
-    return Dist(rank, world, local_rank, device, mesh, layout)
+    cp = None
+    if layout.cp > 1:
+        cp = ContextParallel(mesh["cp"].get_group(), layout.cp, mesh.get_local_rank("cp"))
+    return Dist(rank, world, local_rank, device, mesh, layout, cp)
 
 
 def build_mesh(
     cfg: ParallelConfig, world: int, device_type: str, model: ModelConfig | None = None
 ) -> DeviceMesh:
     layout = resolve_layout(cfg, world, model)
-    return init_device_mesh(device_type, layout.sizes, mesh_dim_names=MESH_DIMS)
+    mesh = init_device_mesh(device_type, layout.sizes, mesh_dim_names=MESH_DIMS)
+    if layout.cp > 1:  # FSDP's shard dimension: the data-parallel shards and the cp ranks together
+        mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+    return mesh
 
 
 # -- pipeline stages ---------------------------------------------------------------------------------
@@ -310,21 +345,22 @@ def _fsdp(module: nn.Module, cfg: ParallelConfig, d: Dist, reshard: bool) -> Non
 def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:
     """TP, then activation checkpointing and compile of each block, then FSDP2 (per block, then root).
 
-    On a single data-parallel rank there is nothing to shard: the model stays a plain module (with TP, a
+    On a single data-parallel (and context-parallel) rank there is nothing to shard: the model stays a plain module (with TP, a
     module of DTensors) and bf16 / fp16 come from ``autocast``."""
     if d.layout.tp > 1:
         apply_tp(model, d.mesh["tp"], cfg.loss_parallel)  # type: ignore[arg-type]
     if isinstance(model, LayerRange):
         model.activation_checkpointing = cfg.activation_checkpointing
         model.checkpoint_every = cfg.checkpoint_every
+        model.context_parallel = d.context_parallel
     layers = model.get_submodule("layers")
     assert isinstance(layers, nn.ModuleDict | nn.ModuleList)
     blocks = list(layers.values()) if isinstance(layers, nn.ModuleDict) else list(layers)
     if cfg.compile is True:  # "auto" is settled per device by config.resolve_for_device
         for block in blocks:
             block.compile()  # in place: parameter names (and so checkpoints) stay the same
-    if d.layout.dp == 1 or cfg.zero == 1:
-        return model  # one rank: nothing to shard; ZeRO-1: replicated parameters (train/zero.py)
+    if d.layout.fsdp == 1 or cfg.zero == 1:
+        return model  # nothing to shard; ZeRO-1: replicated parameters (train/zero.py)
     # the last block's parameters are needed again at once by backward: keep them gathered; stage 2
     # keeps every block's from forward to backward
     reshard = d.layout.pp == 1 and cfg.zero != 2
@@ -356,7 +392,7 @@ def apply_float8(model: nn.Module) -> nn.Module:
 
 def autocast(cfg: ParallelConfig, d: Dist) -> contextlib.AbstractContextManager[None]:
     """bf16 / fp16 compute without FSDP (with it, FSDP's MixedPrecisionPolicy casts the parameters)."""
-    if (d.layout.dp == 1 or cfg.zero == 1) and cfg.mixed_precision in ("bf16", "fp16"):
+    if (d.layout.fsdp == 1 or cfg.zero == 1) and cfg.mixed_precision in ("bf16", "fp16"):
         dtype = torch.bfloat16 if cfg.mixed_precision == "bf16" else torch.float16
         return torch.autocast(d.device.type, dtype=dtype)
     return contextlib.nullcontext()

@@ -109,9 +109,9 @@ def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> Plan:
 def build_text_eval(cfg: RunConfig, eos_id: int, seq_len: int) -> TextEval | None:
     if not cfg.eval.every:
         return None
-    if cfg.parallel.pp > 1:
+    if cfg.parallel.pp > 1 or cfg.parallel.cp > 1:
         raise LlmpipeError(
-            "eval.every (bits per byte on text sets) does not run under pipeline parallelism yet"
+            "eval.every (bits per byte on text sets) does not run under pipeline or context parallelism yet"
         )
     shards = cfg.data.path if cfg.data.path is not None else cfg.data.sources[0].path
     assert shards is not None
@@ -164,7 +164,7 @@ def lora_summary(cfg: RunConfig, model: torch.nn.Module, n_params: int, d: Dist)
     returned for the metrics."""
     lo = cfg.lora
     local = sum(_local(p).numel() for p in model.parameters() if p.requires_grad)
-    trainable = int(all_reduce_sum([float(local)], d.device)[0]) if d.layout.dp > 1 else local
+    trainable = int(all_reduce_sum([float(local)], d.device)[0]) if d.layout.fsdp > 1 else local
     rec: dict[str, float] = {"lora_trainable_params": trainable}
     line = (
         f"lora: rank {lo.rank}, alpha {lo.alpha:g} on {','.join(lo.targets)}: {trainable:,} trainable "
@@ -229,6 +229,8 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     init_from.prepare(cfg.model, first_directory(cfg.data), hf_dir)  # its shape, its tokenizer checked
     cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
     cfg.model.max_seq_len = cfg.model.max_seq_len or train_ds.seq_len
+    if d.context_parallel is not None:
+        d.context_parallel.check_seq_len(train_ds.seq_len)
     if cfg.model.vocab_size < train_ds.vocab_size or cfg.model.max_seq_len < train_ds.seq_len:
         raise LlmpipeError(
             f"model vocab {cfg.model.vocab_size} / max_seq_len {cfg.model.max_seq_len} is smaller than the "

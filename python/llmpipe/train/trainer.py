@@ -59,8 +59,8 @@ def forward_backward(
     loss_ctx: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
 ) -> torch.Tensor:
     """Accumulate gradients of the mean loss over all ``global_tokens`` target tokens of the step
-    (every rank, every micro-batch). FSDP averages gradients over the data-parallel ranks
-    (``world_size`` here), so each rank's summed loss is scaled by world_size / global_tokens.
+    (every rank, every micro-batch). FSDP averages gradients over the data-parallel ranks, context-
+    parallel ones included (``world_size`` here), so each rank's summed loss is scaled by world_size / global_tokens.
     ``grad_scale`` multiplies the backward loss only (fp16 loss scaling). Returns this rank's summed loss
     (fp64, on the device) without a host sync, so a GPU never waits here."""
     if isinstance(global_tokens, torch.Tensor):
@@ -177,6 +177,7 @@ class Trainer:
         # Every tp and pp rank of a replica holds the same batch: the world sum counts it tp x pp times,
         # and its loss tp times (only the last pipeline stage has one).
         lay = self.d.layout
+        batches = self._cp_shard(batches)  # cp > 1: this rank's chunks of each row; their targets count
         tokens = all_reduce_(torch.stack([(b.target != -100).sum() for b in batches]).sum().double())
         tokens = tokens / (lay.tp * lay.pp)
         amp = functools.partial(autocast, self.cfg.parallel, self.d)
@@ -188,7 +189,9 @@ class Trainer:
             loss_sum = self.pipeline.train_batches(batches, norm_t, self._loss_scale(), gs)
         else:
             ctx = functools.partial(loss_context, self.cfg.parallel)
-            loss_sum = forward_backward(self.model, batches, tokens, lay.dp, self._loss_scale(), amp, gs, ctx)
+            loss_sum = forward_backward(
+                self.model, batches, tokens, lay.fsdp, self._loss_scale(), amp, gs, ctx
+            )
         self._inject_overflow()
         params = [p for p in self.model.parameters() if p.grad is not None]
         if not self.scaler.unscale_(params, self.d.device):  # fp16 overflow on some rank: skip the step
@@ -212,6 +215,10 @@ class Trainer:
             self.step += 1
         self.optimizer.zero_grad(set_to_none=True)
         return StepResult(mean, int(global_tokens), decision, grad_norm)
+
+    def _cp_shard(self, batches: list[Batch]) -> list[Batch]:
+        cp = self.d.context_parallel
+        return batches if cp is None else [cp.shard(b) for b in batches]
 
     def _pp_group(self) -> dist.ProcessGroup | None:
         return self.d.mesh["pp"].get_group() if self.d.layout.pp > 1 else None
@@ -265,6 +272,7 @@ class Trainer:
         for i, b in enumerate(loader):
             if i >= self.cfg.train.val_batches:
                 break
+            (b,) = self._cp_shard([b])
             tokens += count_targets(b)
             if self.pipeline is not None:
                 loss += self.pipeline.eval_batch(b)

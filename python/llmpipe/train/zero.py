@@ -61,8 +61,10 @@ def check_layout(cfg: ParallelConfig, dp_replicate: int, dp_shard: int) -> None:
         )
     if z < 3 and cfg.cpu_offload:
         raise ConfigError(f"parallel.cpu_offload is FSDP's ZeRO-3 offload: it runs with zero=3, not zero={z}")
-    if z == 1 and (cfg.tp > 1 or cfg.pp > 1):
-        raise ConfigError("parallel.zero=1 runs with tp=1 and pp=1 (zero=2 and zero=3 compose with them)")
+    if z == 1 and (cfg.tp > 1 or cfg.pp > 1 or cfg.cp > 1):
+        raise ConfigError(
+            "parallel.zero=1 runs with tp=1, pp=1 and cp=1 (zero=2 and zero=3 compose with them)"
+        )
 
 
 def stage(cfg: ParallelConfig, dp: int) -> int:
