@@ -12,8 +12,11 @@ its tests measure on disk.)
 
 Sharding divides model states over ``F`` ranks: DDP / FSDP ``none`` replicate (F = 1); ZeRO-1 shards
 the optimizer states, ZeRO-2 also the gradients, ZeRO-3 / FSDP ``full`` also the weights (F = all
-GPUs); FSDP ``hybrid`` shards within groups of ``shard_size`` ranks (F = shard_size). CPU offload moves
-the optimizer states (and the master copy) to host memory.
+GPUs); FSDP ``hybrid`` shards within groups of ``shard_size`` ranks (F = shard_size), and so do the
+ZeRO stages when ``shard_size`` is given. As the trainer runs ZeRO-2 (FSDP2 keeping the weights gathered
+from forward to backward), its fp32 weights count FSDP's shard besides the gathered copy, and its
+temporaries one block's gradient buffer. CPU offload moves the optimizer states (and the master copy) to
+host memory.
 
 Activations per layer (Korthikanti et al. 2022, adapted to a Llama block with SDPA / flash attention,
 which stores no s x s score matrix): with 16-bit activations, ``bytes = s*b*h*(12 + 4*kv/heads) +
@@ -40,7 +43,7 @@ activations for the micro-batches in flight (GPipe: all m; 1F1B: up to pp; inter
 GPU per step: FSDP all-gathers (twice, once with pp) and reduce-scatters, replicas all-reduce, TP moves
 8 activation-sized tensors per block (sequence parallel), PP sends activations and gradients across
 each stage boundary. tests/train/test_train_plan.py checks the memory against a tp=2 and a pp=2 rank of
-the real trainer.
+the real trainer, and against a rank at each ZeRO stage (``parallel.zero``).
 
 Context parallel (``--cp``): the GPUs are ``dp x cp x pp x tp``; each cp rank holds ``seq_len / cp`` of
 every sequence, so every activation is divided by cp, except the keys and values each layer all-gathers
@@ -205,7 +208,7 @@ class PlanInput:
     precision: Precision = "bf16"
     optimizer: Optimizer = "adamw"
     strategy: Strategy = "fsdp_full"
-    shard_size: int = 0  # fsdp_hybrid: ranks per shard group
+    shard_size: int = 0  # fsdp_hybrid, zero1/2/3: ranks per shard group (0 for zero: all data-parallel ranks)
     cpu_offload: bool = False
     seq_len: int = 0
     micro_batch: int = 0
@@ -297,15 +300,16 @@ def _shard_factors(p: PlanInput) -> tuple[int, int, int]:
     """(weights, gradients, optimizer) sharding factors over the data-parallel ranks (and the
     context-parallel ones, which shard the model states like data-parallel ranks)."""
     n = _dp(p) * p.cp
+    # fsdp_hybrid and the ZeRO stages: groups of shard_size ranks (0: all)
     group = p.shard_size * p.cp if p.shard_size else n
-    if p.strategy == "fsdp_hybrid" and n % group:
-        raise ConfigError(f"fsdp_hybrid: {n} GPUs are not a multiple of shard_size {group}")
+    if (p.strategy == "fsdp_hybrid" or p.strategy.startswith("zero")) and n % group:
+        raise ConfigError(f"{p.strategy}: {n} GPUs are not a multiple of shard_size {group}")
     return {
         "ddp": (1, 1, 1),
         "fsdp_none": (1, 1, 1),
-        "zero1": (1, 1, n),
-        "zero2": (1, n, n),
-        "zero3": (n, n, n),
+        "zero1": (1, 1, group),
+        "zero2": (1, group, group),
+        "zero3": (group, group, group),
         "fsdp_full": (n, n, n),
         "fsdp_hybrid": (group, group, group),
     }[p.strategy]
@@ -395,13 +399,18 @@ def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
     m = p.model
     cb = 4.0 if p.precision == "fp32" else 2.0
     dp = _dp(p) * p.cp
-    rep = dp // wf if wf else 1
+    of = _shard_factors(p)[2]  # the shard group (wf for FSDP; the optimizer's for ZeRO-1 and -2)
+    rep = dp // of if of else 1
     out = {"fsdp": 0.0, "replicate": 0.0, "tp": 0.0, "pp": 0.0, "cp": 0.0}
-    if wf > 1:
-        gathers = 1 if p.pp > 1 else 2
-        out["fsdp"] = (gathers * rank_params * cb + rank_params * 4.0) * (wf - 1) / wf
-    if rep > 1:
-        out["replicate"] = 2 * rank_params / wf * 4.0 * (rep - 1) / rep
+    if p.strategy == "zero1":  # all-reduce of the whole fp32 gradients, all-gather of the updated rows
+        out["replicate"] = 2 * rank_params * 4.0 * (dp - 1) / dp
+        out["fsdp"] = rank_params * 4.0 * (of - 1) / of
+    else:
+        if of > 1:  # ZeRO-2 gathers once per step: the weights stay gathered from forward to backward
+            gathers = 1 if p.pp > 1 or p.strategy == "zero2" else 2
+            out["fsdp"] = (gathers * rank_params * cb + rank_params * 4.0) * (of - 1) / of
+        if rep > 1:
+            out["replicate"] = 2 * rank_params / of * 4.0 * (rep - 1) / rep
     if m.known_layout and p.seq_len and p.micro_batch:
         act = p.seq_len / p.cp * p.micro_batch * m.dim * cb
         layers = m.n_layers / p.pp
@@ -419,12 +428,14 @@ def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
 
 
 def _fsdp_buffers(p: PlanInput, wf: int) -> float:
+    """FSDP's all-gathered weights of two blocks and one block's fp32 gradient buffer; ZeRO-2 keeps
+    every block's weights gathered (counted in the weights), so only the gradient buffer."""
     m = p.model
-    if not m.known_layout or wf == 1:
+    if not m.known_layout or (wf == 1 and p.strategy != "zero2"):
         return 0.0
     block = (m.params - m.vocab_size * m.dim * (1 if m.tie_embeddings else 2)) / m.n_layers
     compute = 4.0 if p.precision == "fp32" else 2.0
-    return 2 * block * compute + block * 4.0
+    return (0.0 if p.strategy == "zero2" else 2 * block * compute) + block * 4.0
 
 
 def _optimizer_step_temporaries(p: PlanInput, n: float, of: int) -> float:
@@ -454,6 +465,8 @@ def estimate(p: PlanInput) -> Plan:
     wb, gb, ob = _per_param_bytes(p)
     rank_params = _rank_params(p)
     weights = rank_params * wb / wf
+    if p.strategy == "zero2" and p.precision == "fp32":  # FSDP2 keeps its shard besides the gathered
+        weights += rank_params * wb / of  # weights (in bf16 that shard is the master copy: optimizer)
     grads = rank_params * gb / gf
     opt = rank_params * ob / of
     if p.ep > 1:  # the routed experts are split over the ep ranks instead of the data-parallel sharding
@@ -508,7 +521,7 @@ def estimate(p: PlanInput) -> Plan:
         )
     if p.cpu_offload:
         notes.append(f"CPU offload: {offload / GB:.2f} GB of optimizer states per rank in host memory")
-    dp_shard = wf // p.cp if wf % p.cp == 0 else wf  # the cp ranks shard with the dp_shard ones
+    dp_shard = of // p.cp if of % p.cp == 0 else of  # the cp ranks shard with the dp_shard ones
     return Plan(
         inputs={k: v for k, v in asdict(p).items() if k != "model"},
         params=n,
@@ -637,6 +650,7 @@ def plan_for_run(
     device_memory_gb: float,
     dp_replicate: int = 0,
     dp_shard: int = 0,
+    device: Literal["cuda", "cpu"] = "cuda",
 ) -> Plan:
     """The plan of a train/pretrain.py run from its resolved config (the trainer prints its memory part),
     at its layout: ``dp_replicate`` x ``dp_shard`` as the trainer resolved them (0: from ``sharding``),
@@ -648,6 +662,10 @@ def plan_for_run(
         sharded = dp_shard * p.cp > 1
         strategy = "fsdp_none" if not sharded else ("fsdp_hybrid" if dp_replicate > 1 else "fsdp_full")
         shard_size = dp_shard
+    if p.zero:  # a ZeRO stage over the dp_shard ranks (the whole data-parallel group with sharding full)
+        zero: dict[int, Strategy] = {1: "zero1", 2: "zero2", 3: "zero3"}
+        strategy = zero[p.zero]
+        shard_size = dp_shard or (shard_size if p.sharding == "hybrid" else 0)
     return estimate(
         PlanInput(
             model=ModelShape.of(cfg.model),
@@ -655,7 +673,7 @@ def plan_for_run(
             gpu_memory_gb=device_memory_gb,
             precision="fp32" if p.mixed_precision == "fp32" else "bf16",
             strategy=strategy,
-            shard_size=shard_size if strategy == "fsdp_hybrid" else 0,
+            shard_size=shard_size if strategy in ("fsdp_hybrid", "zero1", "zero2", "zero3") else 0,
             cpu_offload=p.cpu_offload,
             seq_len=seq_len,
             micro_batch=cfg.data.batch_size,
@@ -668,5 +686,7 @@ def plan_for_run(
             stages_per_rank=p.pp_stages_per_rank,
             loss_parallel=p.loss_parallel,
             ep=p.ep,
+            device=device,
+            fused_optimizer=cfg.optim.fused is True,
         )
     )

@@ -83,6 +83,9 @@ class ParallelConfig:
     = all data-parallel ranks; ``none``: dp_replicate = all; ``hybrid``: dp_shard = ``shard_size``."""
 
     sharding: Literal["full", "hybrid", "none"] = "full"  # FSDP / HSDP (2-D mesh) / replicate
+    # ZeRO stage over the dp_shard ranks (train/zero.py): 1 optimizer states, 2 + gradients, 3 + parameters;
+    # 0: from sharding (full / hybrid: 3, none: nothing sharded)
+    zero: Literal[0, 1, 2, 3] = 0
     shard_size: int = 0  # hybrid: ranks per shard group (0: ranks per node = LOCAL_WORLD_SIZE)
     dp_replicate: int = 0  # data-parallel replicas (gradients all-reduced); 0: from sharding
     dp_shard: int = 0  # ranks each replica's parameters are sharded over (FSDP2); 0: from sharding

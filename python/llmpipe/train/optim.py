@@ -10,10 +10,12 @@ scaled by ``BatchSchedule.lr_scale`` (train/schedule.py).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 
 from llmpipe.train.config import OptimConfig
 from llmpipe.train.schedule import BatchSchedule
@@ -44,14 +46,21 @@ def param_groups(model: nn.Module, cfg: OptimConfig) -> list[dict[str, object]]:
     return groups
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    return torch.optim.AdamW(
-        param_groups(model, cfg),
-        lr=cfg.lr,
-        betas=(cfg.beta1, cfg.beta2),
-        eps=cfg.eps,
-        fused=cfg.fused is True or None,  # "auto" is settled per device by resolve_for_device
-    )
+def build_optimizer(
+    model: nn.Module, cfg: OptimConfig, shard_mesh: DeviceMesh | None = None
+) -> torch.optim.AdamW:
+    """AdamW; with ``shard_mesh`` (ZeRO-1, train/zero.py) its states sharded over that mesh."""
+    kwargs: dict[str, Any] = {
+        "lr": cfg.lr,
+        "betas": (cfg.beta1, cfg.beta2),
+        "eps": cfg.eps,
+        "fused": cfg.fused is True or None,  # "auto" is settled per device by resolve_for_device
+    }
+    if shard_mesh is not None:
+        from llmpipe.train.zero import ShardedAdamW
+
+        return ShardedAdamW(param_groups(model, cfg), shard_mesh, **kwargs)
+    return torch.optim.AdamW(param_groups(model, cfg), **kwargs)
 
 
 def lr_factor(

@@ -20,7 +20,7 @@ from llmpipe.data.format import TOKENIZER_FILE
 from llmpipe.errors import LlmpipeError
 from llmpipe.lock import DirLock
 from llmpipe.plan import Plan, plan_for_run, render_memory
-from llmpipe.train import init_from, lora, t5
+from llmpipe.train import init_from, lora, t5, zero
 from llmpipe.train.checkpoint import STATE_FILE, Checkpointer, load_train_state
 from llmpipe.train.config import RunConfig, dump, parse_args, resolve_for_device
 from llmpipe.train.data import build_data, first_directory, open_train, verify_notices
@@ -67,6 +67,8 @@ def build_model(cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None) 
     model.init_weights(seed=cfg.train.seed)
     if cfg.lora.rank:
         lora.init_adapters(model, cfg.train.seed)
+    if zero.stage(cfg.parallel, d.dp_size) == 1:
+        zero.replicate_gradients(model, d)  # on the materialised parameters: their hooks are kept
     return model
 
 
@@ -102,6 +104,7 @@ def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> Plan:
         device_memory_gb=device_memory_gb(d.device),
         dp_replicate=d.layout.dp_replicate,
         dp_shard=d.layout.dp_shard,
+        device="cuda" if d.device.type == "cuda" else "cpu",
     )
 
 
@@ -281,7 +284,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         on_cpu = sum(_local(p).device.type == "cpu" for p in model.parameters())
         if d.is_main:
             print(f"cpu offload: {on_cpu} of {len(list(model.parameters()))} parameter shards in host memory")
-    optimizer = build_optimizer(model, cfg.optim)
+    optimizer = build_optimizer(model, cfg.optim, zero.optimizer_mesh(cfg.parallel, d))
     scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps, schedule)
     ckpt = Checkpointer(
         out, cfg.checkpoint, rank=d.rank, world_size=d.world_size, frozen_base=bool(cfg.lora.rank)
