@@ -12,8 +12,11 @@ its tests measure on disk.)
 
 Sharding divides model states over ``F`` ranks: DDP / FSDP ``none`` replicate (F = 1); ZeRO-1 shards
 the optimizer states, ZeRO-2 also the gradients, ZeRO-3 / FSDP ``full`` also the weights (F = all
-GPUs); FSDP ``hybrid`` shards within groups of ``shard_size`` ranks (F = shard_size). CPU offload moves
-the optimizer states (and the master copy) to host memory.
+GPUs); FSDP ``hybrid`` shards within groups of ``shard_size`` ranks (F = shard_size), and so do the
+ZeRO stages when ``shard_size`` is given. As the trainer runs ZeRO-2 (FSDP2 keeping the weights gathered
+from forward to backward), its fp32 weights count FSDP's shard besides the gathered copy, and its
+temporaries one block's gradient buffer. CPU offload moves the optimizer states (and the master copy) to
+host memory.
 
 Activations per layer (Korthikanti et al. 2022, adapted to a Llama block with SDPA / flash attention,
 which stores no s x s score matrix): with 16-bit activations, ``bytes = s*b*h*(12 + 4*kv/heads) +
@@ -40,7 +43,7 @@ activations for the micro-batches in flight (GPipe: all m; 1F1B: up to pp; inter
 GPU per step: FSDP all-gathers (twice, once with pp) and reduce-scatters, replicas all-reduce, TP moves
 8 activation-sized tensors per block (sequence parallel), PP sends activations and gradients across
 each stage boundary. tests/train/test_train_plan.py checks the memory against a tp=2 and a pp=2 rank of
-the real trainer.
+the real trainer, and against a rank at each ZeRO stage (``parallel.zero``).
 
 Context parallel (``--cp``): the GPUs are ``dp x cp x pp x tp``; each cp rank holds ``seq_len / cp`` of
 every sequence, so every activation is divided by cp, except the keys and values each layer all-gathers
@@ -55,10 +58,16 @@ thumb ``2 x weights`` (so fp32 AdamW training needs about 6 x the weights: ~24 G
 Compute: ``6 * N * tokens`` FLOPs (PaLM adds ``12 * layers * h * s`` per token for attention; shown
 too). Compute-optimal data: 20 tokens per parameter (Chinchilla), or D_opt(N) from a fitted scaling law. Curation keeps about 1-3% of crawled
 tokens (default 2%, or the retention a curate run measured).
+
+An encoder-decoder (``model.arch: encoder_decoder``, train/t5.py) counts both stacks (``n_layers`` each,
+the decoder's blocks with cross-attention); its activations are the encoder's over the corrupted input
+and the decoder's over the targets (T5's span-corruption lengths for rows of ``seq_len + 1``, noise
+density 0.15, mean span 3), and its FLOPs per raw token weigh each stack by the tokens it reads.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -66,6 +75,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from llmpipe.errors import ConfigError
 from llmpipe.train import pp_math  # the trainer's pipeline arithmetic (no torch)
+from llmpipe.train.span_math import span_lengths  # T5's span-corruption lengths (no torch)
 
 if TYPE_CHECKING:  # the trainer's typed config (train/config.py); llmpipe does not import it at run time
     from llmpipe.train.config import RunConfig
@@ -79,6 +89,7 @@ Optimizer = Literal["adamw", "adam8bit", "sgd_momentum", "sgd"]
 
 #: dense bf16 peak TFLOP/s per device (no sparsity), for MFU and GPU-hours
 PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0, "b200": 2250.0, "a100": 312.0, "l40s": 362.0, "a10g": 125.0}
+T5_BUCKETS, T5_NOISE_DENSITY, T5_MEAN_SPAN = 32, 0.15, 3.0  # train/t5.py, train/span_corruption.py
 OPTIMIZER_BYTES = {"adamw": 8.0, "adam8bit": 2.0, "sgd_momentum": 4.0, "sgd": 0.0}
 
 
@@ -94,6 +105,18 @@ class ModelShape:
     hidden: int = 0
     vocab_size: int = 0
     tie_embeddings: bool = False
+    # mixture of experts (train/moe.py): ``hidden`` is then the SwiGLU width a token activates, averaged
+    # over the blocks (top_k + shared experts' widths in MoE blocks)
+    active_params: int = 0  # parameters one token uses (0: all of them, a dense model)
+    expert_params: int = 0  # the routed experts' weights, all MoE blocks (split over ep ranks)
+    moe_layers: int = 0
+    top_k: int = 0
+    arch: str = "decoder"  # or encoder; encoder_decoder: n_layers counts the blocks of both stacks
+    encoder_params: int = 0  # encoder_decoder: the encoder stack's matmul parameters
+
+    @property
+    def active(self) -> int:
+        return self.active_params or self.params
 
     @property
     def known_layout(self) -> bool:
@@ -131,7 +154,31 @@ class ModelShape:
         emb = vocab_size * dim
         head = dim * dim + dim + 2 * dim + vocab_size + (0 if tie else emb)
         params = emb + positions * dim + 2 * dim + n_layers * per_layer + head
-        return cls(params, dim, n_layers, n_heads, n_heads, hidden, vocab_size, tie)
+        shape = cls(params, dim, n_layers, n_heads, n_heads, hidden, vocab_size, tie)
+        shape.arch = "encoder"
+        return shape
+
+    @classmethod
+    def t5(
+        cls, dim: int, n_layers: int, n_heads: int, vocab_size: int, hidden: int, tie_embeddings: bool
+    ) -> ModelShape:
+        """train/t5.py's encoder-decoder (``n_layers`` per stack; checked against it): per encoder block
+        q, k, v, o, the gated feed-forward and two norms; per decoder block also the cross-attention and
+        its norm; a position-bias table per stack, two final norms, the embedding and the output."""
+        head_dim = dim // n_heads
+        inner = n_heads * head_dim
+        enc = 4 * dim * inner + 3 * dim * hidden
+        dec = 8 * dim * inner + 3 * dim * hidden
+        emb = vocab_size * dim
+        params = (
+            n_layers * (enc + 2 * dim + dec + 3 * dim)
+            + 2 * T5_BUCKETS * n_heads
+            + 2 * dim
+            + emb * (1 if tie_embeddings else 2)
+        )
+        shape = cls(params, dim, 2 * n_layers, n_heads, n_heads, hidden, vocab_size, tie_embeddings)
+        shape.arch, shape.encoder_params = "encoder_decoder", n_layers * enc
+        return shape
 
     @classmethod
     def of(cls, m: ModelConfig, vocab_size: int | None = None) -> ModelShape:
@@ -143,7 +190,9 @@ class ModelShape:
             return cls.bert(
                 m.dim, m.n_layers, m.n_heads, vocab, m.hidden, m.max_seq_len or 512, m.tie_embeddings
             )
-        return cls.llama(
+        if m.arch == "encoder_decoder":
+            return cls.t5(m.dim, m.n_layers, m.n_heads, vocab, m.hidden, m.tie_embeddings)
+        shape = cls.llama(
             m.dim,
             m.n_layers,
             m.n_heads,
@@ -152,6 +201,21 @@ class ModelShape:
             ffn_hidden=m.hidden,
             tie_embeddings=m.tie_embeddings,
         )
+        e = m.moe
+        if not e.experts:
+            return shape
+        n_moe = sum(e.is_moe(i) for i in range(m.n_layers))
+        he = e.expert_hidden or m.hidden
+        routed = e.experts * 3 * m.dim * he
+        shared = e.shared_experts * 3 * m.dim * he + m.dim if e.shared_experts else 0  # + its gate
+        moe_block = m.dim * e.experts + routed + shared  # router, experts, shared expert
+        params = shape.params + n_moe * (moe_block - 3 * m.dim * m.hidden)
+        active = params - n_moe * (e.experts - e.top_k) * 3 * m.dim * he
+        width = ((m.n_layers - n_moe) * m.hidden + n_moe * (e.top_k + e.shared_experts) * he) / m.n_layers
+        return dataclasses.replace(
+            shape, params=params, hidden=round(width), active_params=active, expert_params=n_moe * routed,
+            moe_layers=n_moe, top_k=e.top_k,
+        )  # fmt: skip
 
 
 @dataclass
@@ -162,7 +226,7 @@ class PlanInput:
     precision: Precision = "bf16"
     optimizer: Optimizer = "adamw"
     strategy: Strategy = "fsdp_full"
-    shard_size: int = 0  # fsdp_hybrid: ranks per shard group
+    shard_size: int = 0  # fsdp_hybrid, zero1/2/3: ranks per shard group (0 for zero: all data-parallel ranks)
     cpu_offload: bool = False
     seq_len: int = 0
     micro_batch: int = 0
@@ -182,6 +246,7 @@ class PlanInput:
     pp_schedule: PipelineSchedule = "1f1b"
     stages_per_rank: int = 0  # 0: 1, or 2 for interleaved_1f1b
     loss_parallel: bool = False  # tp: vocabulary-sharded logits
+    ep: int = 1  # expert-parallel ranks (a mixture of experts: the routed experts split over them)
 
 
 @dataclass
@@ -209,6 +274,8 @@ class Plan:
     params_per_rank: float = 0.0  # before data-parallel sharding: after tp and pp
     bubble_fraction: float = 0.0  # pipeline idle share of a step
     comm_gb: dict[str, float] = field(default_factory=dict)  # bytes each GPU sends per step, by kind
+    active_params: int = 0  # a mixture of experts: the parameters one token uses (dense: all)
+    flops_per_token: float = 0.0  # training FLOPs per token: 6 x active parameters (+ attention)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -251,15 +318,16 @@ def _shard_factors(p: PlanInput) -> tuple[int, int, int]:
     """(weights, gradients, optimizer) sharding factors over the data-parallel ranks (and the
     context-parallel ones, which shard the model states like data-parallel ranks)."""
     n = _dp(p) * p.cp
+    # fsdp_hybrid and the ZeRO stages: groups of shard_size ranks (0: all)
     group = p.shard_size * p.cp if p.shard_size else n
-    if p.strategy == "fsdp_hybrid" and n % group:
-        raise ConfigError(f"fsdp_hybrid: {n} GPUs are not a multiple of shard_size {group}")
+    if (p.strategy == "fsdp_hybrid" or p.strategy.startswith("zero")) and n % group:
+        raise ConfigError(f"{p.strategy}: {n} GPUs are not a multiple of shard_size {group}")
     return {
         "ddp": (1, 1, 1),
         "fsdp_none": (1, 1, 1),
-        "zero1": (1, 1, n),
-        "zero2": (1, n, n),
-        "zero3": (n, n, n),
+        "zero1": (1, 1, group),
+        "zero2": (1, group, group),
+        "zero3": (group, group, group),
         "fsdp_full": (n, n, n),
         "fsdp_hybrid": (group, group, group),
     }[p.strategy]
@@ -289,6 +357,8 @@ def activation_bytes(p: PlanInput, micro_batch: int) -> float:
     m = p.model
     s = p.seq_len / p.cp  # context parallel: each rank holds seq_len / cp of every sequence
     scale = 2.0 if p.precision == "fp32" else 1.0
+    if m.arch == "encoder_decoder":
+        return _t5_activation_bytes(p, micro_batch, scale)
     kv_ratio = m.n_kv_heads / m.n_heads if m.n_heads else 1.0
     layers, in_flight, b = m.n_layers, 1, float(micro_batch)
     if p.pp > 1:
@@ -310,6 +380,32 @@ def activation_bytes(p: PlanInput, micro_batch: int) -> float:
     return in_flight * layers * layer + head
 
 
+def _t5_activation_bytes(p: PlanInput, micro_batch: int, scale: float) -> float:
+    """An encoder-decoder's activations: encoder blocks over the corrupted input (Le tokens), decoder
+    blocks over the targets (Ld) with the cross-attention's q and output at Ld and its k and v at Le, the
+    logits at Ld; Le and Ld from T5's arithmetic for rows of seq_len + 1 tokens (default span settings)."""
+    m = p.model
+    n = span_lengths(p.seq_len + 1, T5_NOISE_DENSITY, T5_MEAN_SPAN)
+    le, ld, b, h = n.inputs, n.targets, float(micro_batch), m.dim
+    enc = scale * (le * b * h * 16 + le * b * m.hidden * 8) / p.tp
+    dec = scale * (ld * b * h * 24 + 2 * le * b * h * 2 + ld * b * m.hidden * 8) / p.tp
+    layers = m.n_layers // 2
+    head = scale * 2 * ld * b * h / p.tp + 8.0 * ld * b * m.vocab_size / (p.tp if p.loss_parallel else 1)
+    if p.activation_checkpointing:
+        return layers * scale * 2 * b * h * (le + ld) / p.tp + max(enc, dec) + head
+    return layers * (enc + dec) + head
+
+
+def t5_flops_per_token(m: ModelShape, seq_len: int) -> tuple[float, float]:
+    """(matmul, attention) training FLOPs per raw token of an encoder-decoder: the encoder's matmuls
+    over Le tokens, the decoder's (with the output layer) over Ld, per row of seq_len + 1 tokens."""
+    n = span_lengths(seq_len + 1, T5_NOISE_DENSITY, T5_MEAN_SPAN)
+    dec = m.params - m.encoder_params - m.vocab_size * m.dim * (0 if m.tie_embeddings else 1)
+    matmul = 6.0 * (m.encoder_params * n.inputs + dec * n.targets) / n.raw
+    attn = 12.0 * (m.n_layers // 2) * m.dim * (n.inputs**2 + n.targets**2 + n.inputs * n.targets) / n.raw
+    return matmul, attn
+
+
 def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
     """Bytes each GPU sends per optimizer step (ring collectives: (n - 1) / n of the buffer each).
     FSDP: all-gather of the compute-dtype weights in forward and again in backward (once with pp, which
@@ -321,13 +417,18 @@ def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
     m = p.model
     cb = 4.0 if p.precision == "fp32" else 2.0
     dp = _dp(p) * p.cp
-    rep = dp // wf if wf else 1
+    of = _shard_factors(p)[2]  # the shard group (wf for FSDP; the optimizer's for ZeRO-1 and -2)
+    rep = dp // of if of else 1
     out = {"fsdp": 0.0, "replicate": 0.0, "tp": 0.0, "pp": 0.0, "cp": 0.0}
-    if wf > 1:
-        gathers = 1 if p.pp > 1 else 2
-        out["fsdp"] = (gathers * rank_params * cb + rank_params * 4.0) * (wf - 1) / wf
-    if rep > 1:
-        out["replicate"] = 2 * rank_params / wf * 4.0 * (rep - 1) / rep
+    if p.strategy == "zero1":  # all-reduce of the whole fp32 gradients, all-gather of the updated rows
+        out["replicate"] = 2 * rank_params * 4.0 * (dp - 1) / dp
+        out["fsdp"] = rank_params * 4.0 * (of - 1) / of
+    else:
+        if of > 1:  # ZeRO-2 gathers once per step: the weights stay gathered from forward to backward
+            gathers = 1 if p.pp > 1 or p.strategy == "zero2" else 2
+            out["fsdp"] = (gathers * rank_params * cb + rank_params * 4.0) * (of - 1) / of
+        if rep > 1:
+            out["replicate"] = 2 * rank_params / of * 4.0 * (rep - 1) / rep
     if m.known_layout and p.seq_len and p.micro_batch:
         act = p.seq_len / p.cp * p.micro_batch * m.dim * cb
         layers = m.n_layers / p.pp
@@ -339,16 +440,20 @@ def comm_bytes(p: PlanInput, rank_params: float, wf: int) -> dict[str, float]:
             out["tp"] = 8 * act * layers * (p.tp - 1) / p.tp
         if p.pp > 1:
             out["pp"] = 2 * act * _stages_per_rank(p) / p.tp
+        if p.ep > 1 and m.moe_layers:  # each routed copy of a token to its expert's rank and back,
+            out["all_to_all"] = 4 * m.top_k * act * m.moe_layers * (p.ep - 1) / p.ep  # forward + backward
     return out
 
 
 def _fsdp_buffers(p: PlanInput, wf: int) -> float:
+    """FSDP's all-gathered weights of two blocks and one block's fp32 gradient buffer; ZeRO-2 keeps
+    every block's weights gathered (counted in the weights), so only the gradient buffer."""
     m = p.model
-    if not m.known_layout or wf == 1:
+    if not m.known_layout or (wf == 1 and p.strategy != "zero2"):
         return 0.0
     block = (m.params - m.vocab_size * m.dim * (1 if m.tie_embeddings else 2)) / m.n_layers
     compute = 4.0 if p.precision == "fp32" else 2.0
-    return 2 * block * compute + block * 4.0
+    return (0.0 if p.strategy == "zero2" else 2 * block * compute) + block * 4.0
 
 
 def _optimizer_step_temporaries(p: PlanInput, n: float, of: int) -> float:
@@ -371,13 +476,22 @@ def estimate(p: PlanInput) -> Plan:
     """Per-GPU memory by component, fit, largest micro-batch, compute and data budgets."""
     if p.gpus < 1:
         raise ConfigError("gpus must be at least 1")
+    if p.model.arch == "encoder_decoder" and p.pp > 1:
+        raise ConfigError("an encoder-decoder trains with pp=1 (no pipeline stages of the two stacks)")
     n = p.model.params
     wf, gf, of = _shard_factors(p)
     wb, gb, ob = _per_param_bytes(p)
     rank_params = _rank_params(p)
     weights = rank_params * wb / wf
+    if p.strategy == "zero2" and p.precision == "fp32":  # FSDP2 keeps its shard besides the gathered
+        weights += rank_params * wb / of  # weights (in bf16 that shard is the master copy: optimizer)
     grads = rank_params * gb / gf
     opt = rank_params * ob / of
+    if p.ep > 1:  # the routed experts are split over the ep ranks instead of the data-parallel sharding
+        if not p.model.expert_params or _dp(p) % p.ep:
+            raise ConfigError(f"ep {p.ep} needs a mixture of experts and must divide the data-parallel ranks")
+        ex, dense = p.model.expert_params, rank_params - p.model.expert_params
+        weights, grads, opt = (dense * b / f + ex * b / p.ep for b, f in ((wb, wf), (gb, gf), (ob, of)))
     offload = 0.0
     if p.cpu_offload:
         offload, opt = opt, 0.0
@@ -408,8 +522,15 @@ def estimate(p: PlanInput) -> Plan:
         max_mb = max(0, int(room // per_sample)) if grads <= room else 0
     optimal_tokens = p.optimal_tokens or 20.0 * n
     tokens = p.tokens or optimal_tokens
-    flops = 6.0 * n * tokens
+    flops = 6.0 * p.model.active * tokens  # a mixture of experts: the parameters a token uses
     attn = 12.0 * p.model.n_layers * p.model.dim * p.seq_len * tokens if p.seq_len else 0.0
+    if p.model.arch == "encoder_decoder" and p.seq_len:
+        matmul, per_token_attn = t5_flops_per_token(p.model, p.seq_len)
+        flops, attn = matmul * tokens, per_token_attn * tokens
+        notes.append(
+            "encoder-decoder: FLOPs per raw token from T5's span-corruption lengths (the encoder reads the "
+            "corrupted row, the decoder the targets)"
+        )
     peak = p.peak_tflops * 1e12
     gpu_hours = flops / (peak * p.mfu) / 3600.0 if p.mfu > 0 and peak > 0 else math.inf
     if p.precision in ("int8", "int4"):
@@ -418,7 +539,7 @@ def estimate(p: PlanInput) -> Plan:
         )
     if p.cpu_offload:
         notes.append(f"CPU offload: {offload / GB:.2f} GB of optimizer states per rank in host memory")
-    dp_shard = wf // p.cp if wf % p.cp == 0 else wf  # the cp ranks shard with the dp_shard ones
+    dp_shard = of // p.cp if of % p.cp == 0 else of  # the cp ranks shard with the dp_shard ones
     return Plan(
         inputs={k: v for k, v in asdict(p).items() if k != "model"},
         params=n,
@@ -449,6 +570,8 @@ def estimate(p: PlanInput) -> Plan:
         params_per_rank=rank_params,
         bubble_fraction=bubble_fraction(p),
         comm_gb={k: v / GB for k, v in comm_bytes(p, rank_params, wf).items()},
+        active_params=p.model.active,
+        flops_per_token=(flops + attn) / tokens if tokens else 0.0,
     )
 
 
@@ -506,6 +629,11 @@ def render_memory(plan: Plan) -> list[str]:
             f"  pipeline: {i['pp_schedule']}, {i['microbatches'] or 'default'} micro-batches, "
             f"bubble {plan.bubble_fraction:.1%} of each step"
         )
+    if plan.active_params != plan.params:
+        lines.append(
+            f"mixture of experts: {human(plan.active_params)} of the {human(plan.params)} parameters active "
+            f"per token; {plan.flops_per_token:.3e} training FLOPs per token; ep {i['ep']}"
+        )
     comm = ", ".join(f"{k} {_size(v).strip()}" for k, v in plan.comm_gb.items() if v > 0) or "none"
     lines.append(f"  communication per GPU per step: {comm}")
     return lines
@@ -540,6 +668,7 @@ def plan_for_run(
     device_memory_gb: float,
     dp_replicate: int = 0,
     dp_shard: int = 0,
+    device: Literal["cuda", "cpu"] = "cuda",
 ) -> Plan:
     """The plan of a train/pretrain.py run from its resolved config (the trainer prints its memory part),
     at its layout: ``dp_replicate`` x ``dp_shard`` as the trainer resolved them (0: from ``sharding``),
@@ -551,6 +680,10 @@ def plan_for_run(
         sharded = dp_shard * p.cp > 1
         strategy = "fsdp_none" if not sharded else ("fsdp_hybrid" if dp_replicate > 1 else "fsdp_full")
         shard_size = dp_shard
+    if p.zero:  # a ZeRO stage over the dp_shard ranks (the whole data-parallel group with sharding full)
+        zero: dict[int, Strategy] = {1: "zero1", 2: "zero2", 3: "zero3"}
+        strategy = zero[p.zero]
+        shard_size = dp_shard or (shard_size if p.sharding == "hybrid" else 0)
     return estimate(
         PlanInput(
             model=ModelShape.of(cfg.model),
@@ -558,7 +691,7 @@ def plan_for_run(
             gpu_memory_gb=device_memory_gb,
             precision="fp32" if p.mixed_precision == "fp32" else "bf16",
             strategy=strategy,
-            shard_size=shard_size if strategy == "fsdp_hybrid" else 0,
+            shard_size=shard_size if strategy in ("fsdp_hybrid", "zero1", "zero2", "zero3") else 0,
             cpu_offload=p.cpu_offload,
             seq_len=seq_len,
             micro_batch=cfg.data.batch_size,
@@ -570,5 +703,8 @@ def plan_for_run(
             pp_schedule=p.pp_schedule,
             stages_per_rank=p.pp_stages_per_rank,
             loss_parallel=p.loss_parallel,
+            ep=p.ep,
+            device=device,
+            fused_optimizer=cfg.optim.fused is True,
         )
     )

@@ -172,6 +172,7 @@ def test_plan_takes_the_encoder(capsys: pytest.CaptureFixture[str]) -> None:
     from llmpipe.plan import ModelShape
     from llmpipe.train.encoder import Encoder
     from llmpipe.train.model import ModelConfig, count_params
+    from llmpipe.train.moe import MoEConfig
 
     for tie in (False, True):
         cfg = ModelConfig(arch="encoder", dim=64, n_layers=3, n_heads=4, vocab_size=258, max_seq_len=64,
@@ -180,7 +181,9 @@ def test_plan_takes_the_encoder(capsys: pytest.CaptureFixture[str]) -> None:
             assert ModelShape.of(cfg).params == count_params(Encoder(cfg))
     tiny = str(ROOT / "configs/train/tiny.yaml")
     plans = []
-    for arch in ("decoder", "encoder"):
+    for arch in ("decoder", "encoder", "encoder_decoder"):
         assert main(["plan", "--config", tiny, "--arch", arch, "--vocab-size", "258", "--json"]) == 0
         plans.append(json.loads(capsys.readouterr().out))
-    assert plans[0]["params"] != plans[1]["params"]
+    assert len({p["params"] for p in plans}) == 3, [p["params"] for p in plans]
+    with pytest.raises(ValueError, match="model.arch=encoder has no mixture of experts"):
+        ModelConfig(arch="encoder", dim=64, n_layers=2, n_heads=4, moe=MoEConfig(experts=4, top_k=2))

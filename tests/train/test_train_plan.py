@@ -28,3 +28,18 @@ def test_layout_estimate_within_20_percent_of_the_measured_peak(layout: str, byt
         measured, estimated = int(row[1]), int(row[2])
         assert measured > 20e6  # a real model's worth of tensors was counted
         assert abs(estimated - measured) / measured < 0.20, (layout, row)
+
+
+def test_zero_stages_memory_within_20_percent_of_the_plan(byte_shards: Path) -> None:
+    """ZeRO 1, 2, 3 on 2 ranks, one after the other in one launch: each stage's measured peak is within
+    20% of `llmpipe plan --strategy zeroN` for that run (FSDP2's resized storages counted)."""
+    proc = torchrun(
+        2, str(ROOT / "tests/train/plan_check.py"), str(byte_shards), str(ROOT / "configs/train/tiny.yaml"),
+        *MODEL, "zero=1,2,3",
+    )  # fmt: skip
+    rows = re.findall(r"rank (\d) zero=(\d): measured (\d+) estimated (\d+)", proc.stdout)
+    assert sorted((r[0], r[1]) for r in rows) == [(r, z) for r in "01" for z in "123"], proc.stdout
+    for rank, z, m, e in rows:
+        measured, estimated = int(m), int(e)
+        assert measured > 20e6
+        assert abs(estimated - measured) / measured < 0.20, (z, rank, measured, estimated)

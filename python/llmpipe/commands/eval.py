@@ -22,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "line) and/or the val split of a shard directory: loss (nats per token), perplexity and bits per "
         "UTF-8 byte, per input and overall. MODEL is a run directory of the trainer (its latest "
         "checkpoint) or a local HuggingFace causal LM directory. Long documents are scored by sliding "
-        "windows (default: disjoint windows of the model's length, as lm-eval's loglikelihood_rolling).",
+        "windows (default: disjoint windows of the model's length, as lm-eval's loglikelihood_rolling). "
+        "An encoder-decoder run (model.arch=encoder_decoder) reports its span-corruption loss on --shards.",
     )
     p.add_argument("model", type=Path, metavar="MODEL", help="run directory or HF model directory")
     p.add_argument("--text", type=Path, nargs="+", default=[], metavar="FILE", help="text or JSONL files")
@@ -40,6 +41,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
+    from llmpipe.train.export_t5 import is_t5_run
+
+    if is_t5_run(args.model):
+        return run_span_corruption(args)
     from llmpipe.eval import EvalResult, Evaluator, load_lm, read_texts
 
     if not args.text and args.shards is None:
@@ -85,4 +90,30 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{name:<{width}}  {r.docs:>6}  {r.tokens:>10}  {r.bytes:>11}  {r.loss:>7.4f}  {r.ppl:>9.3f}  {r.bpb:>7.4f}"
         )
+    return 0
+
+
+def run_span_corruption(args: argparse.Namespace) -> int:
+    """An encoder-decoder run: its span-corruption loss on the shards' split (bits per byte is a
+    decoder's measure; text files are refused)."""
+    from llmpipe.eval.model import default_device
+    from llmpipe.train.export_t5 import span_loss
+
+    if args.text or args.shards is None:
+        raise ConfigError(
+            f"{args.model} is an encoder-decoder run: pass --shards DIR (span-corruption loss on its "
+            f"{args.split} split); --text (bits per byte) is for decoders"
+        )
+    r = span_loss(args.model, args.shards, args.split, batch_size=args.batch_size,
+                  device=str(default_device(args.device)))  # fmt: skip
+    name = f"{args.shards} ({args.split})"
+    if args.json:
+        print(
+            json.dumps(
+                {"model": str(args.model), "objective": "span_corruption", "inputs": {name: r}}, indent=2
+            )
+        )
+        return 0
+    print(f"{'input':<{len(name)}}  {'rows':>6}  {'tokens':>10}  {'span loss':>9}  {'ppl':>9}")
+    print(f"{name}  {r['rows']:>6}  {r['tokens']:>10}  {r['loss']:>9.4f}  {r['ppl']:>9.3f}")
     return 0

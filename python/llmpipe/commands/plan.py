@@ -90,9 +90,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument(
         "--arch",
-        choices=["decoder", "encoder"],
+        choices=["decoder", "encoder", "encoder_decoder"],
         default=None,
-        help="model.arch for --config (default: the config's): the encoder counts BERT's parameters",
+        help="model.arch for --config (default: the config's): the encoder counts BERT's parameters, "
+        "the encoder-decoder T5's (n_layers per stack)",
     )
     p.add_argument(
         "--vocab-size",
@@ -147,6 +148,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--stages-per-rank", type=int, default=0, metavar="V", help="interleaved: default 2")
     p.add_argument("--loss-parallel", action="store_true", help="tp: vocabulary-sharded logits")
     p.add_argument(
+        "--ep", type=int, default=1, metavar="N", help="expert-parallel ranks for a config's model.moe"
+    )
+    p.add_argument(
         "--scaling",
         type=Path,
         metavar="FIT.json",
@@ -200,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
             pp_schedule=args.pp_schedule,
             stages_per_rank=args.stages_per_rank,
             loss_parallel=args.loss_parallel,
+            ep=args.ep,
             optimal_tokens=optimal_tokens,
         )
     )

@@ -1,9 +1,9 @@
 """The run's typed configuration: one dataclass per component, loaded from YAML plus ``--key=value``.
 
 ``configs/train/*.yaml`` holds sections (model, data, optim, parallel, train, checkpoint, guard, metrics,
-debug, eval, qat, init, lora, mlm). Every key not given takes the default below. Unknown keys and wrong types
-are a ConfigError, in the file and in overrides alike. An override is ``--section.key=value`` or, when
-the key name is unique across sections, ``--key=value``; the value is parsed as YAML (``--train.steps=20``,
+debug, eval, qat, init, lora, mlm, span). Every key not given takes the default below. Unknown keys and
+wrong types are a ConfigError, in the file and in overrides alike. An override is ``--section.key=value`` or,
+when the key name is unique across sections, ``--key=value``; the value is parsed as YAML (``--train.steps=20``,
 ``--doc_mask=true``).
 """
 
@@ -22,6 +22,7 @@ import yaml
 from llmpipe.config import config_file, from_dict, load_yaml, to_dict
 from llmpipe.errors import ConfigError
 from llmpipe.train.model import ModelConfig
+from llmpipe.train.span_corruption import SpanConfig
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
@@ -82,10 +83,14 @@ class ParallelConfig:
     = all data-parallel ranks; ``none``: dp_replicate = all; ``hybrid``: dp_shard = ``shard_size``."""
 
     sharding: Literal["full", "hybrid", "none"] = "full"  # FSDP / HSDP (2-D mesh) / replicate
+    # ZeRO stage over the dp_shard ranks (train/zero.py): 1 optimizer states, 2 + gradients, 3 + parameters;
+    # 0: from sharding (full / hybrid: 3, none: nothing sharded)
+    zero: Literal[0, 1, 2, 3] = 0
     shard_size: int = 0  # hybrid: ranks per shard group (0: ranks per node = LOCAL_WORLD_SIZE)
     dp_replicate: int = 0  # data-parallel replicas (gradients all-reduced); 0: from sharding
     dp_shard: int = 0  # ranks each replica's parameters are sharded over (FSDP2); 0: from sharding
     tp: int = 1  # tensor parallel: heads and the MLP hidden split over tp ranks (DTensor)
+    ep: int = 1  # expert parallel: model.moe's experts split over ep ranks taken from dp_shard (train/moe.py)
     cp: int = 1  # context parallel: each sequence split over cp ranks (train/context_parallel.py)
     loss_parallel: bool = False  # tp: cross entropy on vocabulary-sharded logits (no logits gather)
     pp: int = 1  # pipeline parallel: layers split into stages on pp ranks
@@ -220,7 +225,8 @@ class RunConfig:
     qat: QatConfig = field(default_factory=QatConfig)
     init: InitConfig = field(default_factory=InitConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
-    mlm: MlmConfig = field(default_factory=MlmConfig)
+    mlm: MlmConfig = field(default_factory=MlmConfig)  # model.arch=encoder
+    span: SpanConfig = field(default_factory=SpanConfig)  # model.arch=encoder_decoder
 
 
 def _sections() -> dict[str, set[str]]:
@@ -253,9 +259,13 @@ def apply_override(data: dict[str, Any], item: str) -> None:
         raise ConfigError(f"override {item!r}: value is not valid YAML ({e})") from e
     if isinstance(value, str) and _FLOAT.match(value):  # YAML 1.1 reads 1e-3 as a string
         value = float(value)
-    sect = data.setdefault(section, {})
-    if not isinstance(sect, dict):
-        raise ConfigError(f"config section {section!r} must be a mapping")
+    *inner, name = name.split(".")  # a nested section: --model.moe.experts=8
+    sect: Any = data
+    for depth, part in enumerate([section, *inner], 1):
+        sect = sect.setdefault(part, {})
+        if not isinstance(sect, dict):
+            where = ".".join([section, *inner][:depth])
+            raise ConfigError(f"config section {where!r} must be a mapping")
     sect[name] = value
 
 

@@ -30,7 +30,7 @@ from safetensors.torch import save_file
 from llmpipe.config import load_yaml
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
 from llmpipe.errors import LlmpipeError, TokenizerError
-from llmpipe.train import encoder_hf, init_from, lora
+from llmpipe.train import encoder_hf, export_t5, init_from, lora
 from llmpipe.train.arch import new_model
 from llmpipe.train.checkpoint import STATE_FILE, list_checkpoints, load_dcp, load_train_state, step_dir
 from llmpipe.train.config import RunConfig, from_saved
@@ -55,9 +55,11 @@ def load_run(
     files changed since) with the adapters merged into the weights, or (``merge=False``) kept as
     ``LoraLinear`` layers (train/lora.py)."""
     cfg = run_config(run_dir)
-    if cfg.model.arch == "encoder" and not encoder:  # the callers that take an encoder say so
+    arch = cfg.model.arch
+    # the callers that take an encoder say so; an encoder-decoder loads by export_t5.load_t5
+    if arch == "encoder_decoder" or (arch == "encoder" and not encoder):
         raise LlmpipeError(
-            f"{run_dir} is an encoder run (model.arch=encoder): `llmpipe export` and `llmpipe eval` take it; "
+            f"{run_dir} is an {arch} run (model.arch={arch}): `llmpipe export` and `llmpipe eval` take it; "
             "generation, quantization and pruning take decoders"
         )
     found = list_checkpoints(run_dir / "checkpoints")
@@ -195,18 +197,24 @@ def export(
     base with the adapters merged in. ``out`` is replaced whole: one that holds files llmpipe did not
     write is refused unless ``overwrite``."""
     EXPORT_OUT.check(out, overwrite)
-    lora_run = bool(run_config(run_dir).lora.rank)
+    saved = run_config(run_dir)
+    lora_run = bool(saved.lora.rank)
+    t5_run = saved.model.arch == "encoder_decoder"  # T5ForConditionalGeneration (train/export_t5.py)
     adapters = lora_run and not merge
     if merge and not lora_run:
         raise LlmpipeError(f"--merge: {run_dir} is not a LoRA run; its export is the whole model already")
-    cfg, model, path = load_run(run_dir, step, merge=not adapters, encoder=True)
+    model: Transformer | export_t5.T5  # or an Encoder (model.arch=encoder), from load_run
+    if t5_run:
+        cfg, (model, path) = saved, export_t5.load_t5(saved, run_dir, step)
+    else:
+        cfg, model, path = load_run(run_dir, step, merge=not adapters, encoder=True)
     shards = cfg.data.path or (
         cfg.data.sources[0].path if cfg.data.sources else None
     )  # a mixture: one tokenizer
     tok = tokenizer or (shards / TOKENIZER_FILE if shards else None)
     if tok is None or not tok.is_file():
         raise LlmpipeError(f"no tokenizer at {tok}; pass --tokenizer FILE")
-    eos_id = None
+    eos_id, manifest = None, None
     if shards is not None and (shards / MANIFEST).is_file():
         manifest = read_manifest(shards)
         eos_id = manifest["tokenizer"]["eos_id"]
@@ -228,7 +236,12 @@ def export(
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    if adapters:  # PEFT's adapter directory: PeftModel.from_pretrained(base, out)
+    if isinstance(model, export_t5.T5):
+        if manifest is None or eos_id is None:
+            raise LlmpipeError(f"{run_dir}: an encoder-decoder export needs the run's shards ({shards})")
+        weights = export_t5.write_dir(cfg, model, tmp, tok_json, manifest["seq_len"], eos_id)
+        save_weights(weights, tmp, max_shard_size)
+    elif adapters:  # PEFT's adapter directory: PeftModel.from_pretrained(base, out)
         lora.peft_dir(model, cfg.lora, str(init_from.directory(cfg)), tmp)
     elif mask is not None:  # the encoder: BertForMaskedLM
         save_weights(encoder_hf.bert_state_dict(model), tmp, max_shard_size)  # type: ignore[arg-type]
@@ -239,7 +252,8 @@ def export(
         (tmp / "config.json").write_text(json.dumps(hf_config(cfg.model, eos_id), indent=2) + "\n")
         (tmp / "generation_config.json").write_text(json.dumps(generation_config(eos_id), indent=2) + "\n")
     for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len, mask).items():
-        (tmp / name).write_text(text, encoding="utf-8")
+        if not t5_run:  # export_t5 wrote its own, with the sentinels
+            (tmp / name).write_text(text, encoding="utf-8")
     (tmp / EXPORT_MARKER).write_text(json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n")
     if out.exists():
         shutil.rmtree(out)

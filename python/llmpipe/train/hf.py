@@ -84,6 +84,10 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     """HF names, fp32 copies; a muP model's attention scale and output multiplier are folded into q_proj
     and lm_head (HF Llama scales attention by 1/sqrt(head_dim) and has no output multiplier)."""
     m = model.cfg
+    if m.moe.experts:  # MixtralForCausalLM / Qwen2MoeForCausalLM (train/moe_hf.py)
+        from llmpipe.train import moe_hf
+
+        return moe_hf.hf_state_dict(model, m)
     if m.mup_base_dim and m.tie_embeddings:
         raise InputError("a muP model with tied embeddings cannot fold its output multiplier for HF")
     out: dict[str, torch.Tensor] = {}
@@ -164,8 +168,9 @@ def overrides(hf: dict[str, Any]) -> list[str]:
 
 
 def hf_config(m: ModelConfig, eos_id: int | None) -> dict[str, object]:
-    """config.json of ``LlamaForCausalLM`` for the model; bos = eos = pad = the shards' EOS."""
-    return {
+    """config.json of ``LlamaForCausalLM`` for the model (of the MoE class for a ``model.moe`` model);
+    bos = eos = pad = the shards' EOS."""
+    cfg: dict[str, object] = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "vocab_size": m.vocab_size,
@@ -191,6 +196,11 @@ def hf_config(m: ModelConfig, eos_id: int | None) -> dict[str, object]:
         "torch_dtype": "float32",
         "use_cache": True,
     }
+    if m.moe.experts:
+        from llmpipe.train import moe_hf
+
+        return moe_hf.hf_config(m, cfg)
+    return cfg
 
 
 # -- weights -------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -25,11 +25,13 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 from torch.utils.checkpoint import checkpoint
 
 from llmpipe.train.context_parallel import ContextParallel, KVExchange
+from llmpipe.train.moe import MoE, MoEConfig
 
 
 @dataclass
 class ModelConfig:
-    # decoder: this file's causal Llama-style model; encoder: a BERT-shaped masked LM (train/encoder.py)
+    # decoder: this file's causal Llama-style model; encoder: a BERT-shaped masked LM (train/encoder.py);
+    # encoder_decoder: T5 with span corruption (train/t5.py)
     arch: Literal["decoder", "encoder", "encoder_decoder"] = "decoder"
     dim: int = 128
     n_layers: int = 2
@@ -53,12 +55,13 @@ class ModelConfig:
     mup_base_dim: int = 0
     # a Llama-format HF checkpoint directory to continue from (train/init_from.py)
     init_from: str | None = None
+    moe: MoEConfig = field(default_factory=MoEConfig)  # mixture of experts (train/moe.py); experts 0: dense
 
     def __post_init__(self) -> None:
-        if self.arch == "encoder_decoder":
-            raise ValueError("model.arch=encoder_decoder is not built yet: use decoder or encoder")
         if self.arch == "encoder" and (self.mup_base_dim or self.init_from or self.kv_heads != self.n_heads):
             raise ValueError("model.arch=encoder has no muP, init_from or grouped-query attention")
+        if self.arch == "encoder" and self.moe.experts:
+            raise ValueError("model.arch=encoder has no mixture of experts: set model.moe.experts to 0")
         if self.mup_base_dim < 0 or (self.mup_base_dim and self.mup_base_dim % self.n_heads):
             raise ValueError(f"mup_base_dim {self.mup_base_dim} must be 0 or a multiple of n_heads")
         if self.mup_base_dim and self.init_from:
@@ -69,6 +72,12 @@ class ModelConfig:
             raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.kv_heads}")
         if (self.dim // self.n_heads) % 2:
             raise ValueError("the head dimension must be even for rotary embeddings")
+        if self.moe.layers is not None and any(not 0 <= i < self.n_layers for i in self.moe.layers):
+            raise ValueError(
+                f"moe.layers {self.moe.layers}: each must be a block index in [0, {self.n_layers})"
+            )
+        if self.moe.experts and self.init_from:
+            raise ValueError("init_from loads a dense Llama: it does not start a model.moe model")
 
     @property
     def kv_heads(self) -> int:
@@ -232,12 +241,14 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int = 0) -> None:
         super().__init__()
         self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.attn = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.ffn = FeedForward(cfg)
+        self.ffn: nn.Module = FeedForward(cfg)
+        if cfg.moe.is_moe(layer):  # routed experts in place of the feed-forward layer (train/moe.py)
+            self.ffn = MoE(cfg.dim, cfg.moe.expert_hidden or cfg.hidden, cfg.moe)
 
         self.dropout = cfg.dropout
 
@@ -305,7 +316,7 @@ class Transformer(LayerRange):
             )
         self.cfg = cfg
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -341,7 +352,7 @@ class Transformer(LayerRange):
             std: float | None = self.cfg.init_std
             if name.endswith("norm.weight"):
                 std = None
-            elif name.endswith(("attn.wo.weight", "ffn.w2.weight")):
+            elif name.endswith(("attn.wo.weight", "ffn.w2.weight", "ffn.w2", "ffn.shared.w2.weight")):
                 std = hidden_std / math.sqrt(2 * self.cfg.n_layers)
             elif name.startswith("layers."):
                 std = hidden_std
@@ -349,6 +360,9 @@ class Transformer(LayerRange):
                 _fill(target, std, gen)
             elif std is not None:  # another stage's: draw it all the same, so the stream stays aligned
                 torch.empty(p.shape, dtype=p.dtype, device=gen.device).normal_(0.0, std, generator=gen)
+        for name, buf in self.named_buffers():
+            if name.endswith("expert_bias"):  # MoE bias balancing starts neutral
+                buf.zero_()
 
     def blocks(self) -> Iterator[tuple[int, nn.Module]]:
         return enumerate(self.layers)

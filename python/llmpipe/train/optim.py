@@ -10,10 +10,12 @@ scaled by ``BatchSchedule.lr_scale`` (train/schedule.py).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 
 from llmpipe.train.config import OptimConfig
 from llmpipe.train.schedule import BatchSchedule
@@ -44,14 +46,21 @@ def param_groups(model: nn.Module, cfg: OptimConfig) -> list[dict[str, object]]:
     return groups
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    return torch.optim.AdamW(
-        param_groups(model, cfg),
-        lr=cfg.lr,
-        betas=(cfg.beta1, cfg.beta2),
-        eps=cfg.eps,
-        fused=cfg.fused is True or None,  # "auto" is settled per device by resolve_for_device
-    )
+def build_optimizer(
+    model: nn.Module, cfg: OptimConfig, shard_mesh: DeviceMesh | None = None
+) -> torch.optim.AdamW:
+    """AdamW; with ``shard_mesh`` (ZeRO-1, train/zero.py) its states sharded over that mesh."""
+    kwargs: dict[str, Any] = {
+        "lr": cfg.lr,
+        "betas": (cfg.beta1, cfg.beta2),
+        "eps": cfg.eps,
+        "fused": cfg.fused is True or None,  # "auto" is settled per device by resolve_for_device
+    }
+    if shard_mesh is not None:
+        from llmpipe.train.zero import ShardedAdamW
+
+        return ShardedAdamW(param_groups(model, cfg), shard_mesh, **kwargs)
+    return torch.optim.AdamW(param_groups(model, cfg), **kwargs)
 
 
 def lr_factor(
@@ -90,14 +99,23 @@ def clip_grad_norm(
     """The global gradient norm (over all shards, and all pipeline stages when ``pp_group`` is given)
     before clipping; clips when ``max_norm > 0``."""
     params = [p for p in model.parameters() if p.grad is not None]
-    grads = [p.grad for p in params if p.grad is not None]  # all of them: the filter is for the type checker
-    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
-    if hasattr(norm, "full_tensor"):  # DTensor: reduce the partial norms across the mesh
-        norm = norm.full_tensor()
+    # by device mesh: DTensors of different meshes (FSDP's, expert parallel's) do not mix in one op
+    by_mesh: dict[object, list[torch.Tensor]] = {}
+    for p in params:
+        by_mesh.setdefault(getattr(p, "device_mesh", None), []).append(p)
+    norms = []
+    for group in by_mesh.values():
+        grads = [p.grad for p in group if p.grad is not None]  # all: the filter is for the type checker
+        norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+        if hasattr(norm, "full_tensor"):  # DTensor: reduce the partial norms across the mesh
+            norm = norm.full_tensor()
+        norms.append(norm)
+    norm = norms[0] if len(norms) == 1 else torch.stack([n.float() for n in norms]).norm()
     if pp_group is not None:  # each stage holds other parameters: sum the squares over the stages
         sq = norm.float() ** 2
         dist.all_reduce(sq, group=pp_group)
         norm = sq.sqrt()
     if max_norm > 0:
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=True)
+        for group in by_mesh.values():
+            torch.nn.utils.clip_grads_with_norm_(group, max_norm, norm, foreach=True)
     return norm

@@ -4,7 +4,9 @@ The mesh is ``pp x dp_replicate x dp_shard x cp x tp`` (names as in ``parallel.*
 sizes is the world size. ``sharding`` keeps its meaning by filling the data-parallel sizes when neither is set:
 ``full``: ``dp_shard`` = every data-parallel rank (FSDP / ZeRO-3); ``hybrid``: ``dp_shard`` =
 ``shard_size`` (HSDP: sharded within a node, replicated across); ``none``: ``dp_replicate`` = every
-data-parallel rank (DDP semantics). Tensor-parallel ranks see the same batch; pipeline ranks of one
+data-parallel rank (DDP semantics). ``zero`` names the ZeRO stage over the ``dp_shard`` ranks (1: no
+FSDP, train/zero.py; 2: FSDP2 keeping parameters gathered from forward to backward; 3: FSDP2); 0 leaves it
+to ``sharding``. Tensor-parallel ranks see the same batch; pipeline ranks of one
 data-parallel replica see the same batch too (the first stage reads the tokens, the last the targets).
 Context-parallel ranks read the same batch and each keeps 1/cp of every row (train/context_parallel.py);
 FSDP then shards and reduces over ``dp_shard x cp`` flattened, as a data-parallel dimension.
@@ -40,10 +42,11 @@ from torch.distributed.tensor.parallel import (
 )
 
 from llmpipe.errors import ConfigError
-from llmpipe.train import encoder, pp_math
+from llmpipe.train import encoder, pp_math, zero
 from llmpipe.train.config import ParallelConfig
 from llmpipe.train.context_parallel import ContextParallel
 from llmpipe.train.model import Block, LayerRange, ModelConfig, Transformer
+from llmpipe.train.moe import apply_ep, check_layout, expert_params
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
@@ -115,11 +118,18 @@ def resolve_layout(cfg: ParallelConfig, world: int, model: ModelConfig | None = 
             f"layout dp_replicate {cfg.dp_replicate} x dp_shard {cfg.dp_shard} x pp {pp} x cp {cp} x tp {tp} "
             f"does not multiply to the world size {world}"
         )
+    zero.check_layout(cfg, rep, shard)
     if cfg.cpu_offload and layout.fsdp == 1:
         raise ConfigError("parallel.cpu_offload is FSDP's offload: it needs more than one data-parallel rank")
     if cfg.loss_parallel and pp > 1:
         raise ConfigError("parallel.loss_parallel runs with pp=1 (the pipeline schedule owns the backward)")
     if model is not None:
+        why = check_layout(model.moe, model.n_layers, cfg.ep, tp * cp, pp, shard)
+        if why:
+            raise ConfigError(why)
+        if cfg.zero in (1, 2) and (model.moe.experts or model.arch != "decoder"):
+            what = "a mixture of experts" if model.moe.experts else f"model.arch={model.arch}"
+            raise ConfigError(f"parallel.zero={cfg.zero} is not built for {what} yet: use zero=3 (FSDP2)")
         if model.n_heads % tp or model.kv_heads % tp:
             raise ConfigError(
                 f"parallel.tp {tp} must divide model.n_heads {model.n_heads} and the kv heads {model.kv_heads}"
@@ -331,12 +341,20 @@ def _mp_policy(cfg: ParallelConfig) -> MixedPrecisionPolicy:
 def _fsdp(module: nn.Module, cfg: ParallelConfig, d: Dist, reshard: bool) -> None:
     offload = CPUOffloadPolicy(pin_memory=d.device.type == "cuda") if cfg.cpu_offload else None
     mp = _mp_policy(cfg)
+    ignored = expert_params(module) or None  # expert-parallel weights: sharded over ep (train/moe.py)
     if offload is not None:
         fully_shard(
-            module, mesh=d.dp_mesh, mp_policy=mp, reshard_after_forward=reshard, offload_policy=offload
+            module,
+            mesh=d.dp_mesh,
+            mp_policy=mp,
+            reshard_after_forward=reshard,
+            offload_policy=offload,
+            ignored_params=ignored,
         )
     else:
-        fully_shard(module, mesh=d.dp_mesh, mp_policy=mp, reshard_after_forward=reshard)
+        fully_shard(
+            module, mesh=d.dp_mesh, mp_policy=mp, reshard_after_forward=reshard, ignored_params=ignored
+        )
 
 
 def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:
@@ -347,6 +365,7 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:
     if d.layout.tp > 1:
         tp = encoder.apply_tp if isinstance(model, encoder.Encoder) else apply_tp
         tp(model, d.mesh["tp"], cfg.loss_parallel)  # type: ignore[arg-type]
+    apply_ep(model, cfg.ep, d.world_size, d.device.type)  # experts split over ep ranks (train/moe.py)
     if isinstance(model, LayerRange | encoder.Encoder):
         model.activation_checkpointing = cfg.activation_checkpointing
         model.checkpoint_every = cfg.checkpoint_every
@@ -357,11 +376,13 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, d: Dist) -> nn.Module:
     if cfg.compile is True:  # "auto" is settled per device by config.resolve_for_device
         for block in blocks:
             block.compile()  # in place: parameter names (and so checkpoints) stay the same
-    if d.layout.fsdp == 1:
-        return model
+    if d.layout.fsdp == 1 or cfg.zero == 1:
+        return model  # nothing to shard; ZeRO-1: replicated parameters (train/zero.py)
+    # the last block's parameters are needed again at once by backward: keep them gathered; stage 2
+    # keeps every block's from forward to backward
+    reshard = d.layout.pp == 1 and cfg.zero != 2
     for i, block in enumerate(blocks):
-        # the last block's parameters are needed again at once by backward: keep them gathered
-        _fsdp(block, cfg, d, reshard=i < len(blocks) - 1 and d.layout.pp == 1)
+        _fsdp(block, cfg, d, reshard=reshard and i < len(blocks) - 1)
     _fsdp(model, cfg, d, reshard=False)
     return model
 
@@ -388,7 +409,7 @@ def apply_float8(model: nn.Module) -> nn.Module:
 
 def autocast(cfg: ParallelConfig, d: Dist) -> contextlib.AbstractContextManager[None]:
     """bf16 / fp16 compute without FSDP (with it, FSDP's MixedPrecisionPolicy casts the parameters)."""
-    if d.layout.fsdp == 1 and cfg.mixed_precision in ("bf16", "fp16"):
+    if (d.layout.fsdp == 1 or cfg.zero == 1) and cfg.mixed_precision in ("bf16", "fp16"):
         dtype = torch.bfloat16 if cfg.mixed_precision == "bf16" else torch.float16
         return torch.autocast(d.device.type, dtype=dtype)
     return contextlib.nullcontext()

@@ -20,13 +20,14 @@ from llmpipe.data.format import TOKENIZER_FILE
 from llmpipe.errors import LlmpipeError
 from llmpipe.lock import DirLock
 from llmpipe.plan import Plan, plan_for_run, render_memory
-from llmpipe.train import init_from, lora, mlm
+from llmpipe.train import init_from, lora, mlm, t5, zero
 from llmpipe.train.arch import new_model
 from llmpipe.train.checkpoint import STATE_FILE, Checkpointer, load_train_state
 from llmpipe.train.config import RunConfig, dump, parse_args, resolve_for_device
 from llmpipe.train.data import build_data, first_directory, open_train, verify_notices
 from llmpipe.train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
 from llmpipe.train.model import Transformer, _local, count_params
+from llmpipe.train.moe import inactive_params
 from llmpipe.train.optim import build_optimizer, build_scheduler
 from llmpipe.train.parallel import (
     Dist,
@@ -39,6 +40,7 @@ from llmpipe.train.parallel import (
 from llmpipe.train.pipeline import Pipeline
 from llmpipe.train.rundir import RUN_DIR
 from llmpipe.train.schedule import BatchSchedule
+from llmpipe.train.span_corruption import SpanCorruptionLoader
 from llmpipe.train.text_eval import TextEval
 from llmpipe.train.trainer import Trainer
 
@@ -66,13 +68,19 @@ def build_model(cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None) 
     model.init_weights(seed=cfg.train.seed)  # type: ignore[operator]
     if cfg.lora.rank:
         lora.init_adapters(model, cfg.train.seed)
+    if zero.stage(cfg.parallel, d.dp_size) == 1:
+        zero.replicate_gradients(model, d)  # on the materialised parameters: their hooks are kept
     return model
 
 
 def build_parallel_model(
     cfg: RunConfig, d: Dist, hooks: TrainCompression | None = None
 ) -> tuple[torch.nn.Module, Pipeline | None]:
-    """The module the optimizer and checkpoints see, and the pipeline that runs it when pp > 1."""
+    """The module the optimizer and checkpoints see, and the pipeline that runs it when pp > 1. The
+    encoder-decoder has its own parallelisation (train/t5.py); the decoder and the encoder share
+    ``build_model`` (train/arch.py picks the class)."""
+    if cfg.model.arch == "encoder_decoder":
+        return t5.build_model(cfg, d), None
     if d.layout.pp == 1:
         return build_model(cfg, d, hooks), None
     if hooks is not None and hooks.active:
@@ -101,6 +109,7 @@ def memory_plan(cfg: RunConfig, d: Dist, seq_len: int) -> Plan:
         device_memory_gb=device_memory_gb(d.device),
         dp_replicate=d.layout.dp_replicate,
         dp_shard=d.layout.dp_shard,
+        device="cuda" if d.device.type == "cuda" else "cpu",
     )
 
 
@@ -225,6 +234,9 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     train_ds = open_train(cfg.data)
     hf_dir = init_from.directory(cfg)  # model.init_from or init.from_hf: one feature
     init_from.prepare(cfg.model, first_directory(cfg.data), hf_dir)  # its shape, its tokenizer checked
+    span = None  # an encoder-decoder's span corruption: extra ids after the vocabulary (train/t5.py)
+    if cfg.model.arch == "encoder_decoder":
+        span = t5.prepare(cfg, train_ds.vocab_size, train_ds.seq_len, train_ds.eos_id)
     cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
     cfg.model.max_seq_len = cfg.model.max_seq_len or train_ds.seq_len
     if d.context_parallel is not None:
@@ -273,17 +285,22 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
             "\n".join(startup_summary(cfg, d, out, n_params, n_dense, len(train_ds), train_ds.seq_len)),
             flush=True,
         )
+        if span:
+            print(t5.summary(span), flush=True)
     lora_record = lora_summary(cfg, model, n_params, d) if cfg.lora.rank else {}
     if cfg.parallel.cpu_offload:
         on_cpu = sum(_local(p).device.type == "cpu" for p in model.parameters())
         if d.is_main:
             print(f"cpu offload: {on_cpu} of {len(list(model.parameters()))} parameter shards in host memory")
-    optimizer = build_optimizer(model, cfg.optim)
+    optimizer = build_optimizer(model, cfg.optim, zero.optimizer_mesh(cfg.parallel, d))
     scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps, schedule)
     ckpt = Checkpointer(
         out, cfg.checkpoint, rank=d.rank, world_size=d.world_size, frozen_base=bool(cfg.lora.rank)
     )
-    fpt = flops_per_token(cfg.model, n_params, train_ds.seq_len)
+    # a mixture of experts: MFU counts the parameters each token uses
+    fpt = flops_per_token(cfg.model, n_params - inactive_params(whole), train_ds.seq_len)
+    if span:  # per target token: the metrics count the decoder's
+        fpt = t5.flops_per_target(cfg.model, span.lengths)
     metrics = MetricsWriter(out, enabled=d.is_main, tensorboard=cfg.metrics.tensorboard)
     trainer = Trainer(
         cfg,
@@ -291,7 +308,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         model,
         optimizer,
         scheduler,
-        data.loader,
+        SpanCorruptionLoader(data.loader, span) if span else data.loader,
         data.val.get(""),
         ckpt,
         metrics,
@@ -303,6 +320,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         compression=hooks,
         lora_base=base_ref,
         masker=masker,
+        span=span,
     )
     latest = ckpt.latest() if cfg.checkpoint.resume else None
     if latest is None:

@@ -27,11 +27,14 @@ from llmpipe.train.config import RunConfig
 from llmpipe.train.guard import SpikeGuard, TrainingDiverged
 from llmpipe.train.metrics import MetricsWriter, Throughput, peak_memory_mib
 from llmpipe.train.mlm import Masker
+from llmpipe.train.moe import RoutingMonitor
+from llmpipe.train.moe import aux_loss as moe_aux_loss
 from llmpipe.train.optim import clip_grad_norm
 from llmpipe.train.parallel import Dist, all_reduce_, all_reduce_sum, autocast, loss_context
 from llmpipe.train.pipeline import Pipeline
 from llmpipe.train.scaler import LossScaler
 from llmpipe.train.schedule import BatchSchedule
+from llmpipe.train.span_corruption import Seq2SeqBatch, SpanCorruptionLoader, SpanCorruptor
 from llmpipe.train.text_eval import TextEval
 
 SPIKE_SCALE = 1000.0  # debug.inject_spike_at_step multiplies the loss by this
@@ -43,6 +46,13 @@ class StepResult:
     tokens: int  # target tokens of the step, all ranks
     decision: str
     grad_norm: torch.Tensor | None
+
+
+def model_args(b: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The model's inputs: tokens and document ids, or (span corruption) encoder and decoder ids."""
+    if isinstance(b, Seq2SeqBatch):
+        return b.input, b.decoder_input
+    return b.input, b.doc_ids
 
 
 def count_targets(b: Batch) -> int:
@@ -71,13 +81,18 @@ def forward_backward(
     loss_sum = torch.zeros((), dtype=torch.float64, device=batches[0].input.device)
     for b in batches:
         with amp():  # forward only; backward runs outside autocast
-            logits = model(b.input, b.doc_ids)
+            logits = model(*model_args(b))
         with loss_ctx():  # loss parallel: the loss and its backward on vocabulary-sharded logits
             loss = F.cross_entropy(
                 logits.flatten(0, 1), b.target.long().flatten(), ignore_index=-100, reduction="sum"
             )
             loss = loss * scale
-            (loss * (norm.to(loss.device) * grad_scale)).backward()
+            backward = loss
+            aux = moe_aux_loss(model)  # MoE load balancing: per sequence, to the mean per sequence
+            if aux is not None:
+                global_seqs = world_size * len(batches) * b.input.shape[0]
+                backward = loss + aux * (norm.reciprocal().to(aux.device) * world_size / global_seqs)
+            (backward * (norm.to(loss.device) * grad_scale)).backward()
         if isinstance(loss, DTensor):
             loss = loss.full_tensor()
         loss_sum += loss.detach().double()
@@ -92,7 +107,7 @@ class Trainer:
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
-        loader: TokenLoader,
+        loader: TokenLoader | SpanCorruptionLoader,
         val_ds: ShardDataset | None,
         checkpointer: Checkpointer,
         metrics: MetricsWriter,
@@ -105,8 +120,10 @@ class Trainer:
         compression: TrainCompression | None = None,  # QAT, pruning masks (llmpipe.compress)
         lora_base: dict[str, str] | None = None,  # LoRA: the frozen base's path and sha256 (train/lora.py)
         masker: Masker | None = None,  # the encoder: masked-LM batches from the loader's (train/mlm.py)
+        span: SpanCorruptor | None = None,  # encoder-decoder: validation batches span-corrupted too
     ) -> None:
         self.masker = masker
+        self.span = span
         self.lora_base = lora_base
         self.text_eval = text_eval
         self.cfg, self.d, self.model = cfg, d, model
@@ -117,6 +134,7 @@ class Trainer:
         self.schedule = schedule or BatchSchedule(g, 1, cfg.train.grad_accum, 1, 0)
         self.data_ended = False
         self.guard = SpikeGuard(cfg.guard)
+        self.routing = RoutingMonitor(model, d.device) if cfg.model.moe.experts else None
         self.compression = compression  # QAT fake quantization, pruning masks (llmpipe.compress)
         self.pipeline = pipeline
         p = cfg.parallel
@@ -198,6 +216,8 @@ class Trainer:
         self._inject_overflow()
         params = [p for p in self.model.parameters() if p.grad is not None]
         if not self.scaler.unscale_(params, self.d.device):  # fp16 overflow on some rank: skip the step
+            if self.routing is not None:
+                self.routing.after_step(apply=False)
             total, global_tokens = torch.stack([all_reduce_(loss_sum) / lay.tp, tokens]).tolist()
             self.optimizer.zero_grad(set_to_none=True)
             return StepResult(total / max(global_tokens, 1.0), int(global_tokens), "overflow", None)
@@ -210,6 +230,8 @@ class Trainer:
         total, global_tokens, norm = torch.stack(reduced).tolist()
         mean = total / max(global_tokens, 1.0)
         decision = self.guard.check(mean, norm)
+        if self.routing is not None:  # MoE bias balancing from this step's loads (not a skipped step's)
+            self.routing.after_step(apply=decision == "ok")
         if decision == "ok":
             self.optimizer.step()
             if self.compression is not None:
@@ -272,7 +294,8 @@ class Trainer:
         )
         self.model.eval()
         loss, tokens = 0.0, 0
-        for i, b in enumerate(loader):
+        batches = SpanCorruptionLoader(loader, self.span) if self.span is not None else loader
+        for i, b in enumerate(batches):
             if i >= self.cfg.train.val_batches:
                 break
             if self.masker is not None:
@@ -283,7 +306,7 @@ class Trainer:
                 loss += self.pipeline.eval_batch(b)
                 continue
             with autocast(self.cfg.parallel, self.d):
-                logits = self.model(b.input, b.doc_ids)
+                logits = self.model(*model_args(b))
             with loss_context(self.cfg.parallel):
                 ce = F.cross_entropy(logits.flatten(0, 1), b.target.long().flatten(), reduction="sum")
             loss += float(ce.full_tensor() if isinstance(ce, DTensor) else ce)
@@ -375,6 +398,8 @@ class Trainer:
                 if self.scaler.enabled:
                     rec["loss_scale"], rec["skipped_steps"] = self.scaler.scale, self.scaler.skipped
                 rec.update(self._data_record())
+                if self.routing is not None:
+                    rec.update(self.routing.record())  # tokens per expert, imbalance, dropped tokens
                 self.record(rec)
             self._log_events()
             if cfg.train.val_every and self.step % cfg.train.val_every == 0 and self.step != steps:
