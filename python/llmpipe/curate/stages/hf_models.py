@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from llmpipe.curate.executors import Executor, map_with
 from llmpipe.curate.workdir import atomic_path
 from llmpipe.errors import ConfigError
+from llmpipe.quiet import quiet_imports
 
 #: documents sorted by length together: this many batches
 WINDOW_BATCHES = 16
@@ -147,7 +148,8 @@ class Loaded(Checked):
             else transformers.AutoModel
         )
         try:
-            model = cls.from_pretrained(spec.path, local_files_only=True, use_safetensors=True)
+            with quiet_imports():  # transformers' quantizers import torchao, which logs deprecations
+                model = cls.from_pretrained(spec.path, local_files_only=True, use_safetensors=True)
         except (OSError, ValueError, KeyError) as e:
             raise ConfigError(
                 f"{spec.path}: cannot load the model's safetensors weights ({first_line(e)})"
