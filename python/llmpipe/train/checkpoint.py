@@ -338,6 +338,19 @@ def list_checkpoints(root: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def chosen_checkpoint(run_dir: Path, step: int | None = None) -> Path:
+    """A run's checkpoint at ``step`` (default: the latest complete one); one LlmpipeError line if none."""
+    found = list_checkpoints(run_dir / "checkpoints")
+    if step is not None:
+        path = step_dir(run_dir / "checkpoints", step)
+        if path not in found:
+            raise LlmpipeError(f"{path}: no such checkpoint (have {[p.name for p in found]})")
+        return path
+    if not found:
+        raise LlmpipeError(f"{run_dir}/checkpoints: no checkpoint yet")
+    return found[-1]
+
+
 def _wants_checksums(path: Path) -> bool:
     """Whether the checkpoint's train state says it was written with ``checksums.json`` (a train state
     that cannot be read says nothing here: the checksums, or the load, find what is wrong with it)."""

@@ -32,7 +32,7 @@ from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_
 from llmpipe.errors import LlmpipeError, TokenizerError
 from llmpipe.train import encoder_hf, export_t5, init_from, lora
 from llmpipe.train.arch import new_model
-from llmpipe.train.checkpoint import STATE_FILE, list_checkpoints, load_dcp, load_train_state, step_dir
+from llmpipe.train.checkpoint import STATE_FILE, chosen_checkpoint, load_dcp, load_train_state
 from llmpipe.train.config import RunConfig, from_saved
 from llmpipe.train.hf import hf_config, hf_state_dict
 from llmpipe.train.model import Transformer
@@ -62,15 +62,7 @@ def load_run(
             f"{run_dir} is an {arch} run (model.arch={arch}): `llmpipe export` and `llmpipe eval` take it; "
             "generation, quantization and pruning take decoders"
         )
-    found = list_checkpoints(run_dir / "checkpoints")
-    if step is not None:
-        path = step_dir(run_dir / "checkpoints", step)
-        if path not in found:
-            raise LlmpipeError(f"{path}: no such checkpoint (have {[p.name for p in found]})")
-    elif not found:
-        raise LlmpipeError(f"{run_dir}/checkpoints: no checkpoint yet")
-    else:
-        path = found[-1]
+    path = chosen_checkpoint(run_dir, step)
     model = new_model(cfg.model)
     if cfg.lora.rank:
         base = init_from.directory(cfg)

@@ -17,7 +17,7 @@ import torch
 
 from llmpipe.data import ShardDataset
 from llmpipe.errors import LlmpipeError
-from llmpipe.train.checkpoint import list_checkpoints, load_dcp, step_dir
+from llmpipe.train.checkpoint import chosen_checkpoint, load_dcp
 from llmpipe.train.config import RunConfig
 from llmpipe.train.span_corruption import PAD_TOKEN, Seq2SeqBatch, SpanCorruptor, sentinel_token
 from llmpipe.train.t5 import MAX_DISTANCE, NUM_BUCKETS, T5
@@ -25,15 +25,7 @@ from llmpipe.train.t5 import MAX_DISTANCE, NUM_BUCKETS, T5
 
 def load_t5(cfg: RunConfig, run_dir: Path, step: int | None = None) -> tuple[T5, Path]:
     """The run's model (fp32, CPU, eval mode) from a checkpoint (default: the latest)."""
-    found = list_checkpoints(run_dir / "checkpoints")
-    if step is not None:
-        path = step_dir(run_dir / "checkpoints", step)
-        if path not in found:
-            raise LlmpipeError(f"{path}: no such checkpoint (have {[p.name for p in found]})")
-    elif not found:
-        raise LlmpipeError(f"{run_dir}/checkpoints: no checkpoint yet")
-    else:
-        path = found[-1]
+    path = chosen_checkpoint(run_dir, step)
     model = T5(cfg.model)
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
     if cfg.model.tie_embeddings:
