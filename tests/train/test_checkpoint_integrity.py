@@ -217,3 +217,17 @@ def test_item14_eval_deep_jsonl_and_pickled_weights(
     rc, err = _llmpipe(capsys, "eval", str(hf), "--text", str(doc), "--device", "cpu")
     _one_error(rc, err, "refused: pytorch_model.bin: it names ", "a pickle that could run code")
     assert not marker.exists()
+
+
+def test_the_chosen_checkpoint_is_the_latest_or_the_one_asked_for(tmp_path: Path) -> None:
+    from llmpipe.errors import LlmpipeError
+    from llmpipe.train.checkpoint import chosen_checkpoint
+
+    with pytest.raises(LlmpipeError, match="no checkpoint yet"):
+        chosen_checkpoint(tmp_path)
+    for step in (2, 10, 4):
+        (tmp_path / "checkpoints" / f"step-{step:08d}").mkdir(parents=True)
+    assert chosen_checkpoint(tmp_path).name == "step-00000010"
+    assert chosen_checkpoint(tmp_path, 4).name == "step-00000004"
+    with pytest.raises(LlmpipeError, match=r"no such checkpoint \(have \['step-00000002', 'step-00000004'"):
+        chosen_checkpoint(tmp_path, 3)
