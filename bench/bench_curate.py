@@ -244,6 +244,20 @@ def write_mixed_corpus(
     return counts
 
 
+def split_corpus(src: Path, dest: Path, files: int) -> None:
+    """The lines of ``src`` in ``files`` files of about equal size, in order."""
+    dest.mkdir(parents=True)
+    per = src.stat().st_size // files
+    with open(src, "rb") as f:
+        for k in range(files):
+            with open(dest / f"part-{k:04d}.jsonl", "wb") as out:
+                while out.tell() < per or k == files - 1:
+                    line = f.readline()
+                    if not line:
+                        break
+                    out.write(line)
+
+
 def write_corpus(dest: Path, size: int, files: int, paras: list[str], seed: int = 0) -> None:
     rng = random.Random(seed)
     dest.mkdir(parents=True)
@@ -367,9 +381,16 @@ def main_mixed(args: argparse.Namespace) -> None:
         for gb in (float(x) for x in args.sizes.split(",")):
             size = int(gb * 1e9)
             for files in (int(x) for x in args.files.split(",")):
-                corpus = tmp / f"in-{gb}-{files}"
-                made = write_mixed_corpus(corpus, size, files, srcs)
-                print(f"corpus {gb} GB, {files} file(s): documents per source {made}", flush=True)
+                # --keep-corpus: corpora stay in --tmp (or the temp dir) and are reused by the next run
+                corpus = (
+                    Path(args.tmp or tempfile.gettempdir()) if args.keep_corpus else tmp
+                ) / f"in-{gb}-{files}"
+                one = corpus.with_name(f"in-{gb}-1") / "part-0000.jsonl"
+                if not corpus.exists() and files > 1 and one.exists():
+                    split_corpus(one, corpus, files)  # the same documents as the one file
+                elif not corpus.exists():
+                    made = write_mixed_corpus(corpus, size, files, srcs)
+                    print(f"corpus {gb} GB, {files} file(s): documents per source {made}", flush=True)
                 for w in (int(x) for x in args.workers.split(",")):
                     out = tmp / "out"
                     shutil.rmtree(out, ignore_errors=True)
@@ -410,8 +431,7 @@ def main_mixed(args: argparse.Namespace) -> None:
                 else:
                     shutil.rmtree(corpus)
     finally:
-        if not args.keep_corpus:
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:
@@ -436,7 +456,11 @@ def main() -> None:
     ap.add_argument(
         "--tmp", default=None, help="where the corpora are written (default: the system's temp dir)"
     )
-    ap.add_argument("--keep-corpus", action="store_true", help="mixed: leave the corpora for profiling")
+    ap.add_argument(
+        "--keep-corpus",
+        action="store_true",
+        help="mixed: leave the corpora in --tmp as in-<GB>-<files> (for profiling); a later run reuses them",
+    )
     args = ap.parse_args()
     if args.corpus == "mixed":
         return main_mixed(args)

@@ -116,7 +116,7 @@ def load_shingles(key_files: Sequence[Path], bases: Sequence[int], wanted: np.nd
     store = _core.ShingleStore()
     for f, base in zip(key_files, bases, strict=True):
         row = base
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=8192, columns=["shingles"]):
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=1024, columns=["shingles"]):
             m = batch.num_rows
             sel = np.flatnonzero(wanted[row : row + m])
             if sel.size:
@@ -200,6 +200,10 @@ def resolve(
         raise ValueError(f"{n} documents exceed one near-dedup resolve (u32 indices); split the run")
     width = pq.read_schema(key_files[0]).field("bands").type.list_size
     parts = num_partitions(n, width, partition_bytes)
+    if len(key_files) > 1:
+        # the run's parts went through the executor's workers: its groups and edges do too, one
+        # partition per worker at least, so that no process (the driver least) holds them all
+        parts = max(parts, executor_workers(executor))
     shuffled = workdir / "shuffle"
     map_with(
         executor,
