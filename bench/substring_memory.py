@@ -9,7 +9,7 @@ the child resets its peak RSS (``/proc/self/clear_refs``, Linux) and reads it (`
 each figure is that phase's own peak (the interpreter and libraries included). Not a comparison
 with a peer: the figures document the memory bound (docs/dedup.md).
 
-Usage: python bench/bench_substring_memory.py [--mb 40] [--partitions 2,8]
+Usage: python bench/substring_memory.py [--mb 40] [--partitions 2,8]
 """
 
 from __future__ import annotations
