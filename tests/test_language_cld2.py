@@ -13,7 +13,6 @@ import re
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from conftest import run_cli
 from llmpipe import _core, langcodes
@@ -46,7 +45,9 @@ def test_default_backend_labels_languages_whatlang_lacks(data_dir: Path) -> None
     assert len(wrong) <= 1, wrong
     assert min(scores) >= 0.65
     # whatlang, still selectable, names none of them
-    old = LanguageFilter(LanguageFilter.Config(backend="whatlang", languages=[])).detect(batch.column("text"))[0]
+    old = LanguageFilter(LanguageFilter.Config(backend="whatlang", languages=[])).detect(
+        batch.column("text")
+    )[0]
     assert not set(old) & set(NEW)
 
     # keep list and per-language thresholds: Swahili kept, Icelandic asked for a near-certain score
@@ -84,7 +85,9 @@ def test_without_pycld2_one_error_line(tmp_path: Path, monkeypatch: pytest.Monke
     shim.mkdir(parents=True)
     (shim / "__init__.py").write_text("raise ImportError('No module named pycld2')\n")
     src = tmp_path / "in.jsonl"
-    src.write_text(json.dumps({"id": "a", "text": "Everyone has the right to life, liberty and security."}) + "\n")
+    src.write_text(
+        json.dumps({"id": "a", "text": "Everyone has the right to life, liberty and security."}) + "\n"
+    )
     env = {"PYTHONPATH": os.pathsep.join([str(shim.parent), os.environ.get("PYTHONPATH", "")])}
     proc = run_cli("curate", str(src), "--out", str(tmp_path / "out"), check=False, env=env)
     assert proc.returncode == 2, proc.stderr

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from llmpipe import _core, langcodes
 from llmpipe.buffers import string_buffers
@@ -53,20 +54,20 @@ class Cld2:
         #: the normalised labels CLD2 can answer
         self.labels = sorted({langcodes.normalize_cld2(names[n]) for n in pycld2.DETECTED_LANGUAGES})
 
-    def detect(self, texts: Sequence[str | None]) -> tuple[list[str], list[float]]:
-        detect, error, n = self._cld2.detect, self._cld2.error, self.MAX_CHARS
+    def detect(self, texts: pa.Array | pa.ChunkedArray) -> tuple[list[str], list[float]]:
+        """Normalised label and score per text (UTF-8 bytes of each prefix straight from Arrow)."""
+        detect, error = self._cld2.detect, self._cld2.error
+        prefixes = pc.utf8_slice_codeunits(texts, 0, self.MAX_CHARS).cast(pa.large_binary())
         cache: dict[str, str] = {}
         codes, scores = [], []
-        for text in texts:
-            text = (text or "")[:n]
+        for raw in prefixes.to_pylist():
             try:
-                reliable, _, details = detect(text, isPlainText=True, bestEffort=True)
+                reliable, _, details = detect(raw or b"", isPlainText=True, bestEffort=True)
             except error:
                 try:
-                    reliable, _, details = detect(
-                        text.translate(self.CONTROLS), isPlainText=True, bestEffort=True
-                    )
-                except error:  # still unreadable (lone surrogates)
+                    text = raw.decode("utf-8", "replace").translate(self.CONTROLS)
+                    reliable, _, details = detect(text, isPlainText=True, bestEffort=True)
+                except error:  # still unreadable
                     codes.append("und_Zyyy")
                     scores.append(0.0)
                     continue
@@ -120,9 +121,7 @@ class LanguageFilter(Filter):
                 known = {langcodes.normalize(code).partition("_")[0] for code, _ in _core.language_codes()}
             unknown = sorted(c for c in cfg.languages if c.partition("_")[0] not in known)
             if unknown:
-                raise ValueError(
-                    f"unknown language code(s) {unknown}; {cfg.backend} knows: {sorted(known)}"
-                )
+                raise ValueError(f"unknown language code(s) {unknown}; {cfg.backend} knows: {sorted(known)}")
         self.cfg = cfg
         self._decisions: dict[str, tuple[bool, float]] = {}
 
@@ -143,7 +142,7 @@ class LanguageFilter(Filter):
     def detect(self, texts: pa.Array | pa.ChunkedArray) -> tuple[list[str], list[float]]:
         """Normalised language and score per text."""
         if self.cfg.backend == "cld2":
-            return self.cld2.detect(texts.to_pylist())
+            return self.cld2.detect(texts)
         if self.cfg.backend == "fasttext":
             model, labels = self.fasttext
             ids, probs = model.predict_ids(texts, k=1)
