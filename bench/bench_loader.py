@@ -1,11 +1,13 @@
 """Loader throughput: llmpipe's TokenLoader vs a numpy memmap reader, MosaicML streaming, and a raw copy.
 
 llmpipe's rows: the default loader (int32 ids; input and target are views of one [B, L+1] buffer),
-the same with per-token document ids, and with int64 ids.
+the same with per-token document ids, and with int64 ids. numpy's rows gather the same rows from a
+memmap and convert them to int32 and to int64, so that each loader is compared with the reader that
+hands out the same dtype (the last lines: like for like).
 
-All four read the same tokens (real text from ../shared/data, UTF-8 bytes as token ids, uint16) in the
+All read the same tokens (real text from ../shared/data, UTF-8 bytes as token ids, uint16) in the
 same seeded random order of samples, one process, batches of ``--batch`` samples of ``--seq-len + 1``
-tokens. Reported: tokens/s and GB/s of token bytes, and each reader's ratio to llmpipe.
+tokens. Reported: tokens/s and GB/s of token bytes, and each reader's ratio to llmpipe's default loader.
 
     python bench/bench_loader.py [--quick]
 """
@@ -62,12 +64,12 @@ def bench_llmpipe(out: Path, batch: int, steps: int, doc_ids: bool, dtype: str =
     return time.perf_counter() - t0
 
 
-def bench_memmap(path: Path, n: int, width: int, batch: int, steps: int) -> float:
+def bench_memmap(path: Path, n: int, width: int, batch: int, steps: int, dtype: str = "int64") -> float:
     mm = np.memmap(path, dtype=np.uint16, mode="r").reshape(n, width)
     perm = np.random.default_rng([0, 0]).permutation(n)
     t0 = time.perf_counter()
     for s in range(steps):
-        rows = np.asarray(mm[np.sort(perm[s * batch : (s + 1) * batch])], dtype=np.int64)
+        rows = np.asarray(mm[np.sort(perm[s * batch : (s + 1) * batch])], dtype=dtype)
         assert rows.shape[0] == batch
     return time.perf_counter() - t0
 
@@ -128,7 +130,8 @@ def main() -> None:
             "llmpipe TokenLoader int64": lambda: bench_llmpipe(
                 tmp / "shards", args.batch, steps, False, "int64"
             ),
-            "numpy memmap gather": lambda: bench_memmap(raw, n, width, args.batch, steps),
+            "numpy memmap gather int32": lambda: bench_memmap(raw, n, width, args.batch, steps, "int32"),
+            "numpy memmap gather int64": lambda: bench_memmap(raw, n, width, args.batch, steps, "int64"),
             "raw memory copy (np.take)": lambda: bench_copy(samples, args.batch, steps),
         }
         results = {name: float("inf") for name in readers}
@@ -150,6 +153,11 @@ def main() -> None:
             f"  {name:30s} {tps / 1e6:10.1f} M tokens/s  {tps * 2 / 1e9:6.2f} GB/s of uint16 tokens  "
             f"llmpipe / this = {t / base:6.2f}x"
         )
+    print("like for like (the same dtype out; above 1: llmpipe is faster):")
+    for bits in ("32", "64"):
+        ours = results["llmpipe TokenLoader" + ("" if bits == "32" else " int64")]
+        theirs = results[f"numpy memmap gather int{bits}"]
+        print(f"  int{bits}: llmpipe TokenLoader vs numpy memmap gather {theirs / ours:6.2f}x")
 
 
 if __name__ == "__main__":
