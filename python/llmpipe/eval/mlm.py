@@ -42,6 +42,7 @@ class EncoderEval:
         shards = self.cfg.data.path if self.cfg.data.path is not None else self.cfg.data.sources[0].path
         assert shards is not None and self.cfg.mlm.mask_token_id is not None
         self.tok = Tokenizer.from_file(str(shards / TOKENIZER_FILE))
+        self.tok.encode_special_tokens = True  # a literal "<mask>" in a text is text, as curate encodes it
         self.mask_id = self.cfg.mlm.mask_token_id
         self.batch_size = batch_size
         self.max_len = self.cfg.model.max_seq_len or 512

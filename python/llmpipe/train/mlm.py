@@ -11,13 +11,15 @@ uninterrupted one, any layout (data-parallel ranks, accumulation) draws the same
 sample, and a sample met again in a later epoch (another step) gets new ones. Validation uses its own
 stream keyed by batch index, so every evaluation of a run scores the same masks.
 
-The ``<mask>`` token is the tokenizer's own when it has one; else it takes the first id the tokenizer does
+The ``<mask>`` token is the one the shards reserved (``llmpipe curate --special-tokens mlm``, recorded in
+their manifest) or else the tokenizer's own when it has one; else it takes the first id the tokenizer does
 not use and the model's vocabulary grows to hold it (``resolve_mask_token``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -59,12 +61,20 @@ def vocab_of(tokenizer_json: str) -> tuple[dict[str, int], dict[str, int]]:
     return {**vocab, **added}, specials
 
 
-def resolve_mask_token(cfg: MlmConfig, tokenizer_file: Path) -> int:
-    """The id of ``cfg.mask_token``: the tokenizer's, or else the first id it does not use."""
+def resolve_mask_token(
+    cfg: MlmConfig, tokenizer_file: Path, reserved: Mapping[str, int] | None = None
+) -> int:
+    """The id of ``cfg.mask_token``: the one the shards reserved (``reserved``, their manifest's), the
+    tokenizer's, or else the first id the tokenizer does not use."""
     try:
         vocab, _ = vocab_of(tokenizer_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError, ValueError) as e:
         raise LlmpipeError(f"{tokenizer_file}: cannot read the tokenizer for the <mask> token ({e})") from e
+    if reserved and cfg.mask_token in reserved and vocab.get(cfg.mask_token) != reserved[cfg.mask_token]:
+        raise LlmpipeError(
+            f"the shards' manifest reserves {cfg.mask_token} as id {reserved[cfg.mask_token]}, their "
+            f"tokenizer {tokenizer_file} has it as {vocab.get(cfg.mask_token)}"
+        )
     if cfg.mask_token in vocab:
         found = int(vocab[cfg.mask_token])
         if cfg.mask_token_id is not None and cfg.mask_token_id != found:
@@ -143,12 +153,19 @@ class Masker:
         return Batch(inp.to(b.input.dtype), target, b.doc_ids)
 
 
-def prepare(cfg: RunConfig, tokenizer_file: Path, n_tokens: int, eos_id: int) -> Masker | None:
+def prepare(
+    cfg: RunConfig,
+    tokenizer_file: Path,
+    n_tokens: int,
+    eos_id: int,
+    reserved: Mapping[str, int] | None = None,
+) -> Masker | None:
     """The encoder's masker (None for other architectures): resolves and records ``mlm.mask_token_id``
-    and grows ``model.vocab_size`` to hold it. ``n_tokens``: the shards' vocabulary size."""
+    and grows ``model.vocab_size`` to hold it. ``n_tokens``: the shards' vocabulary size; ``reserved``:
+    the special tokens their manifest records."""
     if cfg.model.arch != "encoder":
         return None
-    mask_id = resolve_mask_token(cfg.mlm, tokenizer_file)
+    mask_id = resolve_mask_token(cfg.mlm, tokenizer_file, reserved)
     cfg.mlm.mask_token_id = mask_id
     cfg.model.vocab_size = max(cfg.model.vocab_size or 0, n_tokens, mask_id + 1)
     starts = None
