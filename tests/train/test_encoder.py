@@ -13,11 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import LITERAL_SPECIALS, ROOT, read_metrics, torchrun, train_losses
+from llmpipe.config import load_yaml
 from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.errors import LlmpipeError
 from llmpipe.tokenizer import Tokenizer
+from llmpipe.train import mlm
 from llmpipe.train.byte_shards import EOS, VOCAB, byte_tokenizer_json, write_byte_shards
-from llmpipe.train.config import MlmConfig
+from llmpipe.train.config import MlmConfig, from_saved
 from llmpipe.train.export_hf import load_run
 from llmpipe.train.mlm import Masker, word_starts
 
@@ -165,7 +167,7 @@ def test_encoder_trains_with_fsdp_and_exports_as_bert(
 
 
 def test_curated_special_tokens_tp2_resume_with_activation_checkpointing(
-    special_shards: Path, tmp_path: Path
+    special_shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Shards curated with ``--special-tokens mlm,t5``: the manifest lists the reserved ids, no ordinary text
     (literal "<mask>" included) encodes to them. On them, tp=2 (loss parallel) on 2 processes, whole-word
@@ -183,11 +185,14 @@ def test_curated_special_tokens_tp2_resume_with_activation_checkpointing(
         "mlm",
         "t5",
     ]
+    assert main(["inspect", str(special_shards)]) == 0
+    assert "102 reserved special tokens: <mask> 1, <pad> 2, <extra_id_0> 3" in capsys.readouterr().out
     tok = Tokenizer.from_file(str(special_shards / "tokenizer.json"))
     assert {k: tok.special_tokens[k] for k in reserved} == reserved
     ds = ShardDataset(special_shards, "train")
     ids = np.concatenate([ds[i] for i in range(len(ds))]).astype(np.int64)
-    assert len(ids) > 5000 and not ((ids >= 1) & (ids <= 102)).any()  # text never becomes a reserved id, "<mask>" as text neither
+    # text never becomes a reserved id, a literal "<mask>" in a document neither
+    assert len(ids) > 5000 and not ((ids >= 1) & (ids <= 102)).any()
     alice = " ".join(LITERAL_SPECIALS)
     assert tok.decode(tok.encode(alice)) == alice and not any(1 <= i <= 102 for i in tok.encode(alice))
 
@@ -209,6 +214,15 @@ def test_curated_special_tokens_tp2_resume_with_activation_checkpointing(
     assert all(r["tokens"] == 4 * 64 for r in read_metrics(run) if "loss" in r)  # one replica of 4 rows
     saved = (run / "config.yaml").read_text()
     assert "mask_token_id: 1\n" in saved and "vocab_size: 512\n" in saved  # the reserved id; nothing added
+    # the run's masker: random replacements never draw a reserved token (<mask>, <pad>, sentinels) or EOS
+    cfg = from_saved(load_yaml(run / "config.yaml"))
+    masker = mlm.prepare(cfg, special_shards / "tokenizer.json", 512, 0, ds.special_tokens)
+    assert masker is not None and masker.random_from == 103
+    b = next(iter(TokenLoader(ds, 64, seed=0, prefetch=1)))
+    out = masker(b, 3, 0)
+    chosen = out.target != -100
+    assert int(chosen.sum()) > 500 and int((out.input[chosen] == 1).sum()) > 400  # 80% become <mask>
+    assert not ((out.input >= 2) & (out.input <= 102)).any() and not (out.input[~chosen] == 1).any()
 
     out = tmp_path / "bert"
     assert main(["export", str(run), "--out", str(out)]) == 0

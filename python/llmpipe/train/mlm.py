@@ -102,7 +102,8 @@ def word_starts(tokenizer_json: str, size: int) -> torch.Tensor:
 
 class Masker:
     """Turns a loader batch (tokens) into a masked-LM batch: input with masks, target at the chosen
-    positions. ``n_random``: random replacements are drawn from ids [0, n_random) (the shards' vocabulary)."""
+    positions. ``n_random``: random replacements are drawn from ids [random_from, n_random) (the shards'
+    vocabulary, less the special tokens a curated tokenizer reserved at its first ids: ``random_from``)."""
 
     def __init__(
         self,
@@ -112,10 +113,14 @@ class Masker:
         eos_id: int,
         n_random: int,
         starts: torch.Tensor | None = None,  # word_starts(): needed for whole-word masking
+        random_from: int = 0,
     ) -> None:
         if cfg.whole_word and starts is None:
             raise ValueError("whole-word masking needs the tokenizer's word starts")
+        if not 0 <= random_from < n_random:
+            raise ValueError(f"random replacements from ids [{random_from}, {n_random}): none")
         self.cfg, self.mask_id, self.eos_id, self.n_random = cfg, mask_id, eos_id, n_random
+        self.random_from = random_from
         self.starts = starts
 
     def __call__(self, b: Batch, step: int, first_row: int) -> Batch:
@@ -144,7 +149,8 @@ class Masker:
         else:
             chosen = cand & (uniform(seed, _SELECT ^ salt, step, rows, cols) < c.mask_prob)
         kind = uniform(seed, _KIND ^ salt, step, rows, cols)
-        rand = (uniform(seed, _RANDOM ^ salt, step, rows, cols) * self.n_random).long()
+        span = self.n_random - self.random_from
+        rand = self.random_from + (uniform(seed, _RANDOM ^ salt, step, rows, cols) * span).long()
         inp = torch.where(chosen & (kind < c.mask_replace), self.mask_id, ids)
         inp = torch.where(
             chosen & (kind >= c.mask_replace) & (kind < c.mask_replace + c.random_replace), rand, inp
@@ -171,4 +177,13 @@ def prepare(
     starts = None
     if cfg.mlm.whole_word:
         starts = word_starts(tokenizer_file.read_text(encoding="utf-8"), cfg.model.vocab_size)
-    return Masker(cfg.mlm, mask_id=mask_id, eos_id=eos_id, n_random=n_tokens, starts=starts)
+    low = random_from(reserved or {}, eos_id)
+    return Masker(cfg.mlm, mask_id=mask_id, eos_id=eos_id, n_random=n_tokens, starts=starts, random_from=low)
+
+
+def random_from(reserved: Mapping[str, int], eos_id: int) -> int:
+    """The first id a random replacement may take: past the special tokens when they are the tokenizer's
+    first ids (EOS and the tokens ``llmpipe curate --special-tokens`` reserved after it), so that no
+    <mask>, <pad> or sentinel is drawn as a random token; else 0 (every id of the vocabulary)."""
+    ids = {eos_id, *reserved.values()}
+    return max(ids) + 1 if reserved and ids == set(range(max(ids) + 1)) else 0
