@@ -258,5 +258,7 @@ def test_t5_takes_the_sentinels_the_shards_reserve(
     reserved = {"<pad>": 7, "<extra_id_0>": 8, "<extra_id_1>": 9}  # rows of 65 tokens need 3 sentinels
     with pytest.raises(ConfigError, match="needs 3 sentinels; the shards reserve 2"):
         t5.prepare(from_saved(load_yaml(run / "config.yaml")), 512, 64, 0, reserved)
+    with pytest.raises(ConfigError, match="reserve <pad> but no sentinels"):  # shards curated for mlm only
+        t5.prepare(cfg, 512, 64, 0, {"<mask>": 1, "<pad>": 2})
     with pytest.raises(ConfigError, match="consecutive ids"):
         t5.prepare(cfg, 512, 64, 0, {**reserved, "<extra_id_1>": 20, "<extra_id_2>": 21})

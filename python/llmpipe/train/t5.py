@@ -336,6 +336,11 @@ def reserved_extra_ids(reserved: Mapping[str, int], spans: int) -> int | None:
     it (``llmpipe curate --special-tokens t5``); None when they reserved no sentinel. Sentinels
     reserved elsewhere, or too few, are a ConfigError."""
     if sentinel_token(0) not in reserved:
+        if PAD_TOKEN in reserved:  # T5's <pad> sits right before the sentinels: it cannot be appended again
+            raise ConfigError(
+                f"the shards reserve {PAD_TOKEN} but no sentinels: curate with --special-tokens t5 (or mlm,t5) "
+                "for an encoder-decoder"
+            )
         return None
     pad = reserved.get(PAD_TOKEN)
     have = next((k for k in range(len(reserved) + 1) if sentinel_token(k) not in reserved), 0)
