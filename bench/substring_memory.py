@@ -10,7 +10,7 @@ the child resets its peak RSS (``/proc/self/clear_refs``, Linux) and reads it (`
 each figure is that phase's own peak (the interpreter and libraries included). Not a comparison
 with a peer: the figures document the memory bound (docs/dedup.md).
 
-Usage: python bench/substring_memory.py [--mb 40] [--partitions 2,8] [--block-mb 8]
+Usage: python bench/substring_memory.py [--mb 40] [--partitions 2,8] [--block-mb 8] [--plan-docs 4000000]
 """
 
 from __future__ import annotations
@@ -124,9 +124,35 @@ def child(src: Path, work: Path, partitions: int, block_mb: float) -> None:
     peaks["bytes_removed"] = counts.counters["bytes_removed"]
     peaks["sha256"] = digest.hexdigest()[:16]
     peaks["parts"] = len(keys)
-    peaks["spans"] = sum(rows)
-    peaks["part_spans"] = max(rows)
+    peaks["spans_total"] = sum(rows)
+    peaks["spans_max_part"] = max(rows)
     print(json.dumps(peaks))
+
+
+def plan_child(docs: int, work: Path) -> None:
+    """The plan's peak on ``docs`` documents of 4 key files, ids as curate writes them (``<input>/<n>``),
+    each 20 bytes of text: what grows per document in the process that resolves."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from llmpipe.curate.stages import substring_dedup as sd
+
+    keys = []
+    order = np.random.default_rng(0).permutation(docs)
+    for f, chunk in enumerate(np.array_split(order, 4)):
+        ids = pa.array([f"cc-main-2019-30-extracted.jsonl.gz/{i}" for i in chunk.tolist()])
+        keys.append(work / f"{f}.keys.parquet")
+        pq.write_table(
+            pa.table({"id": ids, "text": pa.array(["x" * 20] * len(chunk), pa.large_string())}), keys[-1]
+        )
+    del ids, order
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _peak_mb()
+    sd.plan_partitions(keys, 1 << 20, work / "plan")
+    peak = _peak_mb()
+    print(
+        f"plan of {docs:,} documents: peak RSS {peak:.0f} MB, {(peak - before) * 2**20 / docs:.0f} bytes a document above the RSS before it"
+    )
 
 
 def main() -> None:
@@ -134,10 +160,15 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=40)
     ap.add_argument("--partitions", default="2,8")
     ap.add_argument("--block-mb", type=float, default=8, help="input part (key file) size")
+    ap.add_argument("--plan-docs", type=int, default=0, help="also measure the plan on this many documents")
+    ap.add_argument("--plan-child", type=int)
     ap.add_argument("--child", type=int)
     ap.add_argument("--src")
     ap.add_argument("--work")
     args = ap.parse_args()
+    if args.plan_child:
+        plan_child(args.plan_child, Path(args.work))
+        return
     if args.child:
         child(Path(args.src), Path(args.work), args.child, args.block_mb)
         return
@@ -161,7 +192,20 @@ def main() -> None:
             print(f"{label:>10s} " + " ".join(f"{r[p]:13.0f}" for p in PHASES) + f"  {r['bytes_removed']:,}")
             print(f"{'':>10s} sha256 of the rewritten (id, text): {r['sha256']}")
             print(f"{'CPU-s':>10s} " + " ".join(f"{r[p + ' CPU-s']:13.1f}" for p in PHASES))
-            print(f"{r['spans']:,} spans in {r['parts']} input parts, at most {r['part_spans']:,} in one")
+            print(
+                f"{r['spans_total']:,} spans in {r['parts']} input parts, at most {r['spans_max_part']:,} in one"
+            )
+        if args.plan_docs:
+            (root / "plan").mkdir()
+            cmd = [
+                sys.executable,
+                __file__,
+                "--plan-child",
+                str(args.plan_docs),
+                "--work",
+                str(root / "plan"),
+            ]
+            print(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip())
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ of ``b`` is a repeat when it also starts earlier in ``a + b``. The union over al
 exactly the repeats of ``b`` in the whole run. A task holds two partitions (about 13 bytes of
 memory per byte of text); the cost is quadratic in the number of partitions (``k (k + 1) / 2``
 suffix arrays), the honest price of exact cross-partition matches without Lee et al.'s on-disk
-merge of suffix arrays.
+merge of suffix arrays. The spans found are written per input part (the key file of their
+documents): the resolve merges one part's at a time and the rewrite of a part loads only its own.
 """
 
 from __future__ import annotations
