@@ -89,8 +89,16 @@ _OPTIONS = {
 _TAG = re.compile(r"<[^>]*>")
 _LINK = re.compile(r"<a\b[^>]*>(.*?)</a>", re.S)
 _SPACES = re.compile(r"\s+")
-_HEADING = re.compile(r"\s*<h[1-6]\b")
+_WIDE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _OPENS = {"<p>": "</p>", "<pre>": "</pre>"}  # blocks that may span lines (<br>, preformatted text)
+
+
+
+def _length(text: str) -> int:
+    """Visible length: white space runs count once, a CJK character three (it is about a word)."""
+    flat = _SPACES.sub(" ", text).strip()
+    return len(flat) + 2 * len(_WIDE.findall(flat))
+
 
 Kind = Literal["good", "near", "short", "bad"]
 
@@ -100,9 +108,8 @@ class Block:
     """One paragraph, heading or list item of the minimal-HTML rendering of a page."""
 
     text: str
-    chars: int  # visible characters, white space runs counted once
+    chars: int  # visible length (``_length``)
     linked: int  # of which inside links
-    heading: bool
     para: bool  # a blank line before it in the rendering (a new paragraph, not the next line)
 
 
@@ -110,16 +117,15 @@ class Boilerplate:
     """Keeps the blocks of a page that read as text, by length, link share and neighbours.
 
     A block whose text is more than ``max_link_share`` links is boilerplate; one of ``long`` or more
-    characters is text; ``near`` or more is near-text, anything shorter is short. Short blocks take
-    their neighbours' side (text only between text, or next to text and near-text); near-text is kept
-    unless boilerplate is on both sides; a heading is kept when text follows it. Neighbours are the
-    nearest blocks that are not short (and for short blocks, first not near-text either); past either
-    end of the page counts as boilerplate.
+    characters is text; ``near`` or more is near-text, anything shorter is short. A short block
+    (a heading, a label, a caption) is kept only between text; near-text is kept unless boilerplate is
+    on both sides. The neighbours are the nearest blocks on each side that are text or boilerplate
+    (short and near-text ones are passed over); past either end of the page counts as boilerplate.
     """
 
     long: ClassVar[int] = 120
     near: ClassVar[int] = 50
-    max_link_share: ClassVar[float] = 0.5
+    max_link_share: ClassVar[float] = 0.35
     min_main_chars: ClassVar[int] = 250  # below this, the page is judged again on all visible text
     # containers skipped before judging: page and article footers, asides, related-content boxes,
     # comment threads, image captions, author boxes, copyright lines (the names sites give them)
@@ -130,11 +136,12 @@ class Boilerplate:
         "[id*=footer]",
         "[class*=related]",
         "[id*=related]",
-        "[id*=comment]",
         "[class*=caption]",
         "[class*=author]",
         "[class*=copyright]",
         "[class*=disclaimer]",
+        "[class*=newsletter]",
+        "[id*=newsletter]",
     )
 
     @staticmethod
@@ -160,10 +167,10 @@ class Boilerplate:
                         break
                 line = "\n".join(parts)
             text = htmllib.unescape(_TAG.sub("", line)).replace("\u00a0", " ")  # no-break spaces as spaces
-            chars = len(_SPACES.sub(" ", text).strip())
+            chars = _length(text)
             if chars:
-                linked = sum(len(_SPACES.sub(" ", htmllib.unescape(_TAG.sub("", a))).strip()) for a in _LINK.findall(line))
-                out.append(Block(text.strip("\n").rstrip(), chars, linked, _HEADING.match(line) is not None, para))
+                linked = sum(_length(htmllib.unescape(_TAG.sub("", a))) for a in _LINK.findall(line))
+                out.append(Block(text.strip("\n").rstrip(), chars, linked, para))
                 para = False
         return out
 
@@ -181,41 +188,27 @@ class Boilerplate:
             else:
                 first.append("short")
         n = len(first)
-        # nearest non-short neighbour on each side, and nearest that is neither short nor near
-        prev_any: list[Kind] = ["bad"] * n
-        prev_gb: list[Kind] = ["bad"] * n
-        next_any: list[Kind] = ["bad"] * n
-        next_gb: list[Kind] = ["bad"] * n
-        a: Kind = "bad"
-        g: Kind = "bad"
+        # the nearest block on each side that is neither short nor near-text ("bad" past the ends)
+        before: list[Kind] = ["bad"] * n
+        after: list[Kind] = ["bad"] * n
+        side: Kind = "bad"
         for i in range(n):
-            prev_any[i], prev_gb[i] = a, g
-            if first[i] != "short":
-                a = first[i]
-                if first[i] != "near":
-                    g = first[i]
-        a = g = "bad"
+            before[i] = side
+            if first[i] in ("good", "bad"):
+                side = first[i]
+        side = "bad"
         for i in range(n - 1, -1, -1):
-            next_any[i], next_gb[i] = a, g
-            if first[i] != "short":
-                a = first[i]
-                if first[i] != "near":
-                    g = first[i]
+            after[i] = side
+            if first[i] in ("good", "bad"):
+                side = first[i]
         keep = []
         for i, kind in enumerate(first):
-            if kind == "good":
-                keep.append(True)
-            elif kind == "bad":
-                keep.append(False)
-            elif kind == "near":
-                keep.append(not (prev_gb[i] == next_gb[i] == "bad"))
+            if kind == "near":
+                keep.append(not (before[i] == after[i] == "bad"))
+            elif kind == "short":
+                keep.append(before[i] == after[i] == "good")
             else:
-                p, q = prev_gb[i], next_gb[i]
-                if p == q:
-                    ok = p == "good"
-                else:  # text on one side, boilerplate on the other: near-text next to it decides
-                    ok = "near" in (prev_any[i] if p == "bad" else p, next_any[i] if q == "bad" else q)
-                keep.append(ok or (blocks[i].heading and q == "good"))
+                keep.append(kind == "good")
         return keep
 
     @classmethod
