@@ -107,11 +107,10 @@ def eval_pages() -> list[Page]:
 
 def extractors() -> list[Result]:
     import trafilatura
+    from llmpipe.io.extract import extract
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.encoding import detect_encoding
     from resiliparse.parse.html import HTMLTree
-
-    from llmpipe.io.extract import extract
 
     def resiliparse(body: bytes) -> str:
         return extract_plain_text(HTMLTree.parse_from_bytes(body, detect_encoding(body)), main_content=True)
@@ -163,9 +162,13 @@ def main() -> int:
             s = r.scores[subset]
             p, rc, f = r.scores[subset].prf()
             print(f"  {r.name:20s} {p:9.3f} {rc:7.3f} {f:7.4f}   {s.tp} / {s.fn} / {s.fp} / {s.tn}")
-    print(f"\n{'speed (CPU s of this process)':30s} {'CPU s':>7s} {'ms/page':>8s} {'MB/CPU-s':>9s} {'vs trafilatura':>15s}")
+    print(
+        f"\n{'speed (CPU s of this process)':30s} {'CPU s':>7s} {'ms/page':>8s} {'MB/CPU-s':>9s} {'vs trafilatura':>15s}"
+    )
     for r in results:
-        print(f"  {r.name:28s} {r.cpu:7.2f} {1000 * r.cpu / len(pages):8.2f} {mb / r.cpu:9.2f} {traf.cpu / r.cpu:14.1f}x")
+        print(
+            f"  {r.name:28s} {r.cpu:7.2f} {1000 * r.cpu / len(pages):8.2f} {mb / r.cpu:9.2f} {traf.cpu / r.cpu:14.1f}x"
+        )
     f_ours, f_traf = results[0].scores["all"].prf()[2], traf.scores["all"].prf()[2]
     h_ours, h_traf = results[0].scores["held-out"].prf()[2], traf.scores["held-out"].prf()[2]
     print(f"\nF1 llmpipe - trafilatura: all {f_ours - f_traf:+.4f}, held-out {h_ours - h_traf:+.4f}; "

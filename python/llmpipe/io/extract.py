@@ -79,19 +79,27 @@ def decode(body: bytes, declared: str | None = None) -> str:
     return bytes_to_str(body, charset_of(body, declared), errors="replace", strip_bom=True)
 
 
-_OPTIONS = {
-    "list_bullets": False,
-    "alt_texts": False,
-    "form_fields": False,
-    "noscript": False,
-    "comments": False,  # reader comments are not main text (+1.6 points on the trafilatura eval)
-}
+def _render(tree: HTMLTree, markup: bool, main_content: bool, skip: tuple[str, ...] = ()) -> str:
+    """resiliparse's rendering of a page: plain text, or minimal HTML with the links marked."""
+    return extract_plain_text(
+        tree,
+        preserve_formatting="minimal_html" if markup else True,
+        main_content=main_content,
+        links=markup,
+        skip_elements=list(skip) or None,
+        list_bullets=False,
+        alt_texts=False,
+        form_fields=False,
+        noscript=False,
+        comments=False,  # reader comments are not main text (+1.6 points on the trafilatura eval)
+    )
+
+
 _TAG = re.compile(r"<[^>]*>")
 _LINK = re.compile(r"<a\b[^>]*>(.*?)</a>", re.S)
 _SPACES = re.compile(r"\s+")
 _WIDE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _OPENS = {"<p>": "</p>", "<pre>": "</pre>"}  # blocks that may span lines (<br>, preformatted text)
-
 
 
 def _length(text: str) -> int:
@@ -116,8 +124,8 @@ class Block:
 class Boilerplate:
     """Keeps the blocks of a page that read as text, by length, link share and neighbours.
 
-    A block whose text is more than ``max_link_share`` links is boilerplate; one of ``long`` or more
-    characters is text; ``near`` or more is near-text, anything shorter is short. A short block
+    A block whose text is more than ``max_link_share`` links (``max_link_share_long`` for a long one)
+    is boilerplate; else one of ``long`` or more characters is text; ``near`` or more is near-text, anything shorter is short. A short block
     (a heading, a label, a caption) is kept only between text; near-text is kept unless boilerplate is
     on both sides. The neighbours are the nearest blocks on each side that are text or boilerplate
     (short and near-text ones are passed over); past either end of the page counts as boilerplate.
@@ -126,6 +134,7 @@ class Boilerplate:
     long: ClassVar[int] = 120
     near: ClassVar[int] = 50
     max_link_share: ClassVar[float] = 0.35
+    max_link_share_long: ClassVar[float] = 0.8  # prose with many links (an encyclopedia's) is still text
     min_main_chars: ClassVar[int] = 250  # below this, the page is judged again on all visible text
     # containers skipped before judging: page and article footers, asides, related-content boxes,
     # comment threads, image captions, author boxes, copyright lines (the names sites give them)
@@ -179,7 +188,7 @@ class Boilerplate:
         """Whether each block is main text."""
         first: list[Kind] = []
         for b in blocks:
-            if b.linked > cls.max_link_share * b.chars:
+            if b.linked > (cls.max_link_share if b.chars < cls.long else cls.max_link_share_long) * b.chars:
                 first.append("bad")
             elif b.chars >= cls.long:
                 first.append("good")
@@ -224,15 +233,7 @@ class Boilerplate:
 
     @classmethod
     def _kept(cls, tree: HTMLTree, main_content: bool, skip: tuple[str, ...]) -> list[Block]:
-        markup = extract_plain_text(
-            tree,
-            preserve_formatting="minimal_html",
-            main_content=main_content,
-            links=True,
-            skip_elements=list(skip) or None,
-            **_OPTIONS,
-        )
-        blocks = cls.blocks(markup)
+        blocks = cls.blocks(_render(tree, True, main_content, skip))
         return [b for b, keep in zip(blocks, cls.judge(blocks), strict=True) if keep]
 
 
@@ -244,8 +245,7 @@ def html_to_text(html: str, main_content: bool = True) -> str:
     tree = HTMLTree.parse(html)
     if main_content:
         return Boilerplate.main_text(tree)
-    text = extract_plain_text(tree, preserve_formatting=True, main_content=False, links=False, **_OPTIONS)
-    return _BLANK_RUNS.sub("\n\n", text).strip()
+    return _BLANK_RUNS.sub("\n\n", _render(tree, False, False)).strip()
 
 
 def extract(body: bytes, declared_charset: str | None = None, main_content: bool = True) -> str:
