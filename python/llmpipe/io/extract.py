@@ -113,7 +113,7 @@ Kind = Literal["good", "near", "short", "bad"]
 
 @dataclass
 class Block:
-    """One paragraph, heading or list item of the minimal-HTML rendering of a page."""
+    """One paragraph, heading, list item or table of the minimal-HTML rendering of a page."""
 
     text: str
     chars: int  # visible length (``_length``)
@@ -174,6 +174,12 @@ class Boilerplate:
                     i += 1
                     if close in lines[i - 1]:
                         break
+                line = "\n".join(parts)
+            elif "\t" in line:  # resiliparse separates table cells by tabs: a table is one block
+                parts = [line]
+                while i < len(lines) and "\t" in lines[i]:
+                    parts.append(lines[i])
+                    i += 1
                 line = "\n".join(parts)
             text = htmllib.unescape(_TAG.sub("", line)).replace("\u00a0", " ")  # no-break spaces as spaces
             chars = _length(text)
