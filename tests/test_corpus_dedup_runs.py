@@ -1,11 +1,13 @@
-"""``line_dedup`` and ``substring_dedup`` in real curate runs: a run with ``--workers 2`` in 0.1 MB
-chunks and a ``--workers 1`` run of whole files killed (SIGKILL) in the line count, then in the
-suffix-array pairs, then re-run, give the same bytes; their stages are in stats.json with the bytes
+"""``url_filter``, ``line_dedup``, ``substring_dedup`` and ``decontaminate`` (cutting spans) in real
+curate runs: a run with ``--workers 2`` in 0.1 MB chunks and a ``--workers 1`` run of whole files
+killed (SIGKILL) in the URL filter's step, in the line count, in the suffix-array pairs and in the
+decontamination step, then re-run, give the same bytes; their stages are in stats.json with what
 they removed.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import shutil
@@ -43,8 +45,18 @@ def ref(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path,
     inputs.mkdir()
     for name in ("cc-main-2019-30-extracted.jsonl.gz", "wget-crawl-0000.warc.gz"):
         shutil.copy2(data_dir / "web" / name, inputs / name)
+    # a listed host of the WARC; passages of ten crawl documents as an evaluation set
+    (root / "domains.txt").write_text("www.semanticscholar.org\n")
+    with gzip.open(inputs / "cc-main-2019-30-extracted.jsonl.gz", "rt", encoding="utf-8") as f:
+        texts = [json.loads(line)["text"].split() for line in f][:300:30]
+    passages = [" ".join(w[len(w) // 2 : len(w) // 2 + 30]) for w in texts if len(w) >= 60]
+    (root / "eval.jsonl").write_text("".join(json.dumps({"text": p}) + "\n" for p in passages))
     cfg = root / "c.yaml"
-    cfg.write_text(CONFIG)
+    cfg.write_text(
+        CONFIG
+        + f"url_filter:\n  enabled: true\n  domain_lists: [{root / 'domains.txt'}]\n"
+        + f"decontaminate:\n  enabled: true\n  mode: spans\n  eval_sets: {{crawl: {root / 'eval.jsonl'}}}\n"
+    )
     out = root / "ref"
     _curate(inputs, out, cfg, "--workers", "2", "--chunk-mb", "0.1")
     return inputs, cfg, out
@@ -57,15 +69,20 @@ def test_stats_workers_and_kills_give_the_same_bytes(ref: tuple[Path, Path, Path
     line, sub = by_name["line_dedup"], by_name["substring_dedup"]
     assert line["counters"]["lines_removed"] > 40 and line["counters"]["bytes_removed"] > 5_000
     assert sub["counters"]["spans_removed"] > 0 and sub["counters"]["bytes_removed"] > 0
-    for s in (line, sub):
+    url, decont = by_name["url_filter"], by_name["decontaminate"]
+    assert url["dropped"].get("url_subdomain", 0) >= 1
+    assert decont["counters"]["contaminated_crawl"] >= 5 and decont["counters"]["bytes_removed"] > 0
+    for s in (url, line, sub, decont):
         assert s["docs_in"] == s["docs_out"] + sum(s["dropped"].values())
     assert line["docs_out"] == sub["docs_in"]
     want = _tree(out)
 
-    # one worker, whole files: killed in the line count, then in the suffix-array pairs (several
-    # partitions), then re-run to the end
+    # one worker, whole files: killed in the URL filter's step (segment 0, the WARC), in the line
+    # count, in the suffix-array pairs (several partitions), in the decontamination step (the last
+    # segment), then re-run to the end
     killed = tmp_path / "killed"
-    for point in ("line_dedup counts 00000", "substring_dedup pair 00000-00001"):
+    points = ("segment 0#1 written", "line_dedup counts 00000", "substring_dedup pair 00000-00001")
+    for point in (*points, "segment 3#0 written"):
         assert _curate(inputs, killed, cfg, "--workers", "1", fault=point) == -9, point
     _curate(inputs, killed, cfg, "--workers", "1")
     assert _tree(killed) == want

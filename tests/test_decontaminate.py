@@ -1,7 +1,7 @@
 """Benchmark decontamination: passages of two evaluation files (Alice in Wonderland paragraphs as JSONL,
 Shakespeare speeches as Parquet) planted in real crawl documents are found and attributed to their set;
 nothing else is removed (oracle: lm-eval's own normalisation and n-grams, Python set intersection);
-identical shards for 1 and 2 workers."""
+identical shards for 1 and 2 workers. ``mode: spans`` cuts exactly the oracle's merged matching spans."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import json
 import random
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import run_cli
 from llmpipe.curate.stage import StageCounts
-from llmpipe.curate.stages.decontaminate import Decontaminate
+from llmpipe.curate.stages.decontaminate import CutContaminated, Decontaminate
 from llmpipe.errors import ConfigError
 
 OFF = ("length", "language", "gopher_repetition", "gopher_quality", "c4", "fineweb", "exact_dedup")
@@ -154,3 +155,78 @@ def test_planted_passages_are_removed_and_attributed(corpus: dict, tmp_path: Pat
         _ = Decontaminate(
             Decontaminate.Config(enabled=True, eval_sets={"x": str(tmp_path / "bad.jsonl")})
         ).table
+
+
+def oracle_cut(text: str, grams: dict[str, set[str]], n: int) -> tuple[str | None, str]:
+    """lm-eval's normalisation per whitespace token (a token of punctuation alone is no word), Python
+    sets: the set of the first matching n-gram, and the text without the merged matching windows
+    (each from its first word's first character to its last word's last; nothing when they hold
+    every word)."""
+    from lm_eval.decontamination.janitor import Janitor, word_ngrams
+
+    j = Janitor(ngram_n=n)
+    toks = [(j.normalize_string(m.group()), m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    words = [(w, s, e) for w, s, e in toks if w]
+    assert [w for w, _, _ in words] == j.normalize_string(text).split()  # the oracle's words are lm-eval's
+    first, spans = None, []  # spans: [first word, end word)
+    for i, g in enumerate(word_ngrams(j.normalize_string(text), n)):
+        hit = [name for name, gs in grams.items() if g in gs]
+        if not hit:
+            continue
+        first = first or hit[0]
+        if spans and i <= spans[-1][1]:
+            spans[-1][1] = i + n
+        else:
+            spans.append([i, i + n])
+    if sum(b - a for a, b in spans) == len(words) and spans:
+        return first, ""
+    out, at = "", 0
+    for a, b in spans:
+        out, at = out + text[at : words[a][1]], words[b - 1][2]
+    return first, out + text[at:]
+
+
+def test_spans_mode_cuts_the_oracle_spans(corpus: dict) -> None:  # type: ignore[type-arg]
+    """``mode: spans``: each planted passage is cut out (the oracle's spans, byte for byte), every
+    other document is unchanged, a document that was only a passage is dropped as empty, and the
+    counters attribute each document to its set. (Curate runs with spans on, 1 and 2 workers, Ray
+    and kills: tests/test_corpus_dedup_runs.py, tests/test_ray.py.)"""
+    docs = list(corpus["docs"])
+    alice = corpus["texts"]["alice"]
+    docs.append({"id": "only-eval", "text": " ".join(alice[3].split()[:40]) + " ..."})
+    n = 13
+    from lm_eval.decontamination.janitor import Janitor, word_ngrams
+
+    j = Janitor(ngram_n=n)
+    grams = {
+        k: {g for t in v for g in word_ngrams(j.normalize_string(t), n)} for k, v in corpus["texts"].items()
+    }
+    want_text, want_first = {}, {}
+    for d in docs:
+        first, want_text[d["id"]] = oracle_cut(d["text"], grams, n)
+        if first:
+            want_first[d["id"]] = first
+    assert set(want_first) == {*corpus["planted"], "only-eval"} and want_text["only-eval"] == ""
+
+    stage = Decontaminate.from_config(
+        Decontaminate.Config(enabled=True, eval_sets=corpus["sets"], mode="spans")
+    )
+    assert isinstance(stage, CutContaminated) and stage.name == "decontaminate"
+    batch = pa.RecordBatch.from_pydict({"id": [r["id"] for r in docs], "text": [r["text"] for r in docs]})
+    counts = StageCounts(stage.name)
+    kept = stage.run(batch, counts)
+    got = dict(zip(kept.column("id").to_pylist(), kept.column("text").to_pylist(), strict=True))
+    assert got == {i: t for i, t in want_text.items() if t}
+    for d in docs:  # nothing but the planted passages moved
+        assert (got.get(d["id"]) == d["text"]) == (d["id"] not in want_first)
+    assert dict(counts.dropped) == {"empty_after_decontaminate": 1}
+    assert counts.modified == len(want_first)
+    removed = sum(len(d["text"].encode()) - len(want_text[d["id"]].encode()) for d in docs)
+    assert counts.counters["bytes_removed"] == removed
+    assert counts.counters["contaminated_alice"] == 5 and counts.counters["contaminated_shakespeare"] == 4
+    assert counts.counters["spans_removed"] == 9
+    counts.check()
+    with pytest.raises(ConfigError, match="mode must be"):
+        from llmpipe.curate.settings import CurateConfig
+
+        CurateConfig.from_mapping({"decontaminate": {"mode": "span"}})

@@ -97,12 +97,14 @@ def test_a_user_directory_adds_and_replaces_files(data_dir: Path, tmp_path: Path
 
 def test_whatlang_backend_writes_normalised_codes(data_dir: Path) -> None:
     fra = udhr_docs(data_dir, "French_Francais-Latin1", "latin-1")
-    stage = LanguageFilter(LanguageFilter.Config(languages=["fra"], thresholds={"fra_Latn": 0.1}))
+    stage = LanguageFilter(
+        LanguageFilter.Config(backend="whatlang", languages=["fra"], thresholds={"fra_Latn": 0.1})
+    )
     counts = StageCounts("language")
     kept = stage.run(batch_of(fra, None), counts)
     assert set(kept.column("lang").to_pylist()) == {"fra_Latn"}
     assert counts.counters["lang:fra_Latn"] == kept.num_rows == len(fra)
     with pytest.raises(ValueError, match="unknown language"):
-        LanguageFilter(LanguageFilter.Config(languages=["gsw"]))
+        LanguageFilter(LanguageFilter.Config(backend="whatlang", languages=["swa"]))
     with pytest.raises(ValueError, match="backend"):
         LanguageFilter(LanguageFilter.Config(backend="cld3"))

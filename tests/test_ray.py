@@ -137,11 +137,28 @@ def _tasks(c: Cluster) -> list[dict[str, object]]:
     return [t.__dict__ if hasattr(t, "__dict__") else dict(t) for t in ts]
 
 
+def _url_and_decont(root: Path, data_dir: Path) -> str:
+    """Config sections that turn on the URL filter (a domain of the WARC excerpt listed) and
+    decontamination cutting spans (passages of ten crawl documents as the evaluation set): doc stages
+    inside the existing steps, so the runs below check them on Ray for a second or two."""
+    import gzip
+
+    (root / "domains.txt").write_text("01spb.ru\n")
+    with gzip.open(data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz", "rt", encoding="utf-8") as f:
+        texts = [json.loads(line)["text"].split() for line in f][:200:20]
+    passages = [" ".join(w[len(w) // 2 : len(w) // 2 + 30]) for w in texts if len(w) >= 60]
+    (root / "eval.jsonl").write_text("".join(json.dumps({"text": p}) + "\n" for p in passages))
+    return (
+        f"url_filter:\n  enabled: true\n  domain_lists: [{root / 'domains.txt'}]\n"
+        f"decontaminate:\n  enabled: true\n  mode: spans\n  eval_sets: {{crawl: {root / 'eval.jsonl'}}}\n"
+    )
+
+
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("ray-local")
     cfg = root / "small.yaml"
-    cfg.write_text(SMALL)
+    cfg.write_text(SMALL + _url_and_decont(root, data_dir))
     out = root / "shards"
     run_cli("curate", *[str(data_dir / "web" / n) for n in INPUTS], "--out", str(out), "--config", str(cfg))
     return cfg, out
@@ -220,6 +237,11 @@ def test_job_submit_matches_local(
     assert not (out / ".llmpipe-work").exists()
     stats = json.loads((out / "stats.json").read_text())
     assert stats["stages"][0]["name"] == "read"
+    # the URL filter and decontamination (spans) ran in the Ray steps and did something
+    by_name = {s["name"]: s for s in stats["stages"]}
+    assert by_name["url_filter"]["dropped"].get("url_domain", 0) >= 1
+    assert by_name["decontaminate"]["counters"]["contaminated_crawl"] >= 1
+    assert by_name["decontaminate"]["counters"]["bytes_removed"] > 0
     # the per-input steps really ran on both nodes
     nodes = {t["node_id"] for t in _tasks(cluster) if t["state"] == "FINISHED"}
     assert len(nodes) == 2, nodes

@@ -17,7 +17,7 @@ import re
 # ISO 639-1 -> ISO 639-3. Where 639-3 has a macrolanguage and an individual language, the code is
 # the one whatlang reports (Mandarin cmn, Persian pes, Bokmal nob), so both backends agree.
 _ISO1 = """
-af:afr ak:aka am:amh an:arg ar:ara as:asm av:ava ay:aym az:aze ba:bak be:bel bg:bul bh:bih bi:bis
+aa:aar ab:abk af:afr ak:aka am:amh an:arg ar:ara as:asm av:ava ay:aym az:aze ba:bak be:bel bg:bul bh:bih bi:bis
 bm:bam bn:ben bo:bod br:bre bs:bos ca:cat ce:che ch:cha co:cos cr:cre cs:ces cu:chu cv:chv cy:cym
 da:dan de:deu dv:div dz:dzo ee:ewe el:ell en:eng eo:epo es:spa et:est eu:eus fa:pes ff:ful fi:fin
 fj:fij fo:fao fr:fra fy:fry ga:gle gd:gla gl:glg gn:grn gu:guj gv:glv ha:hau he:heb hi:hin ho:hmo
@@ -35,11 +35,20 @@ uk:ukr ur:urd uz:uzb ve:ven vi:vie vo:vol wa:wln wo:wol xh:xho yi:yid yo:yor za:
 # three-letter labels of lid.176 that are Wikipedia codes rather than ISO 639-3
 WIKI_TO_3 = {"als": "gsw", "zh_classical": "lzh", "zh_yue": "yue", "bat_smg": "sgs", "fiu_vro": "vro"}
 
+# CLD2's codes (pycld2) that are not ISO 639-1/639-3 or whose script is not the usual one: old ISO
+# 639-1 codes (iw, jw), CLD2's own (xx-Bugi, zzp: Pig Latin, un: unknown); Traditional Chinese is
+# Han script like Simplified (ISO 15924 Hani covers both)
+CLD2_CODES = {
+    "iw": "heb", "jw": "jav", "zh-Hant": "cmn_Hani", "syr": "syr_Syrc", "chr": "chr_Cher",
+    "lif": "lif_Limb", "xx-Bugi": "bug_Bugi", "xx-Goth": "got_Goth", "zzp": "und", "un": "und",
+    "sr-ME": "srp_Latn",
+}  # fmt: skip
+
 # the usual script of languages not written in Latin script (ISO 15924); every other language: Latn
 _SCRIPTS = """
 rus:Cyrl ukr:Cyrl bel:Cyrl bul:Cyrl mkd:Cyrl srp:Cyrl kaz:Cyrl kir:Cyrl tgk:Cyrl mon:Cyrl bak:Cyrl
 chv:Cyrl che:Cyrl ava:Cyrl oss:Cyrl sah:Cyrl tat:Cyrl tyv:Cyrl bxr:Cyrl kom:Cyrl krc:Cyrl lez:Cyrl
-mhr:Cyrl mrj:Cyrl myv:Cyrl udm:Cyrl xal:Cyrl rue:Cyrl kbd:Cyrl ady:Cyrl chu:Cyrl
+mhr:Cyrl mrj:Cyrl myv:Cyrl abk:Cyrl udm:Cyrl xal:Cyrl rue:Cyrl kbd:Cyrl ady:Cyrl chu:Cyrl
 ara:Arab arz:Arab pes:Arab fas:Arab urd:Arab pus:Arab ckb:Arab snd:Arab uig:Arab azb:Arab mzn:Arab
 lrc:Arab pnb:Arab kas:Arab glk:Arab ary:Arab apc:Arab acm:Arab prs:Arab
 heb:Hebr yid:Hebr hin:Deva mar:Deva nep:Deva san:Deva mai:Deva new:Deva bih:Deva dty:Deva gom:Deva
@@ -71,6 +80,11 @@ def normalize(label: str) -> str:
     if script and len(script) == 4 and script.isalpha():
         return f"{lang}_{script.capitalize()}"
     return f"{lang}_{SCRIPTS.get(lang, 'Zyyy' if lang == 'und' else 'Latn')}"
+
+
+def normalize_cld2(code: str) -> str:
+    """``lang_Script`` for a CLD2 language code (``en``, ``zh-Hant``, ``xx-Bugi``)."""
+    return normalize(CLD2_CODES.get(code, code))
 
 
 def matches(lang: str, wanted: str) -> bool:

@@ -9,7 +9,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::buffers::{to_bytes, view};
+use crate::buffers::{buffer, to_bytes, view, Data, IdBuffer};
 use crate::errors::{enter_ok, ConfigError};
 use crate::quality::Texts;
 
@@ -121,9 +121,50 @@ fn decont_first_match<'py>(
     Ok(to_bytes(py, &out))
 }
 
+/// The texts without the spans of their n-grams found in `table` (as `decont_first_match`):
+/// the new texts as Arrow large-string buffers `(offsets, data)`, and per text the set of its first
+/// match (int32, -1: none), the spans (uint32) and bytes (int64) cut.
+#[pyfunction]
+fn decont_cut_spans(
+    py: Python<'_>,
+    texts: Texts,
+    n: usize,
+    table: PyBuffer<u64>,
+    sets: PyBuffer<i32>,
+) -> PyResult<(IdBuffer, IdBuffer, IdBuffer, IdBuffer, IdBuffer)> {
+    let t = texts.strs()?;
+    let (table, sets) = (view(&table, "table")?, view(&sets, "sets")?);
+    if table.len() != sets.len() {
+        return Err(ConfigError::new_err("decont_cut_spans: table and sets differ in length"));
+    }
+    let (offs, out, first, spans, bytes) = enter_ok(py, || {
+        let cuts = decont::cut_matches(&t, n, table, sets);
+        let mut offs = Vec::with_capacity(cuts.len() + 1);
+        let mut out = Vec::with_capacity(cuts.iter().map(|c| c.text.len()).sum());
+        offs.push(0i64);
+        let (mut first, mut spans, mut bytes) = (Vec::new(), Vec::new(), Vec::new());
+        for c in cuts {
+            out.extend_from_slice(c.text.as_bytes());
+            offs.push(out.len() as i64);
+            first.push(c.first);
+            spans.push(c.spans);
+            bytes.push(c.bytes as i64);
+        }
+        (offs, out, first, spans, bytes)
+    });
+    Ok((
+        buffer(Data::I64(offs)),
+        buffer(Data::U8(out)),
+        buffer(Data::I32(first)),
+        buffer(Data::U32(spans)),
+        buffer(Data::I64(bytes)),
+    ))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<UrlFilter>()?;
     m.add_function(wrap_pyfunction!(decont_ngram_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(decont_first_match, m)?)?;
+    m.add_function(wrap_pyfunction!(decont_cut_spans, m)?)?;
     Ok(())
 }

@@ -8,6 +8,15 @@ each batch of documents is then one Rust call (GIL released) that finds, per doc
 n-gram (in text order) that an evaluation set holds. A match drops the document as
 ``contaminated_<set>``: ``stats.json`` counts the removals per evaluation set. An n-gram in several
 sets is attributed to the first set of the config.
+
+``mode: spans`` cuts the matching n-grams out instead of dropping the document (``CutContaminated``,
+one Rust call per batch): a word's bytes are the whitespace-delimited token it comes from (its
+punctuation included), matching windows that overlap or touch merge into one span, and each span is
+cut from its first word's first byte to its last word's last byte (the whitespace around it stays).
+A document whose every word is cut is emptied (its punctuation too) and dropped as
+``empty_after_decontaminate``, as line dedup drops what it empties; the counters say how
+many documents each set matched (``contaminated_<set>``, by the first match as above), and the
+spans, bytes and words removed.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import dataclasses
 import gzip
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -28,10 +38,11 @@ import pyarrow.parquet as pq
 
 from llmpipe.buffers import string_buffers
 from llmpipe.config import from_dict
-from llmpipe.curate.stage import Filter
+from llmpipe.curate.stage import Filter, Mapped, Mapper
 from llmpipe.errors import ConfigError
 
 REASON_PREFIX = "contaminated_"
+MODES = ("document", "spans")
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -59,10 +70,14 @@ class Decontaminate(Filter):
         ngram: int = 13
         #: the default field of the JSONL/Parquet evaluation files
         field: str = "text"
+        #: "document": drop a document that matches; "spans": cut the matching n-grams out of it
+        mode: str = "document"
 
         def __post_init__(self) -> None:
             if self.ngram < 1:
                 raise ValueError("ngram must be at least 1")
+            if self.mode not in MODES:
+                raise ValueError(f"mode must be 'document' or 'spans', not {self.mode!r}")
             for name, spec in self.eval_sets.items():
                 if not isinstance(name, str) or not _NAME.fullmatch(name):
                     raise ValueError(f"eval_sets: {name!r} is not a name of letters, digits, '_', '.', '-'")
@@ -90,8 +105,10 @@ class Decontaminate(Filter):
                 raise ConfigError(f"decontaminate.eval_sets.{name}: {s.path} does not exist")
 
     @classmethod
-    def from_config(cls, cfg: Config) -> Decontaminate | None:
-        return cls(cfg) if cfg.enabled else None
+    def from_config(cls, cfg: Config) -> Decontaminate | CutContaminated | None:
+        if not cfg.enabled:
+            return None
+        return CutContaminated(cls(cfg)) if cfg.mode == "spans" else cls(cfg)
 
     @cached_property
     def table(self) -> tuple[np.ndarray, np.ndarray]:
@@ -122,6 +139,48 @@ class Decontaminate(Filter):
     def reasons(self, batch: pa.RecordBatch) -> list[str | None]:
         hit = self.matches(batch.column("text"))
         return [None if k < 0 else REASON_PREFIX + self.names[k] for k in hit.tolist()]
+
+
+class CutContaminated(Mapper):
+    """``decontaminate`` with ``mode: spans``: each document without its matching n-grams."""
+
+    name: ClassVar[str] = Decontaminate.name
+    removed_words_counter: ClassVar[str | None] = "words_removed"
+
+    @dataclass
+    class Config:  # built by Decontaminate, never from YAML
+        enabled: bool = False
+
+    def __init__(self, judge: Decontaminate) -> None:
+        self.judge = judge  # the evaluation sets and their n-gram table
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> None:
+        return None
+
+    def map(self, batch: pa.RecordBatch) -> Mapped:
+        from llmpipe import _core
+
+        table, sets = self.judge.table
+        text = batch.column("text")
+        offs, data, first, spans, nbytes = _core.decont_cut_spans(
+            string_buffers(text), self.judge.cfg.ngram, table, sets
+        )
+        cut = np.frombuffer(memoryview(spans), np.uint32)
+        changed = int(np.count_nonzero(cut))
+        if changed == 0:
+            return Mapped(batch, 0)
+        hit = np.frombuffer(memoryview(first), np.int32)
+        counters = Counter(
+            {REASON_PREFIX + self.judge.names[k]: int(c) for k, c in enumerate(np.bincount(hit[hit >= 0]))}
+        )
+        counters["spans_removed"] = int(cut.sum())
+        counters["bytes_removed"] = int(np.frombuffer(memoryview(nbytes), np.int64).sum())
+        cleaned = pa.LargeStringArray.from_buffers(len(text), pa.py_buffer(offs), pa.py_buffer(data))
+        if cleaned.type != text.type:
+            cleaned = cleaned.cast(text.type)
+        idx = batch.schema.get_field_index("text")
+        return Mapped(batch.set_column(idx, "text", cleaned), changed, counters=+counters)
 
 
 def eval_texts(name: str, s: EvalSet) -> Iterator[str]:

@@ -1,0 +1,147 @@
+"""Peak memory of ``substring_dedup`` by phase, for the same text cut into 2 and into 8 partitions.
+
+What bounds the stage's memory is the pair of partitions one suffix-array task holds; this measures
+it. Each partition count runs in its own child process, which streams a JSONL of real text (bench_curate's
+paragraphs recombined into documents) in 8 MB blocks through the stage as curate runs it: ``prepare``
+per block (key files), ``resolve`` (plan, partitions, one suffix array per pair of partitions, spans
+per partition; in this process, as ``--workers 1``), then the rewrite per block. Before each phase
+the child resets its peak RSS (``/proc/self/clear_refs``, Linux) and reads it (``VmHWM``) after, so
+each figure is that phase's own peak (the interpreter and libraries included). Not a comparison
+with a peer: the figures document the memory bound (docs/dedup.md).
+
+Usage: python bench/substring_memory.py [--mb 40] [--partitions 2,8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+PHASES = ("prepare", "plan", "partitions", "suffix arrays", "spans", "rewrite")
+
+
+def _peak_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def _phase(peaks: dict[str, float], name: str, fn: Callable[[], object]) -> object:
+    Path("/proc/self/clear_refs").write_text("5")  # the peak RSS starts again from the current RSS
+    t = time.process_time()
+    out = fn()
+    peaks[name] = _peak_mb()
+    peaks[name + " CPU-s"] = time.process_time() - t
+    return out
+
+
+def child(src: Path, work: Path, partitions: int) -> None:
+    import pyarrow as pa
+    import pyarrow.json as pajson
+    import pyarrow.parquet as pq
+    from llmpipe.curate.stage import StageCounts
+    from llmpipe.curate.stages import substring_dedup as sd
+
+    sizes = [len(json.loads(line)["text"].encode()) + 1 for line in src.open(encoding="utf-8")]
+    # the planner fills each partition up to partition_bytes, whole documents: with one longest
+    # document of slack per partition, it makes exactly ``partitions``
+    part = -(-sum(sizes) // partitions) + max(sizes)
+    stage = sd.SubstringDedup(sd.SubstringDedup.Config(enabled=True, partition_bytes=part))
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for b in pajson.open_json(src, read_options=pajson.ReadOptions(block_size=8 << 20)):
+            yield b.select(["id", "text"])
+
+    peaks: dict[str, float] = {}
+    keys: list[Path] = []
+
+    def prepare() -> None:
+        for j, batch in enumerate(batches()):
+            keys.append(work / f"{j:05d}.keys.parquet")
+            pq.write_table(stage.prepare(batch), keys[-1])
+
+    g = work / "global"
+    _phase(peaks, "prepare", prepare)
+    plans = _phase(peaks, "plan", lambda: sd.plan_partitions(keys, part, g / "plan"))
+    files = [str(f) for f in keys]
+    parts = _phase(
+        peaks,
+        "partitions",
+        lambda: [sd.build_partition(files, p, g / "text" / f"{b:05d}") for b, p in enumerate(plans)],  # type: ignore[attr-defined]
+    )
+    k = len(parts)  # type: ignore[arg-type]
+    pairs = [(a, b) for b in range(k) for a in range(b + 1)]
+    spans = _phase(
+        peaks,
+        "suffix arrays",
+        lambda: [
+            sd.pair_spans(parts[a], parts[b], stage.cfg.min_length, g / "pairs" / f"{a:05d}-{b:05d}.npy")  # type: ignore[index]
+            for a, b in pairs
+        ],
+    )
+    by_b: dict[int, list[Path]] = {}
+    for (_, b), s in zip(pairs, spans, strict=True):  # type: ignore[call-overload]
+        by_b.setdefault(b, []).append(s)
+
+    def merge() -> None:
+        outs = [sd.partition_spans(parts[b], by_b[b], g / "spans" / f"{b:05d}.parquet") for b in range(k)]  # type: ignore[index]
+        found = pa.concat_tables([pq.read_table(o) for o in outs])
+        pq.write_table(found.sort_by([("id", "ascending"), ("start", "ascending")]), g / "spans.parquet")
+
+    _phase(peaks, "spans", merge)
+    counts = StageCounts(stage.name)
+
+    def rewrite() -> None:
+        cut = stage.rewriter(g)
+        for batch in batches():
+            cut.run(batch, counts)
+
+    _phase(peaks, "rewrite", rewrite)
+    peaks["partitions_made"] = k
+    peaks["partition_mb"] = part / 1e6
+    peaks["bytes_removed"] = counts.counters["bytes_removed"]
+    print(json.dumps(peaks))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=float, default=40)
+    ap.add_argument("--partitions", default="2,8")
+    ap.add_argument("--child", type=int)
+    ap.add_argument("--src")
+    ap.add_argument("--work")
+    args = ap.parse_args()
+    if args.child:
+        child(Path(args.src), Path(args.work), args.child)
+        return
+    from bench_curate import paragraphs, write_corpus
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_corpus(root / "in", int(args.mb * 1e6), 1, paragraphs())
+        src = next((root / "in").glob("*.jsonl"))
+        print(
+            f"{src.stat().st_size / 1e6:.1f} MB JSONL of real text; peak RSS (MB) of each phase, one process"
+        )
+        print(f"{'partitions':>10s} " + " ".join(f"{p:>13s}" for p in PHASES) + "  bytes removed")
+        for k in (int(x) for x in args.partitions.split(",")):
+            work = root / f"k{k}"
+            work.mkdir()
+            cmd = [sys.executable, __file__, "--child", str(k), "--src", str(src), "--work", str(work)]
+            r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            label = f"{r['partitions_made']} x {r['partition_mb']:.1f} MB"
+            print(f"{label:>10s} " + " ".join(f"{r[p]:13.0f}" for p in PHASES) + f"  {r['bytes_removed']:,}")
+            print(f"{'CPU-s':>10s} " + " ".join(f"{r[p + ' CPU-s']:13.1f}" for p in PHASES))
+
+
+if __name__ == "__main__":
+    main()
