@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import unicodedata
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def test_trafilatura_eval_snippets(data_dir: Path) -> None:
 
 def test_boilerplate_rules() -> None:
     """Long text is kept; link lists, and short labels next to boilerplate, are not."""
-    from llmpipe.io.extract import html_to_text
+    from llmpipe.io.extract import Boilerplate, html_to_text
 
     para = "The committee met on Tuesday and agreed, after a long debate, to publish its findings. " * 2
     page = f"""<html><body><nav><a href=/>Home</a> <a href=/news>News</a></nav>
@@ -66,6 +67,12 @@ def test_boilerplate_rules() -> None:
     assert "\u00a0" not in html_to_text(f"<p>{para}&nbsp;1&nbsp;000&nbsp;km</p>")  # no-break spaces as spaces
     # all visible text when main content is not asked for
     assert "Share this article" in html_to_text(page, main_content=False)
+    # link text is counted in linear time, even on a line of 30,000 links that are never closed
+    t0 = time.process_time()
+    (block,) = Boilerplate.blocks("<p>" + "".join(f"<a href=/{i}>word " for i in range(30_000)) + "</p>")
+    assert block.linked == 0 and block.chars == 30_000 * 5 - 1 and time.process_time() - t0 < 2
+    (block,) = Boilerplate.blocks('<p>one <a href="/x">two <b>bold</b></a> three <a href=y>four</a></p>')
+    assert (block.text, block.chars, block.linked) == ("one two bold three four", 23, 12)
 
 
 def _pages(data_dir: Path) -> dict[str, tuple[str, str]]:

@@ -96,7 +96,8 @@ def _render(tree: HTMLTree, markup: bool, main_content: bool, skip: tuple[str, .
 
 
 _TAG = re.compile(r"<[^>]*>")
-_LINK = re.compile(r"<a\b[^>]*>(.*?)</a>", re.S)
+# a link's text: up to its </a>, never past the next <a (linear time even when no </a> follows)
+_LINK = re.compile(r"<a\b[^>]*>([^<]*(?:<(?!/?a\b)[^<]*)*)</a>")
 _SPACES = re.compile(r"\s+")
 _WIDE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _OPENS = {"<p>": "</p>", "<pre>": "</pre>"}  # blocks that may span lines (<br>, preformatted text)
