@@ -231,6 +231,10 @@ def main() -> int:
     print(f"\nretention: {r['docs_out']} of {r['docs_in']} records kept as documents; "
           f"{r['words_out']:,} of {r['words_in']:,} raw HTML words ({100 * r['word_fraction']:.1f}%), "
           f"{r['tokens_out']:,} tokens")  # fmt: skip
+    from stage_keep import keep_lines
+
+    print("what each stage saw and kept:")
+    print("\n".join(keep_lines(stats)))
     print("\nratios:")
     print(f"  end to end / extract stage alone      {t_e2e / t_extract:.2f}x   (goal <= 1.25x)")
     no_tok = t_e2e - timer.t["tokenizer training"]
