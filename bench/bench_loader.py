@@ -1,11 +1,15 @@
 """Loader throughput: llmpipe's TokenLoader vs a numpy memmap reader, MosaicML streaming, and a raw copy.
 
 llmpipe's rows: the default loader (int32 ids; input and target are views of one [B, L+1] buffer),
-the same with per-token document ids, and with int64 ids.
+the same with per-token document ids, and with int64 ids. numpy's rows gather the same rows from a
+memmap and convert them to int32 and to int64, so that each loader is compared with the reader that
+hands out the same dtype (the last lines: like for like).
 
-All four read the same tokens (real text from ../shared/data, UTF-8 bytes as token ids, uint16) in the
+All read the same tokens (real text from ../shared/data, UTF-8 bytes as token ids, uint16) in the
 same seeded random order of samples, one process, batches of ``--batch`` samples of ``--seq-len + 1``
-tokens. Reported: tokens/s and GB/s of token bytes, and each reader's ratio to llmpipe.
+tokens. Reported: tokens/s and GB/s of token bytes (best wall time of the rounds), tokens per CPU second
+of this process (all its threads: the loader's prefetch thread counts), and each reader's ratio to
+llmpipe's default loader.
 
     python bench/bench_loader.py [--quick]
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import shutil
 import tempfile
 import time
@@ -48,40 +53,44 @@ def write_llmpipe(out: Path, tokens: np.ndarray, seq_len: int) -> None:
     w.close()
 
 
-def bench_llmpipe(out: Path, batch: int, steps: int, doc_ids: bool, dtype: str = "int32") -> float:
+def bench_llmpipe(
+    out: Path, batch: int, steps: int, doc_ids: bool, dtype: str = "int32"
+) -> tuple[float, float]:
     import torch
     from llmpipe.data import ShardDataset, TokenLoader
 
     ds = ShardDataset(out, "train", verify="fast")
     it = iter(TokenLoader(ds, batch, seed=0, prefetch=4, doc_ids=doc_ids, dtype=getattr(torch, dtype)))
     next(it)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         b = next(it)
         assert b.input.shape[0] == batch
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
-def bench_memmap(path: Path, n: int, width: int, batch: int, steps: int) -> float:
+def bench_memmap(
+    path: Path, n: int, width: int, batch: int, steps: int, dtype: str = "int64"
+) -> tuple[float, float]:
     mm = np.memmap(path, dtype=np.uint16, mode="r").reshape(n, width)
     perm = np.random.default_rng([0, 0]).permutation(n)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for s in range(steps):
-        rows = np.asarray(mm[np.sort(perm[s * batch : (s + 1) * batch])], dtype=np.int64)
+        rows = np.asarray(mm[np.sort(perm[s * batch : (s + 1) * batch])], dtype=dtype)
         assert rows.shape[0] == batch
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
-def bench_copy(samples: np.ndarray, batch: int, steps: int) -> float:
+def bench_copy(samples: np.ndarray, batch: int, steps: int) -> tuple[float, float]:
     perm = np.random.default_rng([0, 0]).permutation(len(samples))
     buf = np.empty((batch, samples.shape[1]), dtype=samples.dtype)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for s in range(steps):
         np.take(samples, perm[s * batch : (s + 1) * batch], axis=0, out=buf)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
-def bench_streaming(tmp: Path, samples: np.ndarray, batch: int, steps: int) -> float | None:
+def bench_streaming(tmp: Path, samples: np.ndarray, batch: int, steps: int) -> tuple[float, float] | None:
     try:
         from streaming import MDSWriter, StreamingDataset
     except ImportError:
@@ -93,11 +102,11 @@ def bench_streaming(tmp: Path, samples: np.ndarray, batch: int, steps: int) -> f
     ds = StreamingDataset(local=str(out), batch_size=batch, shuffle=True, shuffle_seed=0)
     it = iter(ds)
     next(it)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         rows = [next(it)["tokens"] for _ in range(batch)]
         np.stack(rows).astype(np.int64)
-    elapsed = time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0, time.process_time() - c0
     del it, ds
     return elapsed
 
@@ -128,27 +137,42 @@ def main() -> None:
             "llmpipe TokenLoader int64": lambda: bench_llmpipe(
                 tmp / "shards", args.batch, steps, False, "int64"
             ),
-            "numpy memmap gather": lambda: bench_memmap(raw, n, width, args.batch, steps),
+            "numpy memmap gather int32": lambda: bench_memmap(raw, n, width, args.batch, steps, "int32"),
+            "numpy memmap gather int64": lambda: bench_memmap(raw, n, width, args.batch, steps, "int64"),
             "raw memory copy (np.take)": lambda: bench_copy(samples, args.batch, steps),
         }
-        results = {name: float("inf") for name in readers}
+        # per reader: the best wall time and the best CPU time of this process (all its threads) over the
+        # rounds; on a shared machine the CPU time is the steadier of the two
+        wall = {name: float("inf") for name in readers}
+        cpu = {name: float("inf") for name in readers}
         for _ in range(args.rounds):
             for name, run in readers.items():
-                results[name] = min(results[name], run())
+                w, c = run()
+                wall[name], cpu[name] = min(wall[name], w), min(cpu[name], c)
         st = bench_streaming(tmp, samples, args.batch, min(steps, 60))
         if st is not None:
-            results["MosaicML streaming (MDS)"] = st * steps / min(steps, 60)
+            scale = steps / min(steps, 60)
+            wall["MosaicML streaming (MDS)"], cpu["MosaicML streaming (MDS)"] = st[0] * scale, st[1] * scale
         shutil.rmtree(tmp / "mds", ignore_errors=True)
     print(
         f"{n:,} samples of {width} uint16 tokens, batch {args.batch}, {steps} steps, one process, "
-        f"best of {args.rounds} rounds"
+        f"best of {args.rounds} rounds; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
-    base = results["llmpipe TokenLoader"]
-    for name, t in results.items():
+    base, base_cpu = wall["llmpipe TokenLoader"], cpu["llmpipe TokenLoader"]
+    for name, t in wall.items():
         tps = steps * tok_per_step / t
         print(
             f"  {name:30s} {tps / 1e6:10.1f} M tokens/s  {tps * 2 / 1e9:6.2f} GB/s of uint16 tokens  "
-            f"llmpipe / this = {t / base:6.2f}x"
+            f"llmpipe / this = {t / base:6.2f}x   per CPU-s: {steps * tok_per_step / cpu[name] / 1e6:8.1f} M tokens "
+            f"({cpu[name] / base_cpu:5.2f}x)"
+        )
+    print("like for like (the same dtype out; above 1: llmpipe is faster), wall and per CPU-s:")
+    for bits in ("32", "64"):
+        ours = "llmpipe TokenLoader" + ("" if bits == "32" else " int64")
+        theirs = f"numpy memmap gather int{bits}"
+        print(
+            f"  int{bits}: llmpipe TokenLoader vs numpy memmap gather {wall[theirs] / wall[ours]:6.2f}x wall, "
+            f"{cpu[theirs] / cpu[ours]:6.2f}x CPU"
         )
 
 

@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from stage_keep import keep_lines, load_stats
+
 BIN = Path(sys.executable).parent
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "web"
 QUICK = ["cc-en-head-0091.jsonl", "cc-main-2019-30-extracted.jsonl.gz", "cc-main-2020-34-excerpt.warc.gz"]
@@ -123,6 +125,8 @@ def main() -> None:
     ):
         print(f"{name:24s} {s:7.1f} s  {mb / s:6.2f} MB/s")
     print(f"ratio 2 nodes / 1 node throughput: {one / two:.2f}x  (ray 1 node / local: {local / one:.2f}x)")
+    print("what each stage saw and kept (the same in the three runs):")
+    print("\n".join(keep_lines(load_stats(work / "local"))))
     subprocess.run(["rm", "-rf", str(work)], check=False)
     if not same:
         sys.exit("outputs differ between executors")

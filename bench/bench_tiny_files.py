@@ -15,6 +15,7 @@ Usage: python bench/bench_tiny_files.py [--files 2000] [--workers 1,2] [--skip-d
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import random
@@ -23,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from stage_keep import keep_lines, load_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -83,8 +86,6 @@ if __name__ == "__main__":  # datatrove's worker pool (forkserver) imports this 
 
 
 def paragraphs() -> list[str]:
-    import gzip
-
     out: list[str] = []
     for p in sorted((DATA / "reference" / "books").glob("*.txt")):
         out += p.read_text(encoding="utf-8", errors="replace").split("\n\n")
@@ -149,6 +150,7 @@ def main() -> None:
             cpu_s, cpu_ms = (f"{cpu:.1f}", f"{1e3 * cpu / n:.2f}") if cpu is not None else ("-", "-")
             print(f"{w:>7} {side:>20} {wall:>7.1f} {cpu_s:>7} {1e3 * wall / n:>12.2f} {cpu_ms:>11}")
 
+        keeps: dict[str, list[str]] = {}  # what each stage saw and kept, by config (the same for any workers)
         for w in (int(x) for x in args.workers.split(",")):
             out = tmp / "out"
             runs = {"llmpipe": cfg, "llmpipe (sample.yaml)": SAMPLE} if w == 1 else {"llmpipe": cfg}
@@ -158,6 +160,7 @@ def main() -> None:
                 cmd = [str(BIN / "llmpipe"), "curate", str(corpus), "--out", str(out), "--config", str(c)]
                 res[side] = measure([*cmd, "--workers", str(w), "--quiet"])
                 row(w, side, *res[side])
+                keeps.setdefault(side, keep_lines(load_stats(out), indent="     "))
             if args.skip_datatrove:
                 continue
             work = tmp / "dt"
@@ -166,9 +169,17 @@ def main() -> None:
             # datatrove's pool of several workers runs under a forkserver whose children the
             # rusage of this process tree does not reach: its CPU time is known with one worker only
             row(w, "datatrove", peer[0], peer[1] if w == 1 else None)
+            kept = 0
+            for f in (work / "kept").glob("*.jsonl.gz"):
+                with gzip.open(f, "rt", encoding="utf-8") as fh:
+                    kept += sum(1 for _ in fh)
+            keeps.setdefault("datatrove", [f"     kept {kept:,} documents after the four filters"])
             ours = res["llmpipe"]
             cpu = f", CPU {peer[1] / ours[1]:.2f}x" if w == 1 else ""
             print(f"   llmpipe speed-up over datatrove per file: wall {peer[0] / ours[0]:.2f}x{cpu}")
+        for side, lines in keeps.items():
+            print(f"   {side}: what each stage saw and kept")
+            print("\n".join(lines))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

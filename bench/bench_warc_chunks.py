@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 _rayon = os.environ.get("RAYON_NUM_THREADS")
 from bench_extract import DATA, build_warc  # noqa: E402
+from stage_keep import keep_lines, load_stats  # noqa: E402
 
 if _rayon is None:  # bench_extract pins the Rust pools to one thread; here every core is in play
     os.environ.pop("RAYON_NUM_THREADS", None)
@@ -114,14 +115,18 @@ def main() -> int:
               f"(ratio {t_fw / t_index:.2f}x)")  # fmt: skip
 
         runs = {}
+        outs = []
         for name, workers, mb in (("1 worker, 1 part", 1, 100000), ("2 workers, 1 part", 2, 100000),
                                   (f"2 workers, {len(spans)} chunks", 2, chunk_mb)):  # type: ignore[arg-type]  # fmt: skip
-            wall, cpu, digest, line = _curate(warc.parent, tmp / f"out-{workers}-{mb}", workers, mb)
+            outs.append(tmp / f"out-{workers}-{mb}")
+            wall, cpu, digest, line = _curate(warc.parent, outs[-1], workers, mb)
             runs[name] = (wall, cpu, digest)
             print(f"curate {name}: {wall:.1f} s wall, {cpu:.1f} s CPU, {cpu / wall:.2f} cores busy  [{line}]")
         base = runs["1 worker, 1 part"][0]
         for name, (wall, _, _) in runs.items():
             print(f"ratio vs 1 worker: {name}: {base / wall:.2f}x")
+        print("what each stage saw and kept (the same in the three runs):")
+        print("\n".join(keep_lines(load_stats(outs[0]))))
         same = len({d for _, _, d in runs.values()}) == 1
         print(f"output bytes identical across the three runs: {same}")
         return 0 if same else 1

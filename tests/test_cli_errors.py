@@ -164,3 +164,39 @@ def test_the_cli_starts_without_torch() -> None:
     code = "import sys; from llmpipe.cli import build_parser; build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_special_tokens_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    """``--special-tokens``: a name that is neither a preset nor a literal token, and a given tokenizer
+    that lacks the tokens named, each stop curate with one line (exit 2) before any work; the presets
+    expand in order, each token once."""
+    from llmpipe.cli import main
+    from llmpipe.curate.settings import CurateConfig
+    from llmpipe.tokenizer import EOS, Tokenizer, expand_special_tokens
+
+    doc = tmp_path / "a.jsonl"
+    doc.write_text(json.dumps({"text": "hello world " * 10}) + "\n")
+    tok = tmp_path / "tok.json"
+    Tokenizer.train_from_texts(["hello world"] * 10, 300, special_tokens=[EOS, "<mask>"]).save(str(tok))
+    cases = {
+        ("--special-tokens", "mask"): "'mask': not a preset (mlm, t5)",
+        ("--special-tokens", "<cls>,<|endoftext|>"): "<|endoftext|>: it is always there",
+        (
+            "--special-tokens",
+            "mlm",
+            "--tokenizer",
+            str(tok),
+        ): "names <pad>, which the tokenizer does not hold",
+    }
+    for extra, message in cases.items():
+        assert main(["curate", str(doc), "--out", str(tmp_path / "o"), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err and err.startswith("llmpipe: error:"), err
+    assert not (tmp_path / "o" / "manifest.json").exists()
+    assert expand_special_tokens(["t5", "mlm", "[SEP]"])[:2] == ["<pad>", "<extra_id_0>"]
+    assert expand_special_tokens(["t5", "mlm", "[SEP]"])[-2:] == ["<mask>", "[SEP]"]
+    assert len(expand_special_tokens(["mlm", "t5"])) == 102
+    # the typed key of the config's tokenizer section, the same check
+    cfg = CurateConfig.from_mapping({"tokenizer": {"special_tokens": ["mlm"]}})
+    assert cfg.tokenizer.reserved() == ["<mask>", "<pad>"]
+    assert "special_tokens" not in CurateConfig.from_mapping({}).to_dict()["tokenizer"]  # default: as before

@@ -25,6 +25,48 @@ from llmpipe.errors import ConfigError, InputError, TokenizerError
 
 PATTERNS = ("gpt2", "cl100k", "o200k")
 EOS = "<|endoftext|>"
+MASK = "<mask>"  # the encoder's masked-LM token (train/mlm.py)
+PAD = "<pad>"  # T5's pad and decoder start token (train/span_corruption.py)
+#: sentinels a ``t5`` preset reserves (T5's tokenizer has 100)
+T5_SENTINELS = 100
+
+
+def sentinel_token(k: int) -> str:
+    """T5's k-th span-corruption sentinel."""
+    return f"<extra_id_{k}>"
+
+
+#: ``--special-tokens`` / ``tokenizer.special_tokens`` presets
+SPECIAL_PRESETS: dict[str, tuple[str, ...]] = {
+    "mlm": (MASK, PAD),
+    "t5": (PAD, *(sentinel_token(k) for k in range(T5_SENTINELS))),
+}
+
+
+def expand_special_tokens(items: Sequence[str]) -> list[str]:
+    """The special tokens that ``items`` name, in order, each once: a preset (``mlm``: ``<mask>`` and
+    ``<pad>``; ``t5``: ``<pad>`` and ``<extra_id_0>`` .. ``<extra_id_99>``) or a literal token, which
+    must hold a character other than a letter, digit or ``_`` (``<cls>``, ``[SEP]``) so that a mistyped
+    preset name is refused instead of becoming a token. ``<|endoftext|>`` is always the first special
+    token and is not named here."""
+    out: list[str] = []
+    for item in items:
+        if item in SPECIAL_PRESETS:
+            names: Sequence[str] = SPECIAL_PRESETS[item]
+        elif not item or item != item.strip() or any(c.isspace() for c in item):
+            raise ConfigError(f"special token {item!r}: empty or holds whitespace")
+        elif item.replace("_", "").isalnum():
+            raise ConfigError(
+                f"special token {item!r}: not a preset ({', '.join(SPECIAL_PRESETS)}); a literal token "
+                "holds a character other than letters, digits and _, such as <cls> or [SEP]"
+            )
+        elif item == EOS:
+            raise ConfigError(f"special token {EOS}: it is always there (the first id), do not name it")
+        else:
+            names = (item,)
+        out += [n for n in names if n not in out]
+    return out
+
 
 AllowedSpecial = Literal["all"] | Iterable[str] | None
 

@@ -89,6 +89,43 @@ def hf_export(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return built_once(tmp_path_factory, "hf-export", export)
 
 
+#: literal special-token strings in ordinary text: curate must encode them as text, never as the ids
+LITERAL_SPECIALS = ("<mask>", "<pad>", "<extra_id_0>")
+
+
+def curate_reserving(path: Path, data_dir: Path) -> None:
+    """``llmpipe curate`` of the bundled sample plus one real text that holds the literal strings of the
+    special tokens, with ``--special-tokens mlm,t5``: a BPE of 512 ids whose <mask>, <pad> and 100
+    sentinels are reserved (ids 1..102)."""
+    from llmpipe.cli import main
+
+    raw = path.with_name(path.name + "-raw")
+    shutil.copytree(ROOT / "examples" / "raw", raw)
+    text = (data_dir / "reference" / "books" / "wonderland.txt").read_text(encoding="utf-8")
+    paras = [" ".join(p.split()) for p in text.split("\n\n")[40:52]]
+    doc = "\n\n".join(p.replace(" ", f" {LITERAL_SPECIALS[i % 3]} ", 1) for i, p in enumerate(paras))
+    (raw / "specials.jsonl").write_text(json.dumps({"id": "alice", "text": doc}) + "\n", encoding="utf-8")
+    args = [
+        "curate",
+        str(raw),
+        "--out",
+        str(path),
+        "--seq-len",
+        "64",
+        "--vocab-size",
+        "512",
+        "--workers",
+        "1",
+    ]
+    assert main([*args, "--special-tokens", "mlm,t5", "--quiet"]) == 0
+
+
+@pytest.fixture(scope="session")
+def special_shards(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """Curated shards whose tokenizer reserves <mask>, <pad> and the T5 sentinels (``curate_reserving``)."""
+    return built_once(tmp_path_factory, "special-shards", lambda path: curate_reserving(path, data_dir))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

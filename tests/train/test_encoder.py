@@ -1,19 +1,25 @@
-"""model.arch=encoder: RoBERTa masking on real text, training with FSDP2 and tp=2 on 2 processes, exact resume,
-and the export as BertForMaskedLM (transformers' logits and loss are the trainer's; fill-mask runs)."""
+"""model.arch=encoder: RoBERTa masking on real text, training with FSDP2 (fp16, a two-source mixture) and tp=2
+(loss parallel, activation checkpointing) on 2 processes, exact resume, curated shards whose tokenizer reserves
+<mask> (``llmpipe curate --special-tokens``), and the export as BertForMaskedLM (transformers' logits and loss
+are the trainer's; fill-mask runs; the exported tokenizer's ids are the trainer's)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT, read_metrics, torchrun, train_losses
+from conftest import LITERAL_SPECIALS, ROOT, read_metrics, torchrun, train_losses
+from llmpipe.config import load_yaml
 from llmpipe.data import ShardDataset, TokenLoader
 from llmpipe.errors import LlmpipeError
-from llmpipe.train.byte_shards import EOS, VOCAB, byte_tokenizer_json
-from llmpipe.train.config import MlmConfig
+from llmpipe.tokenizer import Tokenizer
+from llmpipe.train import mlm
+from llmpipe.train.byte_shards import EOS, VOCAB, byte_tokenizer_json, write_byte_shards
+from llmpipe.train.config import MlmConfig, from_saved
 from llmpipe.train.export_hf import load_run
 from llmpipe.train.mlm import Masker, word_starts
 
@@ -24,10 +30,16 @@ COMMON = [
 
 
 @pytest.fixture(scope="module")
-def encoder_run(byte_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """12 steps of the tiny encoder on 2 processes, FSDP2 (full sharding), bf16."""
-    run = tmp_path_factory.mktemp("encoder") / "run"
-    torchrun(2, "--data", str(byte_shards), "--out", str(run), *COMMON, "--train.steps=12")
+def encoder_run(byte_shards: Path, tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """12 steps of the tiny encoder on 2 processes, FSDP2 (full sharding), fp16 with the loss scaler, on a
+    mixture of Shakespeare (0.7) and Alice (0.3), both byte shards of one tokenizer."""
+    tmp = tmp_path_factory.mktemp("encoder")
+    alice = write_byte_shards(
+        data_dir / "reference" / "books" / "wonderland.txt", tmp / "alice", max_chars=60_000, val_fraction=0.1
+    )
+    run = tmp / "run"
+    torchrun(2, "--data", f"plays={byte_shards}:0.7", "--data", f"alice={alice}:0.3", "--out", str(run),
+             *COMMON, "--train.steps=12", "--parallel.mixed_precision=fp16")  # fmt: skip
     return run
 
 
@@ -94,7 +106,15 @@ def test_encoder_trains_with_fsdp_and_exports_as_bert(
     losses = train_losses(encoder_run)
     assert sorted(losses) == list(range(1, 13))
     assert losses[12] < losses[1] - 0.5, losses  # from ln 258 = 5.55 down
-    assert any("val_loss" in r for r in read_metrics(encoder_run))
+    logs = {r["step"]: r for r in read_metrics(encoder_run) if "loss" in r}
+    # fp16: the loss scaler runs (no overflow at the initial scale on this model)
+    assert all(r["skipped_steps"] == 0 and r["loss_scale"] > 0 for r in logs.values())
+    # tokens/s and MFU count every input token (4 rows x 64 x 2 ranks), not the ~15% the loss predicts
+    assert all(r["tokens"] == 4 * 64 * 2 for r in logs.values()), [r["tokens"] for r in logs.values()]
+    # the mixture: both sources drawn at their weights, validation per source
+    share = logs[12]["tokens/plays"] / (logs[12]["tokens/plays"] + logs[12]["tokens/alice"])
+    assert logs[12]["tokens/alice"] > 0 and abs(share - 0.7) < 0.12, share
+    assert any("val_loss/plays" in r and "val_loss/alice" in r for r in read_metrics(encoder_run))
     saved = (encoder_run / "config.yaml").read_text()
     assert "mask_token_id: 257" in saved and "vocab_size: 258" in saved  # <mask> added after the bytes + EOS
 
@@ -146,24 +166,71 @@ def test_encoder_trains_with_fsdp_and_exports_as_bert(
     assert main(["eval", str(encoder_run), "--shards", str(byte_shards), "--text", str(text), "--json"]) == 0
 
 
-def test_encoder_tp2_resumes_exactly(byte_shards: Path, tmp_path: Path) -> None:
-    """tp=2 (loss parallel) on 2 processes, whole-word masking, fp32: killed after step 7 (checkpoint at 5) and resumed,
-    steps 6 and 7 give the same losses again; the loss falls over the run."""
+def test_curated_special_tokens_tp2_resume_with_activation_checkpointing(
+    special_shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Shards curated with ``--special-tokens mlm,t5``: the manifest lists the reserved ids, no ordinary text
+    (literal "<mask>" included) encodes to them. On them, tp=2 (loss parallel) on 2 processes, whole-word
+    masking on a real BPE, fp32: the run takes <mask> from the manifest (no new id, no vocabulary growth);
+    killed after step 7 (checkpoint at 5) and resumed with activation checkpointing on, steps 6 and 7 give
+    exactly the same losses (the same masks and data; recomputation changes nothing); the loss falls. The
+    export's tokenizer has the trainer's <mask> and <pad> ids."""
+    from llmpipe.cli import main
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    manifest = json.loads((special_shards / "manifest.json").read_text())
+    reserved = manifest["tokenizer"]["special_tokens"]
+    assert reserved["<mask>"] == 1 and reserved["<pad>"] == 2 and reserved["<extra_id_99>"] == 102
+    assert len(reserved) == 102 and manifest["provenance"]["config"]["tokenizer"]["special_tokens"] == [
+        "mlm",
+        "t5",
+    ]
+    assert main(["inspect", str(special_shards)]) == 0
+    assert "102 reserved special tokens: <mask> 1, <pad> 2, <extra_id_0> 3" in capsys.readouterr().out
+    tok = Tokenizer.from_file(str(special_shards / "tokenizer.json"))
+    assert {k: tok.special_tokens[k] for k in reserved} == reserved
+    ds = ShardDataset(special_shards, "train")
+    ids = np.concatenate([ds[i] for i in range(len(ds))]).astype(np.int64)
+    # text never becomes a reserved id, a literal "<mask>" in a document neither
+    assert len(ids) > 5000 and not ((ids >= 1) & (ids <= 102)).any()
+    alice = " ".join(LITERAL_SPECIALS)
+    assert tok.decode(tok.encode(alice)) == alice and not any(1 <= i <= 102 for i in tok.encode(alice))
+
     run = tmp_path / "tp"
-    args = ["--data", str(byte_shards), "--out", str(run), *COMMON, "--train.steps=12", "--parallel.tp=2",
+    args = ["--data", str(special_shards), "--out", str(run), *COMMON, "--train.steps=12", "--parallel.tp=2",
             "--parallel.loss_parallel=true", "--mlm.whole_word=true", "--checkpoint.every=5", "--parallel.mixed_precision=fp32"]  # fmt: skip
     proc = torchrun(2, *args, "--debug.stop_after_step=7")
     assert "stopping as if killed" in proc.stdout
     first = train_losses(run)
     assert sorted(first) == list(range(1, 8))
-    proc = torchrun(2, *args)
+    proc = torchrun(2, *args, "--parallel.activation_checkpointing=true")
     assert "resumed from" in proc.stdout and "at step 5" in proc.stdout
     resumed = train_losses(run)
     steps = [r["step"] for r in read_metrics(run) if "loss" in r]
     assert steps == [*range(1, 8), *range(6, 13)]
     rerun = [r["loss"] for r in read_metrics(run) if "loss" in r][7:9]
     assert rerun == [first[6], first[7]]  # the same masks, the same data: identical losses
-    assert resumed[12] < resumed[1] - 0.5, resumed
+    assert resumed[12] < resumed[1] - 0.3, resumed  # from ln 512 = 6.24 down
+    assert all(r["tokens"] == 4 * 64 for r in read_metrics(run) if "loss" in r)  # one replica of 4 rows
+    saved = (run / "config.yaml").read_text()
+    assert "mask_token_id: 1\n" in saved and "vocab_size: 512\n" in saved  # the reserved id; nothing added
+    # the run's masker: random replacements never draw a reserved token (<mask>, <pad>, sentinels) or EOS
+    cfg = from_saved(load_yaml(run / "config.yaml"))
+    masker = mlm.prepare(cfg, special_shards / "tokenizer.json", 512, 0, ds.special_tokens)
+    assert masker is not None and masker.random_from == 103
+    b = next(iter(TokenLoader(ds, 64, seed=0, prefetch=1)))
+    out = masker(b, 3, 0)
+    chosen = out.target != -100
+    assert int(chosen.sum()) > 500 and int((out.input[chosen] == 1).sum()) > 400  # 80% become <mask>
+    assert not ((out.input >= 2) & (out.input <= 102)).any() and not (out.input[~chosen] == 1).any()
+
+    out = tmp_path / "bert"
+    assert main(["export", str(run), "--out", str(out)]) == 0
+    hf_tok = AutoTokenizer.from_pretrained(out)
+    assert (hf_tok.mask_token, hf_tok.mask_token_id, hf_tok.pad_token_id) == ("<mask>", 1, 2)
+    assert hf_tok("a <mask> b")["input_ids"].count(1) == 1  # HF's convention: fill-mask inputs name it
+    hf = AutoModelForMaskedLM.from_pretrained(out, dtype=torch.float32)
+    assert hf.config.vocab_size == 512 and hf.config.mask_token_id == 1 and hf.config.pad_token_id == 2
 
 
 def test_plan_takes_the_encoder(capsys: pytest.CaptureFixture[str]) -> None:

@@ -126,10 +126,11 @@ def test_t5_trains_with_fsdp_and_tp_and_resumes_exactly(
     assert max(fsdp[7], fsdp[8]) < fsdp[1] - 1.0, fsdp  # the loss falls
     saved = (t5_run / "config.yaml").read_text()
     assert "extra_ids_from: 257" in saved and "vocab_size: 261" in saved  # <pad> + 3 sentinels, recorded
-    # tp=2: the same 4 rows a step on one replica; the same weights at step 0, so the same first loss
+    # tp=2 with loss parallel (cross entropy on vocabulary-sharded logits): the same 4 rows a step on one
+    # replica; the same weights at step 0, so the same first loss
     tp = tmp_path / "tp"
-    torchrun(2, "--data", str(byte_shards), "--out", str(tp), *TRAIN,
-             "--data.batch_size=4", "--parallel.tp=2", "--checkpoint.every=0")  # fmt: skip
+    torchrun(2, "--data", str(byte_shards), "--out", str(tp), *TRAIN, "--data.batch_size=4",
+             "--parallel.tp=2", "--parallel.loss_parallel=true", "--checkpoint.every=0")  # fmt: skip
     tp_losses = train_losses(tp)
     assert abs(tp_losses[1] - fsdp[1]) < 0.03, (tp_losses[1], fsdp[1])
     assert max(tp_losses[7], tp_losses[8]) < tp_losses[1] - 1.0, tp_losses
@@ -209,3 +210,55 @@ def test_t5_export_eval_plan(
     with torch.device("meta"):
         assert plan["params"] == count_params(type(model)(cfg.model))
     assert plan["train_flops"] > 0 and plan["memory_gb"]["activations"] > 0
+
+
+def test_t5_takes_the_sentinels_the_shards_reserve(
+    special_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shards curated with ``--special-tokens mlm,t5`` reserve <pad> (2) and <extra_id_0..99> (3..102): a run
+    (one process) uses those ids instead of appending new ones, and the export's tokenizer names them at
+    the trainer's ids. Reserved sentinels that do not fit span corruption are refused in one line."""
+    from conftest import free_port
+    from llmpipe.cli import main
+    from llmpipe.config import load_yaml
+    from llmpipe.errors import ConfigError
+    from llmpipe.train import t5
+    from llmpipe.train.config import from_saved
+    from llmpipe.train.pretrain import main as train
+    from transformers import AutoConfig, AutoTokenizer
+
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    run = tmp_path / "run"
+    args = ["--data", str(special_shards), "--out", str(run), *TRAIN, "--train.steps=3", "--data.batch_size=4",
+            "--checkpoint.every=0", "--parallel.mixed_precision=fp32"]  # fmt: skip
+    assert train(args) == 0
+    cfg = from_saved(load_yaml(run / "config.yaml"))
+    assert cfg.span.extra_ids_from == 2 and cfg.model.vocab_size == 512  # the reserved ids; nothing added
+    losses = train_losses(run)
+    assert sorted(losses) == [1, 2, 3] and all(5.0 < x < 7.0 for x in losses.values())  # ln 512 = 6.24
+
+    out = tmp_path / "hf"
+    assert main(["export", str(run), "--out", str(out)]) == 0
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.convert_tokens_to_ids(["<pad>", "<extra_id_0>", "<extra_id_2>", "<extra_id_99>"]) == [
+        2,
+        3,
+        5,
+        102,
+    ]
+    assert tok.pad_token_id == 2 and tok.additional_special_tokens[:3] == [
+        "<extra_id_0>",
+        "<extra_id_1>",
+        "<extra_id_2>",
+    ]
+    assert len(tok.additional_special_tokens) == 100 and len(tok) == 512
+    hf = AutoConfig.from_pretrained(out)
+    assert (hf.vocab_size, hf.pad_token_id, hf.decoder_start_token_id) == (512, 2, 2)
+
+    reserved = {"<pad>": 7, "<extra_id_0>": 8, "<extra_id_1>": 9}  # rows of 65 tokens need 3 sentinels
+    with pytest.raises(ConfigError, match="needs 3 sentinels; the shards reserve 2"):
+        t5.prepare(from_saved(load_yaml(run / "config.yaml")), 512, 64, 0, reserved)
+    with pytest.raises(ConfigError, match="reserve <pad> but no sentinels"):  # shards curated for mlm only
+        t5.prepare(cfg, 512, 64, 0, {"<mask>": 1, "<pad>": 2})
+    with pytest.raises(ConfigError, match="consecutive ids"):
+        t5.prepare(cfg, 512, 64, 0, {**reserved, "<extra_id_1>": 20, "<extra_id_2>": 21})

@@ -54,6 +54,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--tokenizer", type=Path, metavar="FILE", help="use this tokenizer.json instead of training one"
     )
     p.add_argument(
+        "--special-tokens",
+        metavar="LIST",
+        help="comma-separated special tokens the trained tokenizer reserves after <|endoftext|> "
+        "(tokenizer.special_tokens): presets mlm (<mask>,<pad>) and t5 (<pad>,<extra_id_0>..<extra_id_99>) "
+        "or literal tokens such as '<cls>'; recorded in manifest.json, never produced by encoding text",
+    )
+    p.add_argument(
         "--strict", action="store_true", help="fail on the first bad record instead of quarantining it"
     )
     p.add_argument(
@@ -101,6 +108,13 @@ def config_from_args(args: argparse.Namespace) -> CurateConfig:
             cfg.tokenizer = replace(cfg.tokenizer, vocab_size=args.vocab_size)
     except ValueError as e:  # the config classes check their values
         raise ConfigError(f"--seq-len/--vocab-size: {e}") from None
+    if args.special_tokens is not None:
+        items = [t.strip() for t in args.special_tokens.split(",")]
+        try:
+            cfg.tokenizer = replace(cfg.tokenizer, special_tokens=items)
+        except ConfigError as e:
+            why = str(e).removeprefix("tokenizer.special_tokens: ")
+            raise ConfigError(f"--special-tokens {args.special_tokens!r}: {why}") from None
     return cfg
 
 

@@ -97,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
         f"  seq_len {info['seq_len']}, dtype {info['dtype']}, vocab {t['vocab_size']}, eos id {t['eos_id']}"
     )
     print(f"  tokenizer {t['file']} sha256 {t['sha256']}")
+    if t.get("special_tokens"):  # reserved by curate --special-tokens
+        pairs = sorted(t["special_tokens"].items(), key=lambda kv: kv[1])
+        shown = ", ".join(f"{k} {v}" for k, v in pairs[:4]) + (", ..." if len(pairs) > 4 else "")
+        print(f"  {len(pairs)} reserved special tokens: {shown}")
     print(
         f"  {c['documents']:,} documents, {c['tokens']:,} tokens (EOS included), {c['samples']:,} samples, "
         f"{c['padding_tokens']:,} padding tokens"

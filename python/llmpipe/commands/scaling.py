@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from llmpipe.plan import human
 
@@ -32,33 +33,47 @@ def run(args: argparse.Namespace) -> int:
     if args.address:
         cfg.address = args.address
     r = run_ladder(cfg)
+    for line in report(r):
+        print(line)
+    print(f"wrote {cfg.out}/fit.json and {cfg.out}/scaling.png")
+    return 0
+
+
+def report(r: dict[str, Any]) -> list[str]:
+    """The fit of ``fit_ladder`` in words: the law, the outliers and the rule that flagged them, Approach 1,
+    the compute-optimal allocation and the constants with their bootstrap intervals."""
     f, o = r["approach3"], r["optimum"]
-    print(
+    left_out = f", {len(f['outliers'])} left out" if f["dropped"] else ""
+    lines = [
         f"Approach 3: L(N, D) = {f['E']:.4g} + {f['A']:.4g} / N^{f['alpha']:.4g} + {f['B']:.4g} / D^{f['beta']:.4g}"
-        f" ({len(r['points'])} points)"
-    )
+        f" ({len(r['points'])} points{left_out})"
+    ]
+    rule = f"modified z-score of the log-loss residual > {f['outlier_z']:g}"
     if f["outliers"]:
-        what = "left out of the fit" if f["dropped"] else "kept; drop_outliers: true leaves them out"
-        print(
-            f"outliers: {len(f['outliers'])} points with a residual past the robust limit ({what}): "
-            f"{', '.join(str(i) for i in f['outliers'][:10])}{' ...' if len(f['outliers']) > 10 else ''}"
+        what = (
+            "left out of the fit" if f["dropped"] else "kept in the fit; drop_outliers: true leaves them out"
         )
+        shown = ", ".join(str(i) for i in f["outliers"][:10]) + (" ..." if len(f["outliers"]) > 10 else "")
+        lines.append(f"outliers: {len(f['outliers'])} points ({rule}), {what}: {shown}")
+    else:
+        lines.append(f"outliers: none ({rule})")
     a1 = r["approach1"]
     if "error" in a1:
-        print(f"Approach 1: {a1['error']}")
+        lines.append(f"Approach 1: {a1['error']}")
     else:
-        print(
+        lines.append(
             f"Approach 1: N_opt = {a1['k']:.4g} C^{a1['a']:.4g}; at {o['flops']:.3g} FLOPs N = {human(a1['optimal_params'])}"
         )
     lo, hi = o["params_interval"]
     dlo, dhi = o["tokens_interval"]
     rlo, rhi = o["ratio_interval"]
-    print(
+    lines.append(
         f"compute-optimal at {o['flops']:.3g} FLOPs: N = {human(o['params'])} [{human(lo)}, {human(hi)}], "
         f"D = {human(o['tokens'])} [{human(dlo)}, {human(dhi)}], D/N = {o['tokens_per_param']:.3g} "
         f"[{rlo:.3g}, {rhi:.3g}] (5-95%, {o['bootstrap']} bootstrap refits)"
     )
     ci = o["constant_intervals"]
-    print("constants, 5-95%: " + ", ".join(f"{k} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in ci.items()))
-    print(f"wrote {cfg.out}/fit.json and {cfg.out}/scaling.png")
-    return 0
+    lines.append(
+        "constants, 5-95%: " + ", ".join(f"{k} {f[k]:.4g} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in ci.items())
+    )
+    return lines

@@ -28,7 +28,7 @@ from llmpipe.curate.remote import RemoteOut, default_staging, remove_staging
 from llmpipe.curate.settings import CurateConfig
 from llmpipe.curate.stage import RunContext
 from llmpipe.curate.stages.pack import Pack
-from llmpipe.curate.stages.tokenize import TrainTokenizer
+from llmpipe.curate.stages.tokenize import TrainTokenizer, reserved_ids
 from llmpipe.curate.steps import (
     Job,
     Part,
@@ -143,6 +143,8 @@ def _fingerprint(
     if tokenizer_file is not None and not Path(tokenizer_file).is_file():
         what = "a directory, not a file" if Path(tokenizer_file).is_dir() else "no such file"
         raise InputError(f"--tokenizer {tokenizer_file}: {what}")
+    if tokenizer_file is not None and config.tokenizer.special_tokens:
+        reserved_ids(Path(tokenizer_file), config.tokenizer.reserved(), f"--tokenizer {tokenizer_file}")
     tok_sha = sha256_file(tokenizer_file) if tokenizer_file else None
     return fingerprint(
         files, keys, config.to_dict(), {"tokenizer": tok_sha, "strict": strict, "v": __version__}
@@ -248,7 +250,7 @@ def _curate(run: Run) -> dict[str, Any]:
         "config": config.to_dict(),
         "llmpipe_version": __version__,
     }
-    pack = Pack(config.pack, work.tokenizer, provenance)
+    pack = Pack(config.pack, work.tokenizer, provenance, config.tokenizer.reserved())
     manifest = pack.run([work.tokens(i) for i in each], work.staging, funnel.stage(pack.name))
     stats = funnel.stats(manifest)
     bar.close()

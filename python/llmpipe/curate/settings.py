@@ -27,10 +27,18 @@ class TokenizerConfig:
     min_frequency: int = 2
     #: UTF-8 bytes of kept text (taken in input order) to train on
     sample_bytes: int = 50_000_000
+    #: special tokens reserved after <|endoftext|> (ids 1, 2, ...), recorded in the manifest: presets
+    #: ``mlm`` (<mask>, <pad>) and ``t5`` (<pad>, <extra_id_0>..<extra_id_99>) or literal tokens
+    #: (docs/tokenizer.md); a given tokenizer (``file``) must already hold them
+    special_tokens: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from llmpipe.tokenizer import PATTERNS
+        from llmpipe.tokenizer import PATTERNS, expand_special_tokens
 
+        try:
+            expand_special_tokens(self.special_tokens)
+        except ConfigError as e:
+            raise ConfigError(f"tokenizer.special_tokens: {e}") from None
         if self.sample_bytes < 1:
             raise ValueError("tokenizer.sample_bytes must be positive")
         if self.pattern not in PATTERNS:
@@ -42,6 +50,20 @@ class TokenizerConfig:
                 regex.compile(self.pattern)
             except regex.error as e:
                 raise ValueError(f"tokenizer.pattern: not a valid regex ({e})") from None
+
+    def reserved(self) -> list[str]:
+        """The special tokens reserved after <|endoftext|>, presets expanded."""
+        from llmpipe.tokenizer import expand_special_tokens
+
+        return expand_special_tokens(self.special_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as data; ``special_tokens`` only when set, so that a config without it hashes
+        (and writes its manifest) as before the key existed."""
+        out: dict[str, Any] = to_dict(self)
+        if not self.special_tokens:
+            del out["special_tokens"]
+        return out
 
 
 @dataclass
@@ -103,7 +125,7 @@ class CurateConfig:
         return {
             "read": to_dict(self.read),
             **{name: to_dict(c) for name, c in self.stages.items()},
-            "tokenizer": to_dict(self.tokenizer),
+            "tokenizer": self.tokenizer.to_dict(),
             "pack": to_dict(self.pack),
         }
 

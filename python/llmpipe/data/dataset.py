@@ -53,6 +53,8 @@ class ShardDataset:
         self.vocab_size: int = m["tokenizer"]["vocab_size"]
         self.eos_id: int = m["tokenizer"]["eos_id"]
         self.tokenizer_sha256: str | None = m["tokenizer"]["sha256"]
+        #: special tokens the curate run reserved (``--special-tokens``) -> their ids; empty if none
+        self.special_tokens: dict[str, int] = dict(m["tokenizer"].get("special_tokens", {}))
         if expect_seq_len is not None and expect_seq_len != self.seq_len:
             raise ShardError(
                 f"{self.directory}: shards hold seq_len={self.seq_len} but the run expects {expect_seq_len}"

@@ -173,6 +173,12 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ShardError(f"{path}: the manifest's splits and tokenizer must be mappings")
     if "file" in manifest["tokenizer"]:
         plain_file_name(manifest["tokenizer"]["file"], f"{path}: tokenizer.file")
+    reserved = manifest["tokenizer"].get("special_tokens", {})
+    if not isinstance(reserved, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        for k, v in reserved.items()
+    ):
+        raise ShardError(f"{path}: tokenizer.special_tokens must map token strings to ids")
     for split, entry in manifest["splits"].items():
         shards = entry.get("shards") if isinstance(entry, dict) else None
         if not isinstance(shards, list) or not all(isinstance(x, dict) and "file" in x for x in shards):

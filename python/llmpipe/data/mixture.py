@@ -266,6 +266,8 @@ class MixedShards:
         self.vocab_size = max(d.vocab_size for d in datasets)
         self.eos_id = first.eos_id
         self.tokenizer_sha256 = first.tokenizer_sha256
+        # one tokenizer: a source curated with --tokenizer and no --special-tokens records none of them
+        self.special_tokens = {k: v for d in reversed(self.datasets) for k, v in d.special_tokens.items()}
         self.offsets = np.cumsum([0, *(len(d) for d in datasets)]).astype(np.int64)
         valid = [np.concatenate(d.valid_buffers).astype(np.int64) for d in datasets]
         # target tokens per global sample (int32: 4 bytes per sample of the whole mixture)

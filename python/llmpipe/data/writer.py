@@ -56,6 +56,7 @@ class ShardWriter:
         provenance: dict[str, Any] | None = None,
         packing: str = "concat",
         best_fit_window: int = 512,
+        special_tokens: dict[str, int] | None = None,  # reserved special tokens -> id, for the manifest
     ) -> None:
         if seq_len < 2:
             raise ValueError("seq_len must be at least 2")
@@ -67,6 +68,7 @@ class ShardWriter:
         self.seq_len = seq_len
         self.vocab_size = vocab_size
         self.eos_id = eos_id
+        self.special_tokens = dict(special_tokens or {})
         self.dtype = token_dtype(vocab_size)
         self.schema = shard_schema(seq_len, self.dtype)
         self.tokenizer_file = Path(tokenizer_file)
@@ -192,6 +194,8 @@ class ShardWriter:
                 "sha256": sha256_file(tok_path) if tok_path.exists() else None,
                 "vocab_size": self.vocab_size,
                 "eos_id": self.eos_id,
+                # only when some are reserved: shards without them keep their bytes
+                **({"special_tokens": self.special_tokens} if self.special_tokens else {}),
             },
             "counts": {
                 "documents": self.documents,

@@ -34,7 +34,7 @@ class EncoderEval:
         from llmpipe.data.format import TOKENIZER_FILE
         from llmpipe.eval.model import default_device
         from llmpipe.train.export_hf import load_run
-        from llmpipe.train.mlm import Masker
+        from llmpipe.train.mlm import Masker, random_from
 
         self.cfg, model, _ = load_run(run_dir, encoder=True)
         self.device = default_device(None if device == "auto" else device)
@@ -42,10 +42,17 @@ class EncoderEval:
         shards = self.cfg.data.path if self.cfg.data.path is not None else self.cfg.data.sources[0].path
         assert shards is not None and self.cfg.mlm.mask_token_id is not None
         self.tok = Tokenizer.from_file(str(shards / TOKENIZER_FILE))
+        self.tok.encode_special_tokens = True  # a literal "<mask>" in a text is text, as curate encodes it
         self.mask_id = self.cfg.mlm.mask_token_id
         self.batch_size = batch_size
         self.max_len = self.cfg.model.max_seq_len or 512
-        self.masker = lambda eos, n: Masker(self.cfg.mlm, mask_id=self.mask_id, eos_id=eos, n_random=n)
+        self.masker = lambda ds: Masker(
+            self.cfg.mlm,
+            mask_id=self.mask_id,
+            eos_id=ds.eos_id,
+            n_random=ds.vocab_size,
+            random_from=random_from(ds.special_tokens, ds.eos_id),  # as the trainer draws them
+        )
 
     @torch.no_grad()
     def shards(self, directory: Path, split: str = "val") -> EvalResult:
@@ -53,7 +60,7 @@ class EncoderEval:
         from llmpipe.data import ShardDataset, TokenLoader
 
         ds = ShardDataset(directory, split)
-        masker = self.masker(ds.eos_id, ds.vocab_size)
+        masker = self.masker(ds)
         batch = min(self.batch_size, len(ds))
         loader = TokenLoader(ds, batch, seed=0, device=self.device, prefetch=1, infinite=False)
         nll, tokens = 0.0, 0

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from llmpipe.errors import LlmpipeError
 from llmpipe.train.encoder import Encoder
 from llmpipe.train.model import ModelConfig
 
@@ -62,7 +63,8 @@ def bert_state_dict(model: Encoder) -> dict[str, torch.Tensor]:
     return out
 
 
-def bert_config(cfg: ModelConfig, *, mask_id: int, eos_id: int | None) -> dict[str, Any]:
+def bert_config(cfg: ModelConfig, *, mask_id: int, pad_id: int | None) -> dict[str, Any]:
+    """BERT's config.json; ``pad_id``: the reserved <pad>, else EOS (which pads the shards' rows)."""
     assert cfg.vocab_size is not None and cfg.max_seq_len is not None
     return {
         "architectures": ["BertForMaskedLM"],
@@ -81,7 +83,7 @@ def bert_config(cfg: ModelConfig, *, mask_id: int, eos_id: int | None) -> dict[s
         "layer_norm_eps": cfg.norm_eps,
         "position_embedding_type": "absolute",
         "tie_word_embeddings": cfg.tie_embeddings,
-        "pad_token_id": eos_id,
+        "pad_token_id": pad_id,
         "mask_token_id": mask_id,
         "torch_dtype": "float32",
     }
@@ -91,7 +93,10 @@ def with_mask_token(tokenizer_json: str, mask_id: int, mask_token: str) -> str:
     """The tokenizer.json with ``mask_token`` as a special token of id ``mask_id`` (unchanged when it has it)."""
     tok = json.loads(tokenizer_json)
     added = tok.setdefault("added_tokens", [])
-    if any(t.get("content") == mask_token for t in added):
+    have = next((t.get("id") for t in added if t.get("content") == mask_token), None)
+    if have is not None and have != mask_id:
+        raise LlmpipeError(f"the tokenizer has {mask_token} as id {have}, the run trained it as {mask_id}")
+    if have is not None:  # reserved by llmpipe curate --special-tokens mlm
         return tokenizer_json
     added.append(
         {

@@ -30,6 +30,7 @@ from safetensors.torch import save_file
 from llmpipe.config import load_yaml
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
 from llmpipe.errors import LlmpipeError, TokenizerError
+from llmpipe.tokenizer import PAD
 from llmpipe.train import encoder_hf, export_t5, init_from, lora
 from llmpipe.train.arch import new_model
 from llmpipe.train.checkpoint import STATE_FILE, chosen_checkpoint, load_dcp, load_train_state
@@ -109,7 +110,11 @@ def read_tokenizer(path: Path) -> str:
 
 
 def tokenizer_files(
-    tokenizer_json: str, eos_id: int | None, max_len: int | None, mask_token: str | None = None
+    tokenizer_json: str,
+    eos_id: int | None,
+    max_len: int | None,
+    mask_token: str | None = None,
+    pad_token: str | None = None,
 ) -> dict[str, str]:
     """tokenizer.json, tokenizer_config.json and special_tokens_map.json for ``AutoTokenizer``.
 
@@ -123,6 +128,8 @@ def tokenizer_files(
     names = {"bos_token": eos, "eos_token": eos, "pad_token": eos} if eos is not None else {}
     if mask_token is not None:  # the encoder's (train/mlm.py): fill-mask finds it by this name
         names["mask_token"] = mask_token
+    if pad_token is not None:  # the encoder's reserved <pad> (llmpipe curate --special-tokens mlm)
+        names["pad_token"] = pad_token
     config: dict[str, object] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         **names,
@@ -217,7 +224,9 @@ def export(
     if mask is not None:
         assert cfg.mlm.mask_token_id is not None  # set at training start (train/mlm.py)
         tok_json = encoder_hf.with_mask_token(tok_json, cfg.mlm.mask_token_id, mask)
-    ids = [t["id"] for t in json.loads(tok_json).get("added_tokens", [])]
+    added = {t["content"]: t["id"] for t in json.loads(tok_json).get("added_tokens", [])}
+    pad = PAD if mask is not None and PAD in added else None  # else EOS pads, as in training
+    ids = list(added.values())
     ids += list(json.loads(tok_json).get("model", {}).get("vocab", {}).values())
     vocab = cfg.model.vocab_size or 0
     if ids and max(ids) >= vocab:
@@ -237,13 +246,14 @@ def export(
         lora.peft_dir(model, cfg.lora, str(init_from.directory(cfg)), tmp)
     elif mask is not None:  # the encoder: BertForMaskedLM
         save_weights(encoder_hf.bert_state_dict(model), tmp, max_shard_size)  # type: ignore[arg-type]
-        bert = encoder_hf.bert_config(cfg.model, mask_id=cfg.mlm.mask_token_id or 0, eos_id=eos_id)
+        pad_id = added[pad] if pad is not None else eos_id
+        bert = encoder_hf.bert_config(cfg.model, mask_id=cfg.mlm.mask_token_id or 0, pad_id=pad_id)
         (tmp / "config.json").write_text(json.dumps(bert, indent=2) + "\n")
     else:
         save_weights(hf_state_dict(model), tmp, max_shard_size)
         (tmp / "config.json").write_text(json.dumps(hf_config(cfg.model, eos_id), indent=2) + "\n")
         (tmp / "generation_config.json").write_text(json.dumps(generation_config(eos_id), indent=2) + "\n")
-    for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len, mask).items():
+    for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len, mask, pad).items():
         if not t5_run:  # export_t5 wrote its own, with the sentinels
             (tmp / name).write_text(text, encoding="utf-8")
     (tmp / EXPORT_MARKER).write_text(json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n")

@@ -17,9 +17,10 @@ import torch
 
 from llmpipe.data import ShardDataset
 from llmpipe.errors import LlmpipeError
+from llmpipe.tokenizer import sentinel_token
 from llmpipe.train.checkpoint import chosen_checkpoint, load_dcp
 from llmpipe.train.config import RunConfig
-from llmpipe.train.span_corruption import PAD_TOKEN, Seq2SeqBatch, SpanCorruptor, sentinel_token
+from llmpipe.train.span_corruption import PAD_TOKEN, Seq2SeqBatch, SpanCorruptor
 from llmpipe.train.t5 import MAX_DISTANCE, NUM_BUCKETS, T5
 
 
@@ -115,10 +116,19 @@ def extra_tokens(cfg: RunConfig, seq_len: int, eos_id: int) -> list[str]:
 
 
 def with_extra_tokens(tokenizer_json: str, first_id: int, tokens: list[str]) -> str:
-    """The tokenizer with ``tokens`` added as special tokens at ``first_id``, ``first_id + 1``, ..."""
+    """The tokenizer with ``tokens`` added as special tokens at ``first_id``, ``first_id + 1``, ...;
+    unchanged when it holds them there already (reserved by ``llmpipe curate --special-tokens t5``)."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_str(tokenizer_json)
+    if tok.token_to_id(tokens[0]) is not None:
+        wrong = [t for k, t in enumerate(tokens) if tok.token_to_id(t) != first_id + k]
+        if wrong:
+            raise LlmpipeError(
+                f"the tokenizer holds {tokens[0]} but not the run's extra ids at {first_id}, {first_id + 1}, "
+                f"... (span.extra_ids_from): {', '.join(wrong[:3])} differ"
+            )
+        return tokenizer_json
     if tok.get_vocab_size(with_added_tokens=True) != first_id:
         raise LlmpipeError(
             f"the tokenizer has {tok.get_vocab_size(with_added_tokens=True)} ids but the run's extra ids "
@@ -171,7 +181,12 @@ def write_dir(
     }
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
     max_len = cfg.model.max_seq_len or seq_len
-    for name, text in tokenizer_files(tok, eos, max_len, tokens[1:]).items():
+    # every sentinel the tokenizer holds (those the shards reserved beyond the run's too), in order
+    reserved = Tokenizer.from_str(tok).get_vocab(with_added_tokens=True)
+    sentinels = list(tokens[1:])
+    while sentinel_token(len(sentinels)) in reserved:
+        sentinels.append(sentinel_token(len(sentinels)))
+    for name, text in tokenizer_files(tok, eos, max_len, sentinels).items():
         (out / name).write_text(text, encoding="utf-8")
     return hf_state_dict(model)
 
@@ -206,7 +221,8 @@ def span_loss(
     model.to(device)
     ds = ShardDataset(shards, split)
     corruptor = SpanCorruptor(cfg.span, ds.seq_len + 1, ds.eos_id, cfg.data.seed)
-    if model.cfg.vocab_size is None or ds.vocab_size > cfg.span.extra_ids_from:
+    extra_ids_reserved = ds.special_tokens.get(PAD_TOKEN) == cfg.span.extra_ids_from
+    if model.cfg.vocab_size is None or (ds.vocab_size > cfg.span.extra_ids_from and not extra_ids_reserved):
         raise LlmpipeError(f"{shards}: its vocabulary of {ds.vocab_size} is not the run's tokenizer's")
     total, tokens, rows = 0.0, 0, 0
     for b in every_row(ds, corruptor, batch_size, device):

@@ -78,6 +78,7 @@ class Throughput:
         tps = tokens / dt
         mfu = None if self.peak is None else tps * self.flops_token / (self.peak * 1e12 * self.world)
         return {
+            "tokens": tokens,  # since the last record, all ranks: what tokens_per_s and MFU count
             "tokens_per_s": tps,
             "tokens_per_s_per_device": tps / self.world,
             "mfu": mfu,

@@ -11,13 +11,15 @@ uninterrupted one, any layout (data-parallel ranks, accumulation) draws the same
 sample, and a sample met again in a later epoch (another step) gets new ones. Validation uses its own
 stream keyed by batch index, so every evaluation of a run scores the same masks.
 
-The ``<mask>`` token is the tokenizer's own when it has one; else it takes the first id the tokenizer does
+The ``<mask>`` token is the one the shards reserved (``llmpipe curate --special-tokens mlm``, recorded in
+their manifest) or else the tokenizer's own when it has one; else it takes the first id the tokenizer does
 not use and the model's vocabulary grows to hold it (``resolve_mask_token``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -59,12 +61,20 @@ def vocab_of(tokenizer_json: str) -> tuple[dict[str, int], dict[str, int]]:
     return {**vocab, **added}, specials
 
 
-def resolve_mask_token(cfg: MlmConfig, tokenizer_file: Path) -> int:
-    """The id of ``cfg.mask_token``: the tokenizer's, or else the first id it does not use."""
+def resolve_mask_token(
+    cfg: MlmConfig, tokenizer_file: Path, reserved: Mapping[str, int] | None = None
+) -> int:
+    """The id of ``cfg.mask_token``: the one the shards reserved (``reserved``, their manifest's), the
+    tokenizer's, or else the first id the tokenizer does not use."""
     try:
         vocab, _ = vocab_of(tokenizer_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError, ValueError) as e:
         raise LlmpipeError(f"{tokenizer_file}: cannot read the tokenizer for the <mask> token ({e})") from e
+    if reserved and cfg.mask_token in reserved and vocab.get(cfg.mask_token) != reserved[cfg.mask_token]:
+        raise LlmpipeError(
+            f"the shards' manifest reserves {cfg.mask_token} as id {reserved[cfg.mask_token]}, their "
+            f"tokenizer {tokenizer_file} has it as {vocab.get(cfg.mask_token)}"
+        )
     if cfg.mask_token in vocab:
         found = int(vocab[cfg.mask_token])
         if cfg.mask_token_id is not None and cfg.mask_token_id != found:
@@ -92,7 +102,8 @@ def word_starts(tokenizer_json: str, size: int) -> torch.Tensor:
 
 class Masker:
     """Turns a loader batch (tokens) into a masked-LM batch: input with masks, target at the chosen
-    positions. ``n_random``: random replacements are drawn from ids [0, n_random) (the shards' vocabulary)."""
+    positions. ``n_random``: random replacements are drawn from ids [random_from, n_random) (the shards'
+    vocabulary, less the special tokens a curated tokenizer reserved at its first ids: ``random_from``)."""
 
     def __init__(
         self,
@@ -102,10 +113,14 @@ class Masker:
         eos_id: int,
         n_random: int,
         starts: torch.Tensor | None = None,  # word_starts(): needed for whole-word masking
+        random_from: int = 0,
     ) -> None:
         if cfg.whole_word and starts is None:
             raise ValueError("whole-word masking needs the tokenizer's word starts")
+        if not 0 <= random_from < n_random:
+            raise ValueError(f"random replacements from ids [{random_from}, {n_random}): none")
         self.cfg, self.mask_id, self.eos_id, self.n_random = cfg, mask_id, eos_id, n_random
+        self.random_from = random_from
         self.starts = starts
 
     def __call__(self, b: Batch, step: int, first_row: int) -> Batch:
@@ -134,7 +149,8 @@ class Masker:
         else:
             chosen = cand & (uniform(seed, _SELECT ^ salt, step, rows, cols) < c.mask_prob)
         kind = uniform(seed, _KIND ^ salt, step, rows, cols)
-        rand = (uniform(seed, _RANDOM ^ salt, step, rows, cols) * self.n_random).long()
+        span = self.n_random - self.random_from
+        rand = self.random_from + (uniform(seed, _RANDOM ^ salt, step, rows, cols) * span).long()
         inp = torch.where(chosen & (kind < c.mask_replace), self.mask_id, ids)
         inp = torch.where(
             chosen & (kind >= c.mask_replace) & (kind < c.mask_replace + c.random_replace), rand, inp
@@ -143,15 +159,31 @@ class Masker:
         return Batch(inp.to(b.input.dtype), target, b.doc_ids)
 
 
-def prepare(cfg: RunConfig, tokenizer_file: Path, n_tokens: int, eos_id: int) -> Masker | None:
+def prepare(
+    cfg: RunConfig,
+    tokenizer_file: Path,
+    n_tokens: int,
+    eos_id: int,
+    reserved: Mapping[str, int] | None = None,
+) -> Masker | None:
     """The encoder's masker (None for other architectures): resolves and records ``mlm.mask_token_id``
-    and grows ``model.vocab_size`` to hold it. ``n_tokens``: the shards' vocabulary size."""
+    and grows ``model.vocab_size`` to hold it. ``n_tokens``: the shards' vocabulary size; ``reserved``:
+    the special tokens their manifest records."""
     if cfg.model.arch != "encoder":
         return None
-    mask_id = resolve_mask_token(cfg.mlm, tokenizer_file)
+    mask_id = resolve_mask_token(cfg.mlm, tokenizer_file, reserved)
     cfg.mlm.mask_token_id = mask_id
     cfg.model.vocab_size = max(cfg.model.vocab_size or 0, n_tokens, mask_id + 1)
     starts = None
     if cfg.mlm.whole_word:
         starts = word_starts(tokenizer_file.read_text(encoding="utf-8"), cfg.model.vocab_size)
-    return Masker(cfg.mlm, mask_id=mask_id, eos_id=eos_id, n_random=n_tokens, starts=starts)
+    low = random_from(reserved or {}, eos_id)
+    return Masker(cfg.mlm, mask_id=mask_id, eos_id=eos_id, n_random=n_tokens, starts=starts, random_from=low)
+
+
+def random_from(reserved: Mapping[str, int], eos_id: int) -> int:
+    """The first id a random replacement may take: past the special tokens when they are the tokenizer's
+    first ids (EOS and the tokens ``llmpipe curate --special-tokens`` reserved after it), so that no
+    <mask>, <pad> or sentinel is drawn as a random token; else 0 (every id of the vocabulary)."""
+    ids = {eos_id, *reserved.values()}
+    return max(ids) + 1 if reserved and ids == set(range(max(ids) + 1)) else 0

@@ -236,7 +236,9 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     init_from.prepare(cfg.model, first_directory(cfg.data), hf_dir)  # its shape, its tokenizer checked
     span = None  # an encoder-decoder's span corruption: extra ids after the vocabulary (train/t5.py)
     if cfg.model.arch == "encoder_decoder":
-        span = t5.prepare(cfg, train_ds.vocab_size, train_ds.seq_len, train_ds.eos_id)
+        span = t5.prepare(
+            cfg, train_ds.vocab_size, train_ds.seq_len, train_ds.eos_id, train_ds.special_tokens
+        )
     cfg.model.vocab_size = cfg.model.vocab_size or train_ds.vocab_size
     cfg.model.max_seq_len = cfg.model.max_seq_len or train_ds.seq_len
     if d.context_parallel is not None:
@@ -247,7 +249,11 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
             f"shards' vocab {train_ds.vocab_size} / seq_len {train_ds.seq_len}"
         )
     masker = mlm.prepare(
-        cfg, first_directory(cfg.data) / TOKENIZER_FILE, train_ds.vocab_size, train_ds.eos_id
+        cfg,
+        first_directory(cfg.data) / TOKENIZER_FILE,
+        train_ds.vocab_size,
+        train_ds.eos_id,
+        train_ds.special_tokens,
     )
     schedule = BatchSchedule(
         cfg.data.batch_size * d.dp_size,

@@ -14,9 +14,11 @@ spans + 1`` and ``targets = noise + spans + 1``, both fixed for a given n, so ba
 To train at a given encoder length, curate with the raw length ``span_math.raw_length_for`` gives
 (T5's ``compute_input_and_target_lengths``).
 
-The extra ids sit after the tokenizer's vocabulary: ``<pad>`` (the decoder's start token, as in T5),
-then ``<extra_id_0>``, ``<extra_id_1>``, ... (``span.extra_ids_from``, filled in at the start of a run
-and saved in its config.yaml; the model's vocabulary grows by them when ``model.vocab_size`` is not set).
+The extra ids are ``<pad>`` (the decoder's start token, as in T5), then ``<extra_id_0>``, ``<extra_id_1>``,
+... at consecutive ids from ``span.extra_ids_from`` (filled in at the start of a run and saved in its
+config.yaml): those the shards reserved (``llmpipe curate --special-tokens t5``, in their manifest), else
+the ids after the tokenizer's vocabulary, by which the model's vocabulary grows when ``model.vocab_size``
+is not set (train/t5.py ``prepare``).
 
 The mask of the row at global position ``i`` of epoch ``e`` is drawn from ``(data.seed, e, i)`` alone:
 the same masks on any number of ranks, and a resumed run sees exactly what an uninterrupted one saw.
@@ -34,13 +36,10 @@ import torch
 from llmpipe.data import Batch
 from llmpipe.data.loader import MixtureLoader, TokenLoader
 from llmpipe.errors import ConfigError
+from llmpipe.tokenizer import PAD
 from llmpipe.train.span_math import SpanLengths, span_lengths
 
-PAD_TOKEN = "<pad>"
-
-
-def sentinel_token(k: int) -> str:
-    return f"<extra_id_{k}>"
+PAD_TOKEN = PAD  # the names curate --special-tokens t5 reserves (llmpipe.tokenizer)
 
 
 @dataclass

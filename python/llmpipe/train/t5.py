@@ -16,7 +16,7 @@ parallel (heads and the feed-forward hidden split, vocabulary-parallel embedding
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -27,10 +27,11 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from torch.utils.checkpoint import checkpoint
 
 from llmpipe.errors import ConfigError
+from llmpipe.tokenizer import sentinel_token
 from llmpipe.train.config import ParallelConfig, RunConfig
 from llmpipe.train.model import ModelConfig, RMSNorm, _fill
 from llmpipe.train.parallel import Dist, _fsdp
-from llmpipe.train.span_corruption import SpanCorruptor
+from llmpipe.train.span_corruption import PAD_TOKEN, SpanCorruptor
 from llmpipe.train.span_math import SpanLengths
 
 NUM_BUCKETS = 32
@@ -330,19 +331,57 @@ def check_run(cfg: RunConfig) -> None:
             raise ConfigError(f"model.arch=encoder_decoder does not run with {what}")
 
 
-def prepare(cfg: RunConfig, vocab: int, seq_len: int, eos_id: int) -> SpanCorruptor:
-    """Settle the extra ids (after the tokenizer's ``vocab``) and the model's vocabulary, which grows
-    by them when model.vocab_size is not set; both are saved in the run's config.yaml."""
+def reserved_extra_ids(reserved: Mapping[str, int], spans: int) -> int | None:
+    """The id of ``<pad>`` when the shards reserved ``<pad>`` and at least ``spans`` sentinels right after
+    it (``llmpipe curate --special-tokens t5``); None when they reserved no sentinel. Sentinels
+    reserved elsewhere, or too few, are a ConfigError."""
+    if sentinel_token(0) not in reserved:
+        if PAD_TOKEN in reserved:  # T5's <pad> sits right before the sentinels: it cannot be appended again
+            raise ConfigError(
+                f"the shards reserve {PAD_TOKEN} but no sentinels: curate with --special-tokens t5 (or mlm,t5) "
+                "for an encoder-decoder"
+            )
+        return None
+    pad = reserved.get(PAD_TOKEN)
+    have = next((k for k in range(len(reserved) + 1) if sentinel_token(k) not in reserved), 0)
+    if pad is None or any(reserved[sentinel_token(k)] != pad + 1 + k for k in range(have)):
+        raise ConfigError(
+            f"the shards reserve {sentinel_token(0)} but not as span corruption needs them: {PAD_TOKEN} "
+            f"then {sentinel_token(0)}, {sentinel_token(1)}, ... at consecutive ids (curate --special-tokens t5)"
+        )
+    if have < spans:
+        raise ConfigError(
+            f"span corruption of these rows needs {spans} sentinels; the shards reserve {have} "
+            f"({sentinel_token(0)}..{sentinel_token(have - 1)}): curate shorter rows or lower span.noise_density"
+        )
+    return pad
+
+
+def prepare(
+    cfg: RunConfig, vocab: int, seq_len: int, eos_id: int, reserved: Mapping[str, int] | None = None
+) -> SpanCorruptor:
+    """Settle the extra ids and the model's vocabulary; both are saved in the run's config.yaml. The
+    extra ids are those the shards reserved (``reserved``: their manifest's special tokens), else the
+    ids after the tokenizer's ``vocab``, by which the vocabulary grows when model.vocab_size is not set."""
     check_run(cfg)
     # each packed row is one T5 example (as T5 packs): the document mask is the decoder's option
     cfg.model.doc_mask, cfg.model.attention = False, "auto"
     span = cfg.span
-    if span.extra_ids_from == 0:
+    spans = SpanCorruptor(span, seq_len + 1, eos_id, cfg.data.seed).lengths.spans  # (checks span's values)
+    pad = reserved_extra_ids(reserved or {}, spans)
+    if pad is not None:
+        if span.extra_ids_from not in (0, pad):
+            raise ConfigError(
+                f"span.extra_ids_from {span.extra_ids_from}: the shards reserve {PAD_TOKEN} and the "
+                f"sentinels from id {pad}; leave it unset"
+            )
+        span.extra_ids_from = pad
+    elif span.extra_ids_from == 0:
         span.extra_ids_from = vocab
     elif span.extra_ids_from < vocab:
         raise ConfigError(f"span.extra_ids_from {span.extra_ids_from} is inside the tokenizer's {vocab} ids")
     corruptor = SpanCorruptor(span, seq_len + 1, eos_id, cfg.data.seed)
-    need = span.extra_ids_from + corruptor.extra_ids
+    need = max(vocab, span.extra_ids_from + corruptor.extra_ids)
     if cfg.model.vocab_size is None:
         cfg.model.vocab_size = need
     elif cfg.model.vocab_size < need:

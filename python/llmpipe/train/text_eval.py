@@ -30,6 +30,7 @@ class TextEval:
         if not tokenizer_file.is_file():
             raise ConfigError(f"eval.sets need the shards' tokenizer, and {tokenizer_file} is missing")
         tok = Tokenizer.from_file(str(tokenizer_file))
+        tok.encode_special_tokens = True  # text is text: a literal "<mask>" is not the special id (as curate)
         self.cfg, self.steps = cfg, steps
         self.sets: dict[str, tuple[list[Window], int, int]] = {}  # windows, tokens, bytes
         for name, path in cfg.sets.items():

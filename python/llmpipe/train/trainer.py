@@ -379,7 +379,7 @@ class Trainer:
                     print(f"the data ended after step {self.step}: stopping the run here", flush=True)
                 break
             res = self.train_step(group)
-            self.throughput.add(res.tokens)
+            self.throughput.add(self._model_tokens(group, res))
             self.ckpt.poll()
             if res.decision == "overflow":  # fp16: the step was skipped and the scale halved
                 self.record({"skipped_steps": self.scaler.skipped, "loss_scale": self.scaler.scale})
@@ -420,6 +420,13 @@ class Trainer:
         self.ckpt.close()
         if log:
             print(f"done: {self.step} steps in {time.perf_counter() - t0:.1f}s", flush=True)
+
+    def _model_tokens(self, group: list[Batch], res: StepResult) -> int:
+        """The tokens of the step that tokens/s and MFU count: the encoder reads every input token
+        (its loss counts only the masked ones), the others the target tokens the loss counts."""
+        if self.masker is None:
+            return res.tokens
+        return sum(b.input.numel() for b in group) * self.d.dp_size
 
     def _text_eval(self) -> None:
         if self.text_eval is not None and self.text_eval.due(self.step):

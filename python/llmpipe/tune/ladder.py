@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from llmpipe.errors import ConfigError, InputError
 from llmpipe.plan import ModelShape
-from llmpipe.tune.scaling import ChinchillaFit, compute_optimal, fit_chinchilla, isoflop_minima
+from llmpipe.tune.scaling import OUTLIER_Z, ChinchillaFit, compute_optimal, fit_chinchilla, isoflop_minima
 from llmpipe.tune.sweep import AshaConfig, SweepConfig, load_runs_file
 
 
@@ -39,8 +39,10 @@ class LadderConfig:
     steps: list[int] = field(default_factory=list)  # training budgets in optimizer steps
     min_step: int = 1  # validation records before this step are not fitted
     flops: float = 1e18  # the FLOP budget to report the compute-optimal N and D for
-    bootstrap: int = 50
+    bootstrap: int = 50  # resamples of the points for the 5-95% intervals
+    seed: int = 0  # of the bootstrap resampling
     drop_outliers: bool = False  # leave flagged outliers out of the fit (they are always reported)
+    outlier_z: float = OUTLIER_Z  # flag a point whose log-loss residual has a modified z-score above this
     metric: Literal["val_loss", "val_bpb"] = "val_loss"
     bytes_per_token: float = 0.0
     nproc: int = 1
@@ -54,8 +56,8 @@ def load_ladder(path: Path, out: Path | None = None) -> LadderConfig:
     cfg = load_runs_file(LadderConfig, path, out)
     if len(cfg.sizes) < 3 or len(cfg.steps) < 1:
         raise ConfigError(f"{path}: a ladder needs at least 3 sizes and 1 budget (steps)")
-    if any(s < 1 for s in cfg.steps) or cfg.flops <= 0:
-        raise ConfigError(f"{path}: steps and flops must be positive")
+    if any(s < 1 for s in cfg.steps) or cfg.flops <= 0 or not cfg.outlier_z > 0:
+        raise ConfigError(f"{path}: steps, flops and outlier_z must be positive")
     return cfg
 
 
@@ -103,14 +105,19 @@ def run_points(trials: list[dict[str, Any]], metric: str, min_step: int) -> list
 
 
 def fit_ladder(
-    points: list[dict[str, float]], flops: float, bootstrap: int, drop_outliers: bool = False
+    points: list[dict[str, float]],
+    flops: float,
+    bootstrap: int,
+    drop_outliers: bool = False,
+    outlier_z: float = OUTLIER_Z,
+    seed: int = 0,
 ) -> dict[str, Any]:
     if len(points) < 5:
         raise InputError(f"{len(points)} (N, D, loss) points: too few to fit (need 5); train longer")
     n = [p["params"] for p in points]
     d = [p["tokens"] for p in points]
     loss = [p["loss"] for p in points]
-    fit = fit_chinchilla(n, d, loss, drop_outliers=drop_outliers)
+    fit = fit_chinchilla(n, d, loss, drop_outliers=drop_outliers, outlier_z=outlier_z)
     result: dict[str, Any] = {"points": points, "approach3": fit.to_dict()}
     try:
         env = isoflop_minima(n, d, loss)
@@ -118,7 +125,7 @@ def fit_ladder(
         result["approach1"] = {**env.to_dict(), "optimal_params": n1, "optimal_tokens": d1}
     except InputError as e:  # Approach 1 needs 3 sizes reaching one FLOP count; Approach 3 stands alone
         result["approach1"] = {"error": str(e)}
-    result["optimum"] = compute_optimal(fit, n, d, loss, flops, bootstrap=bootstrap).to_dict()
+    result["optimum"] = compute_optimal(fit, n, d, loss, flops, bootstrap=bootstrap, seed=seed).to_dict()
     return result
 
 
@@ -174,7 +181,12 @@ def run_ladder(cfg: LadderConfig) -> dict[str, Any]:
     for row in summary["trials"]:
         row["ranks"] = cfg.nproc
     result = fit_ladder(
-        run_points(summary["trials"], cfg.metric, cfg.min_step), cfg.flops, cfg.bootstrap, cfg.drop_outliers
+        run_points(summary["trials"], cfg.metric, cfg.min_step),
+        cfg.flops,
+        cfg.bootstrap,
+        cfg.drop_outliers,
+        cfg.outlier_z,
+        cfg.seed,
     )
     out = cfg.out.resolve()
     (out / "fit.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -13,11 +13,14 @@ Approach 1 reads IsoFLOP profiles off the training curves of several model sizes
 at each FLOP count, the loss of every size, a parabola in log N, its minimum; then N_opt = k C^a. Uncertainty of the
 optimum and of the five constants comes from refitting Approach 3 on bootstrap resamples of the points.
 
-Outliers: after the fit, a point is flagged when its log-loss residual lies more than 3.5 robust standard
-deviations from the median residual (the modified z-score of Iglewicz and Hoaglin: 0.6745 (r - median) / MAD
-> 3.5) and more than 1e-3 (0.1% of the loss) from it. Flagged points are reported; with
+Outliers: after the fit, a point is flagged when its log-loss residual lies more than k = ``outlier_z`` (3.5)
+robust standard deviations from the median residual (the modified z-score of Iglewicz and Hoaglin:
+0.6745 (r - median) / MAD > k) and more than 1e-3 (0.1% of the loss) from it. Flagged points are reported; with
 ``drop_outliers=True`` they are left out and the fit repeated until the flagged set no longer changes (at
 most five rounds), as Epoch AI's replication dropped the highest-loss points of Chinchilla's data by hand.
+Flagging is the default and dropping an option: the Huber loss already bounds what a few wild points can
+pull, while dropping by rule also removes real points where the law itself does not hold (the smallest
+models, the shortest runs), which would hide the misfit and narrow the bootstrap intervals.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class ChinchillaFit:
     points: int = 0  # points given
     outliers: list[int] = field(default_factory=list)  # indices of the points flagged as outliers
     dropped: bool = False  # the flagged points were left out of the fit
+    outlier_z: float = 0.0  # the flagging rule's k (modified z-score limit); 0 for a fit that was not flagged
 
     def loss(self, params: ArrayLike, tokens: ArrayLike) -> NDArray[np.float64]:
         n, d = np.asarray(params, dtype=float), np.asarray(tokens, dtype=float)
@@ -153,12 +157,17 @@ def _grid_objective(
     return g, h.mean(axis=1)
 
 
-def flag_outliers(fit: ChinchillaFit, params: ArrayLike, tokens: ArrayLike, losses: ArrayLike) -> list[int]:
-    """Indices of the points whose log-loss residual under ``fit`` is an outlier (module docstring)."""
+def flag_outliers(
+    fit: ChinchillaFit, params: ArrayLike, tokens: ArrayLike, losses: ArrayLike, outlier_z: float = OUTLIER_Z
+) -> list[int]:
+    """Indices of the points whose log-loss residual under ``fit`` is an outlier: modified z-score above
+    ``outlier_z`` and more than 1e-3 from the median residual (module docstring)."""
+    if not outlier_z > 0:
+        raise InputError(f"outlier_z {outlier_z}: the outlier limit must be positive")
     n, d, loss = (np.asarray(x, dtype=float).ravel() for x in (params, tokens, losses))
     r = np.log(loss) - np.log(fit.loss(n, d))
     dev = np.abs(r - np.median(r))
-    limit = max(OUTLIER_Z * float(np.median(dev)) / 0.6745, OUTLIER_FLOOR)
+    limit = max(outlier_z * float(np.median(dev)) / 0.6745, OUTLIER_FLOOR)
     return [int(i) for i in np.flatnonzero(dev > limit)]
 
 
@@ -201,14 +210,16 @@ def fit_chinchilla(
     *,
     init: ChinchillaFit | None = None,
     drop_outliers: bool = False,
+    outlier_z: float = OUTLIER_Z,
 ) -> ChinchillaFit:
     """Approach 3: fit E, A, B, alpha, beta to the points (see the module docstring). With ``init``,
     one L-BFGS run from that fit instead of the grid (the bootstrap refits). Outliers are always flagged
-    (``fit.outliers``); with ``drop_outliers`` they are left out of the fit."""
+    (``fit.outliers``: modified z-score of the log-loss residual above ``outlier_z``); with
+    ``drop_outliers`` they are left out of the fit."""
     n, d, loss = _arrays(params, tokens, losses)
     log_n, log_d, log_l = np.log(n), np.log(d), np.log(loss)
     fit = _lbfgs(log_n, log_d, log_l, init)
-    flagged = flag_outliers(fit, n, d, loss)
+    flagged = flag_outliers(fit, n, d, loss, outlier_z)
     if drop_outliers and flagged:
         for _ in range(5):
             keep = np.setdiff1d(np.arange(len(n)), flagged)
@@ -217,12 +228,13 @@ def fit_chinchilla(
                     f"{len(keep)} points are left after dropping {len(flagged)} outliers: too few"
                 )
             fit = _lbfgs(log_n[keep], log_d[keep], log_l[keep], init)
-            again = flag_outliers(fit, n, d, loss)
+            again = flag_outliers(fit, n, d, loss, outlier_z)
             if again == flagged:
                 break
             flagged = again
         fit.dropped = True
     fit.outliers = flagged
+    fit.outlier_z = outlier_z
     fit.points = len(n)
     return fit
 
@@ -335,7 +347,7 @@ def compute_optimal(
         i = rng.integers(0, len(n), len(n))
         if len(np.unique(n[i])) < 2 or len(np.unique(d[i])) < 2:
             continue
-        f = fit_chinchilla(n[i], d[i], loss[i], init=fit)
+        f = fit_chinchilla(n[i], d[i], loss[i], init=fit, outlier_z=fit.outlier_z or OUTLIER_Z)
         if f.alpha <= 0 or f.beta <= 0:
             continue
         bn, bd = f.optimal(flops)

@@ -19,16 +19,25 @@ if TYPE_CHECKING:
 
 class Pack:
     """Packs the tokenised documents of every input, in input order, into ``staging``; returns the
-    manifest. Counts documents in and out (all packed), tokens in (without EOS) and out (as packed)."""
+    manifest. Counts documents in and out (all packed), tokens in (without EOS) and out (as packed).
+    ``reserved``: special tokens the manifest records with their ids (``tokenizer.special_tokens``)."""
 
     name: ClassVar[str] = "pack"
 
-    def __init__(self, cfg: PackConfig, tokenizer_file: Path, provenance: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        cfg: PackConfig,
+        tokenizer_file: Path,
+        provenance: dict[str, Any],
+        reserved: Sequence[str] = (),
+    ) -> None:
         self.cfg = cfg
         self.tokenizer_file = tokenizer_file
         self.provenance = provenance
+        self.reserved = list(reserved)
 
     def run(self, token_files: Sequence[Path], staging: Path, counts: StageCounts) -> dict[str, Any]:
+        from llmpipe.curate.stages.tokenize import reserved_ids
         from llmpipe.data.writer import ShardWriter
         from llmpipe.tokenizer import Tokenizer
 
@@ -47,6 +56,9 @@ class Pack:
             provenance=self.provenance,
             packing=self.cfg.packing,
             best_fit_window=self.cfg.best_fit_window,
+            special_tokens=reserved_ids(self.tokenizer_file, self.reserved, "pack")
+            if self.reserved
+            else None,
         )
         for path in token_files:  # one row group at a time: memory does not grow with the input
             for batch in pq.ParquetFile(path).iter_batches(columns=["tokens"]):

@@ -42,14 +42,15 @@ class Tokenize:
 
 
 class TrainTokenizer:
-    """Trains a byte-level BPE on the first ``sample_bytes`` of kept text, in input order."""
+    """Trains a byte-level BPE on the first ``sample_bytes`` of kept text, in input order; the special
+    tokens are <|endoftext|> (id 0) and then ``tokenizer.special_tokens`` (ids 1, 2, ...)."""
 
     def __init__(self, cfg: TokenizerConfig, log: Callable[[str], None]) -> None:
         self.cfg = cfg
         self.log = log
 
     def run(self, docs: Sequence[Path], sample: Path, out: Path) -> None:
-        from llmpipe.tokenizer import Tokenizer
+        from llmpipe.tokenizer import EOS, Tokenizer
 
         budget = self.cfg.sample_bytes
         tmp = sample.with_name(".sample.tmp")
@@ -61,16 +62,39 @@ class TrainTokenizer:
                 f.write("\n")
                 budget -= len(t.encode("utf-8")) + 1
         os.replace(tmp, sample)
+        reserved = self.cfg.reserved()
         self.log(
             f"tokenizer: training byte-level BPE, vocab {self.cfg.vocab_size}, "
             f"on {sample.stat().st_size:,} bytes of kept text"
+            + (f", {len(reserved)} special tokens reserved" if reserved else "")
         )
         tok = Tokenizer.train(
-            [str(sample)], self.cfg.vocab_size, pattern=self.cfg.pattern, min_frequency=self.cfg.min_frequency
+            [str(sample)],
+            self.cfg.vocab_size,
+            pattern=self.cfg.pattern,
+            min_frequency=self.cfg.min_frequency,
+            special_tokens=[EOS, *reserved],
         )
         tmp_tok = out.with_name(".tokenizer.tmp.json")
         tok.save(str(tmp_tok))
         os.replace(tmp_tok, out)
+
+
+def reserved_ids(tokenizer_file: Path, names: Sequence[str], where: str) -> dict[str, int]:
+    """The ids of the special tokens ``names`` in the tokenizer (ConfigError naming those it lacks):
+    what the manifest records as ``tokenizer.special_tokens``."""
+    from llmpipe.errors import ConfigError
+    from llmpipe.tokenizer import Tokenizer
+
+    have = Tokenizer.from_file(str(tokenizer_file)).special_tokens
+    missing = [n for n in names if n not in have]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ConfigError(
+            f"{where}: tokenizer.special_tokens names {shown}, which the tokenizer does not hold as special "
+            "tokens (a given tokenizer keeps its own; curate without one to train a tokenizer that reserves them)"
+        )
+    return {n: have[n] for n in names}
 
 
 def _texts(docs: Sequence[Path]) -> Iterator[str]:
