@@ -46,10 +46,10 @@ def run_llmpipe(src: Path, work: Path) -> None:
         pq.write_table(stage.prepare(batch), f)
         keys.append(f)
     stage.resolve(keys, work / "global", RunContext(input_words=0))
-    rewrite = stage.rewriter(work / "global")
     counts = StageCounts(stage.name)
     with pq.ParquetWriter(work / "out.parquet", pa.schema([("id", pa.string()), ("text", pa.string())])) as w:
-        for batch in batches():
+        for j, batch in enumerate(batches()):  # the same blocks: block j's keys are keys[j]
+            rewrite = stage.rewriter(work / "global", keys[j])
             w.write_batch(rewrite.run(batch, counts).select(["id", "text"]))
     (work / "stats.json").write_text(json.dumps(counts.to_dict()))
 

@@ -4,17 +4,19 @@ What bounds the stage's memory is the pair of partitions one suffix-array task h
 it. Each partition count runs in its own child process, which streams a JSONL of real text (bench_curate's
 paragraphs recombined into documents) in 8 MB blocks through the stage as curate runs it: ``prepare``
 per block (key files), ``resolve`` (plan, partitions, one suffix array per pair of partitions, spans
-per partition; in this process, as ``--workers 1``), then the rewrite per block. Before each phase
+per partition, then per input part; in this process, as ``--workers 1``), then the rewrite per
+block (each block is one input part, rewritten with its own part's spans only, as a curate worker). Before each phase
 the child resets its peak RSS (``/proc/self/clear_refs``, Linux) and reads it (``VmHWM``) after, so
 each figure is that phase's own peak (the interpreter and libraries included). Not a comparison
 with a peer: the figures document the memory bound (docs/dedup.md).
 
-Usage: python bench/substring_memory.py [--mb 40] [--partitions 2,8]
+Usage: python bench/substring_memory.py [--mb 40] [--partitions 2,8] [--block-mb 8] [--plan-docs 4000000]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -25,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-PHASES = ("prepare", "plan", "partitions", "suffix arrays", "spans", "rewrite")
+PHASES = ("prepare", "plan", "partitions", "suffix arrays", "spans", "per part", "rewrite")
 
 
 def _peak_mb() -> float:
@@ -44,7 +46,7 @@ def _phase(peaks: dict[str, float], name: str, fn: Callable[[], object]) -> obje
     return out
 
 
-def child(src: Path, work: Path, partitions: int) -> None:
+def child(src: Path, work: Path, partitions: int, block_mb: float) -> None:
     import pyarrow as pa
     import pyarrow.json as pajson
     import pyarrow.parquet as pq
@@ -58,7 +60,7 @@ def child(src: Path, work: Path, partitions: int) -> None:
     stage = sd.SubstringDedup(sd.SubstringDedup.Config(enabled=True, partition_bytes=part))
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for b in pajson.open_json(src, read_options=pajson.ReadOptions(block_size=8 << 20)):
+        for b in pajson.open_json(src, read_options=pajson.ReadOptions(block_size=int(block_mb * (1 << 20)))):
             yield b.select(["id", "text"])
 
     peaks: dict[str, float] = {}
@@ -92,36 +94,83 @@ def child(src: Path, work: Path, partitions: int) -> None:
     for (_, b), s in zip(pairs, spans, strict=True):  # type: ignore[call-overload]
         by_b.setdefault(b, []).append(s)
 
-    def merge() -> None:
-        outs = [sd.partition_spans(parts[b], by_b[b], g / "spans" / f"{b:05d}.parquet") for b in range(k)]  # type: ignore[index]
-        found = pa.concat_tables([pq.read_table(o) for o in outs])
-        pq.write_table(found.sort_by([("id", "ascending"), ("start", "ascending")]), g / "spans.parquet")
-
-    _phase(peaks, "spans", merge)
+    written = _phase(
+        peaks,
+        "spans",
+        lambda: [sd.partition_spans(parts[b], by_b[b], g / "spans" / f"{b:05d}") for b in range(k)],  # type: ignore[index]
+    )
+    by_file: dict[int, list[Path]] = {f: [] for f in range(len(keys))}
+    for b, fs in enumerate(written):  # type: ignore[arg-type]
+        for f in fs:
+            by_file[f].append(g / "spans" / f"{b:05d}" / f"{f:06d}.parquet")
+    _phase(
+        peaks,
+        "per part",
+        lambda: [sd.file_spans(by_file[f], sd.spans_file(g, keys[f])) for f in range(len(keys))],
+    )
+    rows = [pq.read_metadata(sd.spans_file(g, f)).num_rows for f in keys]
     counts = StageCounts(stage.name)
+    digest = hashlib.sha256()
 
-    def rewrite() -> None:
-        cut = stage.rewriter(g)
-        for batch in batches():
-            cut.run(batch, counts)
+    def rewrite() -> None:  # each block by the rewriter of its key file, as a curate worker runs it
+        for j, batch in enumerate(batches()):
+            out = stage.rewriter(g, keys[j]).run(batch, counts)
+            for col in ("id", "text"):
+                digest.update("\0".join(out.column(col).to_pylist()).encode())
 
     _phase(peaks, "rewrite", rewrite)
     peaks["partitions_made"] = k
     peaks["partition_mb"] = part / 1e6
     peaks["bytes_removed"] = counts.counters["bytes_removed"]
+    peaks["sha256"] = digest.hexdigest()[:16]
+    peaks["parts"] = len(keys)
+    peaks["spans_total"] = sum(rows)
+    peaks["spans_max_part"] = max(rows)
     print(json.dumps(peaks))
+
+
+def plan_child(docs: int, work: Path) -> None:
+    """The plan's peak on ``docs`` documents of 4 key files, ids as curate writes them (``<input>/<n>``),
+    each 20 bytes of text: what grows per document in the process that resolves."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from llmpipe.curate.stages import substring_dedup as sd
+
+    keys = []
+    order = np.random.default_rng(0).permutation(docs)
+    for f, chunk in enumerate(np.array_split(order, 4)):
+        ids = pa.array([f"cc-main-2019-30-extracted.jsonl.gz/{i}" for i in chunk.tolist()])
+        keys.append(work / f"{f}.keys.parquet")
+        pq.write_table(
+            pa.table({"id": ids, "text": pa.array(["x" * 20] * len(chunk), pa.large_string())}), keys[-1]
+        )
+    del ids, order
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _peak_mb()
+    sd.plan_partitions(keys, 1 << 20, work / "plan")
+    peak = _peak_mb()
+    print(
+        f"plan of {docs:,} documents: peak RSS {peak:.0f} MB, {(peak - before) * 2**20 / docs:.0f} bytes a document above the RSS before it"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=float, default=40)
     ap.add_argument("--partitions", default="2,8")
+    ap.add_argument("--block-mb", type=float, default=8, help="input part (key file) size")
+    ap.add_argument("--plan-docs", type=int, default=0, help="also measure the plan on this many documents")
+    ap.add_argument("--plan-child", type=int)
     ap.add_argument("--child", type=int)
     ap.add_argument("--src")
     ap.add_argument("--work")
     args = ap.parse_args()
+    if args.plan_child:
+        plan_child(args.plan_child, Path(args.work))
+        return
     if args.child:
-        child(Path(args.src), Path(args.work), args.child)
+        child(Path(args.src), Path(args.work), args.child, args.block_mb)
         return
     from bench_curate import paragraphs, write_corpus
 
@@ -137,10 +186,26 @@ def main() -> None:
             work = root / f"k{k}"
             work.mkdir()
             cmd = [sys.executable, __file__, "--child", str(k), "--src", str(src), "--work", str(work)]
+            cmd += ["--block-mb", str(args.block_mb)]
             r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
             label = f"{r['partitions_made']} x {r['partition_mb']:.1f} MB"
             print(f"{label:>10s} " + " ".join(f"{r[p]:13.0f}" for p in PHASES) + f"  {r['bytes_removed']:,}")
+            print(f"{'':>10s} sha256 of the rewritten (id, text): {r['sha256']}")
             print(f"{'CPU-s':>10s} " + " ".join(f"{r[p + ' CPU-s']:13.1f}" for p in PHASES))
+            print(
+                f"{r['spans_total']:,} spans in {r['parts']} input parts, at most {r['spans_max_part']:,} in one"
+            )
+        if args.plan_docs:
+            (root / "plan").mkdir()
+            cmd = [
+                sys.executable,
+                __file__,
+                "--plan-child",
+                str(args.plan_docs),
+                "--work",
+                str(root / "plan"),
+            ]
+            print(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip())
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import unicodedata
 from pathlib import Path
 
@@ -14,39 +15,78 @@ from llmpipe.io.extract import charset_of, decode, extract, is_html
 
 
 def test_trafilatura_eval_snippets(data_dir: Path) -> None:
-    """The ``with`` snippets are in the main text and the ``without`` ones are not, for >= 80% of them."""
+    """Scored as trafilatura's evaluation scores itself (tests/comparison_small.py): a ``with`` snippet
+    found is a true positive, missing a false negative; a ``without`` snippet found a false positive.
+
+    Pins the extractor's quality on all 884 pages present: F1 0.921 (trafilatura 2.3.1 with default
+    settings: 0.919; resiliparse's main-content extraction alone: 0.846; llmpipe before its
+    boilerplate filter: 0.865), measured by bench/bench_extract_f1.py. A change that loses a point of
+    F1 (about 50 snippets) fails here.
+    """
     html = data_dir / "html"
     evaldata = json.loads((html / "trafilatura-evaldata.json").read_text(encoding="utf-8"))
-    found = expected = absent = unexpected = pages = 0
+    tp = fn = fp = tn = pages = clean = 0
     for item in evaldata.values():
         page = html / "trafilatura-eval" / item["file"]
-        if not page.is_file():
+        if not item["file"] or not page.is_file():
             continue
         pages += 1
         text = extract(page.read_bytes())
-        for s in item.get("with", []):
-            expected += 1
-            found += s in text
-        for s in item.get("without", []):
-            unexpected += 1
-            absent += s not in text
-    score = (found + absent) / (expected + unexpected)
-    print(
-        f"trafilatura eval: {pages} pages; 'with' found {found}/{expected} ({found / expected:.1%}), "
-        f"'without' absent {absent}/{unexpected} ({absent / unexpected:.1%}); overall {score:.1%}"
-    )
-    assert pages > 800
-    assert score >= 0.80
-    assert found / expected >= 0.90  # the main text is kept
+        found = sum(s in text for s in item["with"])
+        kept = sum(s in text for s in item["without"])
+        tp, fn = tp + found, fn + len(item["with"]) - found
+        fp, tn = fp + kept, tn + len(item["without"]) - kept
+        clean += found == len(item["with"]) and kept == 0  # every snippet right on this page
+    precision, recall, f1 = tp / (tp + fp), tp / (tp + fn), 2 * tp / (2 * tp + fp + fn)
+    print(f"trafilatura eval: {pages} pages, {clean} with every snippet right; precision {precision:.3f} "
+          f"recall {recall:.3f} F1 {f1:.4f} (tp {tp} fn {fn} fp {fp} tn {tn})")  # fmt: skip
+    assert pages == 884
+    assert f1 >= 0.91 and precision >= 0.90 and recall >= 0.92
+    # pages with every snippet right (594 now, trafilatura 577): not a few good pages offsetting bad ones
+    assert clean >= 575
+
+
+def test_boilerplate_rules() -> None:
+    """Long text is kept; link lists, and short labels next to boilerplate, are not."""
+    from llmpipe.io.extract import Boilerplate, html_to_text
+
+    para = "The committee met on Tuesday and agreed, after a long debate, to publish its findings. " * 2
+    page = f"""<html><body><nav><a href=/>Home</a> <a href=/news>News</a></nav>
+    <div><p><a href=/a>Top story one is here</a></p><p><a href=/b>Another teaser headline, linked</a></p>
+    <p>Share this article</p></div>
+    <main><p>{para}</p><h2>What happens next</h2><p>{para}</p>
+    <p>A medium-length remark that sits between text.</p><p>{para}</p></main>
+    <div><p>Mehr zum Thema</p><p><a href=/c>A related article that only links elsewhere</a></p></div>
+    </body></html>"""
+    text = html_to_text(page)
+    assert text.count("The committee met") == 6
+    assert "What happens next" in text  # a heading between two paragraphs of text
+    assert "A medium-length remark" in text
+    for gone in ("Top story", "Another teaser", "Share this article", "Mehr zum Thema", "A related article"):
+        assert gone not in text, gone
+    assert "\u00a0" not in html_to_text(f"<p>{para}&nbsp;1&nbsp;000&nbsp;km</p>")  # no-break spaces as spaces
+    # all visible text when main content is not asked for
+    assert "Share this article" in html_to_text(page, main_content=False)
+    # link text is counted in linear time, even on a line of 30,000 links that are never closed
+    t0 = time.process_time()
+    (block,) = Boilerplate.blocks("<p>" + "".join(f"<a href=/{i}>word " for i in range(30_000)) + "</p>")
+    assert block.linked == 0 and block.chars == 30_000 * 5 - 1 and time.process_time() - t0 < 2
+    (block,) = Boilerplate.blocks('<p>one <a href="/x">two <b>bold</b></a> three <a href=y>four</a></p>')
+    assert (block.text, block.chars, block.linked) == ("one two bold three four", 23, 12)
 
 
 def _pages(data_dir: Path) -> dict[str, tuple[str, str]]:
-    """url -> (text, meta) for the documents of the multi-charset Common Crawl excerpt."""
+    """url -> (text, meta) for the documents of the multi-charset Common Crawl excerpt.
+
+    All visible text (``html_main_content: false``): these checks are about decoding, and half of
+    these pages are shop and link-list pages whose main text, judged as such, is empty.
+    """
     path = data_dir / "web" / "cc-main-2020-34-excerpt.warc.gz"
     read, extract_counts = StageCounts("read"), StageCounts("extract")
     bad: list[object] = []
     out = {}
-    for batch in read_documents(path, path.name, ReadConfig(), bad.append, read, extract_counts):
+    cfg = ReadConfig(html_main_content=False)
+    for batch in read_documents(path, path.name, cfg, bad.append, read, extract_counts):
         for row in batch.to_pylist():
             meta = json.loads(row["meta"])
             out[meta["url"]] = (row["text"], meta)

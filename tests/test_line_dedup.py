@@ -80,10 +80,11 @@ def _run_stage(
     assert drops.num_rows == 0
     counts = StageCounts(stage.name)
     kept = {}
-    rewrite = stage.rewriter(work / "global")
-    for batch in table.to_batches(max_chunksize=97):
-        out = rewrite.run(batch, counts)
-        kept.update(zip(out.column("id").to_pylist(), out.column("text").to_pylist(), strict=True))
+    for j, start in enumerate(range(0, len(ids), cut)):  # each part by the rewriter of its key file
+        rewrite = stage.rewriter(work / "global", key_files[j])
+        for batch in table.slice(start, cut).to_batches(max_chunksize=97):
+            out = rewrite.run(batch, counts)
+            kept.update(zip(out.column("id").to_pylist(), out.column("text").to_pylist(), strict=True))
     counts.check()
     return kept, counts
 

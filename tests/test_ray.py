@@ -203,24 +203,25 @@ def test_corpus_dedup_phases_as_cluster_tasks(cluster: Cluster, data_dir: Path, 
         docs = [json.loads(line) for line in f][:200]
     table = pa.table({"id": [str(d["id"]) for d in docs], "text": [d["text"] for d in docs]})
     stages = [
-        (LineDedup(LineDedup.Config(enabled=True)), "repeated.parquet"),
+        (LineDedup(LineDedup.Config(enabled=True)), ["repeated.parquet"]),
         (
             SubstringDedup(SubstringDedup.Config(enabled=True, min_length=100, partition_bytes=150_000)),
-            "spans.parquet",
+            [f"by_part/substring_dedup-{j}.keys.parquet" for j in range(4)],  # spans per key file
         ),
     ]
     try:
         ex = RayExecutor(f"127.0.0.1:{cluster.port}", progress=False)
-        for stage, result in stages:
+        for stage, results in stages:
             keys = []
             for j in range(4):
                 keys.append(tmp_path / f"{stage.name}-{j}.keys.parquet")
                 pq.write_table(stage.prepare(table.slice(50 * j, 50).to_batches()[0]), keys[-1])
             stage.resolve(keys, tmp_path / stage.name / "local", RunContext(input_words=0))
             stage.resolve(keys, tmp_path / stage.name / "ray", RunContext(input_words=0), ex)
-            local = pq.read_table(tmp_path / stage.name / "local" / result)
-            assert local.num_rows > 10
-            assert pq.read_table(tmp_path / stage.name / "ray" / result).equals(local)
+            local = [pq.read_table(tmp_path / stage.name / "local" / r) for r in results]
+            assert sum(t.num_rows for t in local) > 10
+            for r, want in zip(results, local, strict=True):
+                assert pq.read_table(tmp_path / stage.name / "ray" / r).equals(want)
         assert len(list((tmp_path / "substring_dedup" / "ray" / "pairs").glob("*.npy"))) >= 6
     finally:
         ray.shutdown()

@@ -176,13 +176,15 @@ def test_arc_metadata_and_text(data_dir: Path) -> None:
         "date": "2009-11-21T00:45:01Z",
         "content_type": "text/html",
     }
-    assert rows[0]["text"].startswith("Course Solutions And Notes")
+    # the page's main text: its document descriptions (the site's heading above them is a short block
+    # next to navigation, which the boilerplate filter drops)
+    assert rows[0]["text"].startswith("Description: Viral Vectors and Gene Therapy I General Virology")
 
 
 def test_warc_ids_are_record_ids(data_dir: Path) -> None:
     _, _, _, rows = read_all(data_dir / "web" / "wget-crawl-0000.warc.gz")
     assert all(re.fullmatch(r"wget-crawl-0000\.warc\.gz/urn:uuid:[0-9A-F-]{36}", r["id"]) for r in rows)
-    assert len({r["id"] for r in rows}) == len(rows) == 22
+    assert len({r["id"] for r in rows}) == len(rows) == 21  # of 22 pages, one has no main text
 
 
 @pytest.mark.parametrize("codec", ["plain", "zstd", "bz2"])
@@ -199,7 +201,7 @@ def test_warc_in_other_codecs_reads_the_same(data_dir: Path, tmp_path: Path, cod
     assert detect_format(out) == "warc"
     want = [(r["id"].split("/", 1)[1], r["text"]) for r in read_all(src)[3]]
     got = [(r["id"].split("/", 1)[1], r["text"]) for r in read_all(out)[3]]
-    assert got == want and len(got) == 16
+    assert got == want and len(got) == 13  # 16 pages, 3 of them link lists without main text
 
 
 @pytest.mark.parametrize("codec", ["zst", "bz2", "gz", "plain"])

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from llmpipe import _core
 from llmpipe.curate.stage import RunContext, StageCounts
-from llmpipe.curate.stages.substring_dedup import SubstringDedup
+from llmpipe.curate.stages.substring_dedup import SubstringDedup, spans_file
 
 
 def _docs(data_dir: Path, n: int) -> tuple[list[str], list[str]]:
@@ -90,7 +90,13 @@ def test_matches_brute_force_on_real_crawl_text(data_dir: Path, tmp_path: Path) 
         key_files.append(f)
     assert stage.resolve(key_files, tmp_path / "g", RunContext(input_words=0)).num_rows == 0
     assert len(list((tmp_path / "g" / "text").glob("*.bin"))) >= 6  # several partitions, all pairs
-    got = pq.read_table(tmp_path / "g" / "spans.parquet").to_pylist()
+    # the spans are kept per key file (an input part), each sorted by (id, start)
+    got = []
+    for j, f in enumerate(key_files):
+        part = pq.read_table(spans_file(tmp_path / "g", f))
+        assert set(part["id"].to_pylist()) <= set(ids[50 * j : 50 * j + 50])
+        assert part.equals(part.sort_by([("id", "ascending"), ("start", "ascending")]))
+        got += part.to_pylist()
     found: dict[str, list[tuple[int, int]]] = {}
     for r in got:
         found.setdefault(r["id"], []).append((r["start"], r["end"]))
@@ -103,11 +109,12 @@ def test_matches_brute_force_on_real_crawl_text(data_dir: Path, tmp_path: Path) 
 
     # the rewrite: every document without its spans, emptied ones dropped with a reason
     counts = StageCounts(stage.name)
-    rewrite = stage.rewriter(tmp_path / "g")
     kept = {}
-    for batch in table.to_batches(max_chunksize=40):
-        out = rewrite.run(batch, counts)
-        kept.update(zip(out.column("id").to_pylist(), out.column("text").to_pylist(), strict=True))
+    for j, f in enumerate(key_files):  # each part by the rewriter of its key file (its spans only)
+        rewrite = stage.rewriter(tmp_path / "g", f)
+        for batch in table.slice(50 * j, 50).to_batches(max_chunksize=40):
+            out = rewrite.run(batch, counts)
+            kept.update(zip(out.column("id").to_pylist(), out.column("text").to_pylist(), strict=True))
     counts.check()
     removed = 0
     for i, t in zip(ids, texts, strict=True):

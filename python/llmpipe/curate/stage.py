@@ -359,8 +359,9 @@ class GlobalRewrite(GlobalStage):
     stage's name; documents it empties are dropped as ``empty_after_<name>``)."""
 
     @abstractmethod
-    def rewriter(self, resolved: Path) -> DocStage:
-        """The mapper that applies the decisions ``resolve`` wrote under ``resolved``."""
+    def rewriter(self, resolved: Path, key_file: Path) -> DocStage:
+        """The mapper that applies the decisions ``resolve`` wrote under ``resolved`` to the
+        documents whose keys were ``key_file`` (one input part: it may load only that part's)."""
 
 
 DROPS_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("dup_of", pa.string())])

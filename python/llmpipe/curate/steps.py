@@ -182,13 +182,13 @@ def _source_batches(
         return
     assert seg.after is not None
     step: DocStage | ListedDrops
+    key_file = work.keys(k - 1, i)
     if isinstance(seg.after, GlobalRewrite):  # rewrites documents (line, substring dedup)
-        step = seg.after.rewriter(work.global_dir(k - 1))
+        step = seg.after.rewriter(work.global_dir(k - 1), key_file)
     else:
         step = ListedDrops(_load_drops(str(work.drops(k - 1))))
     c = StageCounts(seg.after.name)
     counts.append(c)
-    key_file = work.keys(k - 1, i)
     for batch in pq.ParquetFile(work.docs(k - 1, i)).iter_batches(batch_size=1000):
         kept = step.run(seg.after.annotate(batch, key_file, c), c)
         if kept.num_rows:

@@ -21,7 +21,8 @@ class ReadConfig:
     #: (one Arrow string column holds at most 2 GiB); Parquet row groups are decoded in slices of
     #: at most a quarter of it (a slice is held as Arrow and as Python strings at once)
     max_batch_bytes: int = 64 << 20
-    #: HTML pages: keep only the main content (resiliparse's heuristics), else all visible text
+    #: HTML pages: keep only the main content (resiliparse's main-content pass, then the block-level
+    #: boilerplate filter of ``llmpipe.io.extract.Boilerplate``), else all visible text
     html_main_content: bool = True
     #: web pages whose elements nest deeper than this are dropped as ``html_too_deep`` before
     #: extraction (its time grows with the square of the depth: 20,000 levels take half a minute)

@@ -119,7 +119,8 @@ class LineDedup(GlobalRewrite):
         write_table_atomic(out, repeated.sort_by("hash"))
         return DROPS_SCHEMA.empty_table()
 
-    def rewriter(self, resolved: Path) -> Mapper:
+    def rewriter(self, resolved: Path, key_file: Path) -> Mapper:
+        # the repeated keys are few (one row per key found in several documents), shared by all parts
         return DropRepeated(self.cfg, resolved / "repeated.parquet")
 
 

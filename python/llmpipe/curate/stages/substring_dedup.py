@@ -15,11 +15,13 @@ of ``b`` is a repeat when it also starts earlier in ``a + b``. The union over al
 exactly the repeats of ``b`` in the whole run. A task holds two partitions (about 13 bytes of
 memory per byte of text); the cost is quadratic in the number of partitions (``k (k + 1) / 2``
 suffix arrays), the honest price of exact cross-partition matches without Lee et al.'s on-disk
-merge of suffix arrays.
+merge of suffix arrays. The spans found are written per input part (the key file of their
+documents): the resolve merges one part's at a time and the rewrite of a part loads only its own.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from llmpipe.buffers import string_buffers
 from llmpipe.curate.executors import Executor, map_with
 from llmpipe.curate.stage import DROPS_SCHEMA, GlobalRewrite, Mapped, Mapper, RunContext
 from llmpipe.curate.workdir import atomic_path, fault_point, read_parquet, write_table_atomic
+from llmpipe.data.format import atomic_write_json
 from llmpipe.errors import InputError
 
 SEP = 0xFF
@@ -75,9 +78,12 @@ class SubstringDedup(GlobalRewrite):
     def resolve(
         self, key_files: Sequence[Path], workdir: Path, run: RunContext, executor: Executor | None = None
     ) -> pa.Table:
-        out = workdir / "spans.parquet"
-        if out.exists():
+        done = workdir / "spans.done"
+        if done.exists():
             return DROPS_SCHEMA.empty_table()
+        names = [f.name for f in key_files]
+        if len(set(names)) != len(names):
+            raise ValueError("substring_dedup: key files must have distinct names (spans are kept per file)")
         plans = plan_partitions(key_files, self.cfg.partition_bytes, workdir / "plan")
         files = [str(f) for f in key_files]
         parts = map_with(
@@ -100,19 +106,33 @@ class SubstringDedup(GlobalRewrite):
         by_b: dict[int, list[Path]] = {}
         for (_, b), s in zip(pairs, spans, strict=True):
             by_b.setdefault(b, []).append(s)
-        outs = map_with(
+        written = map_with(
             executor,
             partition_spans,
-            [(parts[b], by_b[b], workdir / "spans" / f"{b:05d}.parquet") for b in range(k)],
+            [(parts[b], by_b[b], workdir / "spans" / f"{b:05d}") for b in range(k)],
             "substring_dedup spans",
         )
-        tables = [read_parquet(o) for o in outs]
-        found = pa.concat_tables(tables) if tables else SPANS_SCHEMA.empty_table()
-        write_table_atomic(out, found.sort_by([("id", "ascending"), ("start", "ascending")]))
+        # each key file's spans: the pieces that the partitions holding its documents found
+        by_file: dict[int, list[Path]] = {f: [] for f in range(len(key_files))}
+        for b, fs in enumerate(written):
+            for f in fs:
+                by_file[f].append(workdir / "spans" / f"{b:05d}" / f"{f:06d}.parquet")
+        map_with(
+            executor,
+            file_spans,
+            [(by_file[f], spans_file(workdir, key_files[f])) for f in range(len(key_files))],
+            "substring_dedup spans per input part",
+        )
+        atomic_write_json(done, {"key_files": names})
         return DROPS_SCHEMA.empty_table()
 
-    def rewriter(self, resolved: Path) -> Mapper:
-        return CutSpans(resolved / "spans.parquet")
+    def rewriter(self, resolved: Path, key_file: Path) -> Mapper:
+        return CutSpans(spans_file(resolved, key_file))
+
+
+def spans_file(resolved: Path, key_file: Path) -> Path:
+    """Where ``resolve`` writes the spans of the documents whose keys were ``key_file`` (an input part)."""
+    return resolved / "by_part" / key_file.name
 
 
 def plan_partitions(key_files: Sequence[Path], partition_bytes: int, out: Path) -> list[Path]:
@@ -163,7 +183,7 @@ def plan_partitions(key_files: Sequence[Path], partition_bytes: int, out: Path) 
 
 def build_partition(key_files: Sequence[str], plan: Path, out: Path) -> Path:
     """A partition's text: its documents in plan order joined by 0xFF (``out.bin``), and where each
-    starts (``out.parquet``: id, start, bytes)."""
+    starts (``out.parquet``: id, key file, start, bytes)."""
     docs_file, text_file = out.with_suffix(".parquet"), out.with_suffix(".bin")
     if docs_file.exists():
         return out
@@ -187,7 +207,8 @@ def build_partition(key_files: Sequence[str], plan: Path, out: Path) -> Path:
     with atomic_path(text_file) as tmp:
         tmp.write_bytes(buf.tobytes())
     starts, lengths = pa.array(starts.astype(np.int64)), pa.array(lengths.astype(np.int64))
-    write_table_atomic(docs_file, pa.table({"id": p["id"], "start": starts, "bytes": lengths}))
+    table = {"id": p["id"], "file": p["file"], "start": starts, "bytes": lengths}
+    write_table_atomic(docs_file, pa.table(table))
     return out
 
 
@@ -228,11 +249,13 @@ def merge_spans(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.nd
     return out_s, out_e
 
 
-def partition_spans(part: Path, pairs: Sequence[Path], out: Path) -> Path:
+def partition_spans(part: Path, pairs: Sequence[Path], out: Path) -> list[int]:
     """Partition ``b``'s repeated spans (the union over its pairs) per document: (id, start, end)
-    byte offsets in the document, trimmed to whole UTF-8 characters."""
-    if out.exists():
-        return out
+    byte offsets in the document, trimmed to whole UTF-8 characters, written per key file of the
+    documents (``out/<file>.parquet``, in plan order); returns those key files' indices."""
+    done = out.with_suffix(".json")
+    if done.exists():
+        return [int(f) for f in json.loads(done.read_text())["files"]]
     flat = [np.load(p).reshape(-1, 2) for p in pairs]
     both = np.concatenate(flat) if flat else np.zeros((0, 2), np.int64)
     s, e = merge_spans(both[:, 0], both[:, 1])
@@ -248,7 +271,24 @@ def partition_spans(part: Path, pairs: Sequence[Path], out: Path) -> Path:
     j = np.searchsorted(starts, s, side="right") - 1
     ids = docs["id"].take(pa.array(j)) if len(j) else pa.array([], pa.string())
     base = starts[j] if len(j) else np.zeros(0, np.int64)
-    write_table_atomic(out, pa.table({"id": ids, "start": s - base, "end": e - base}, schema=SPANS_SCHEMA))
+    found = pa.table({"id": ids, "start": s - base, "end": e - base}, schema=SPANS_SCHEMA)
+    file = docs["file"].to_numpy()[j] if len(j) else np.zeros(0, np.int32)
+    files = np.unique(file).tolist()
+    out.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        write_table_atomic(out / f"{f:06d}.parquet", found.filter(pa.array(file == f)))
+    atomic_write_json(done, {"files": files})
+    return [int(f) for f in files]
+
+
+def file_spans(pieces: Sequence[Path], out: Path) -> Path:
+    """One key file's spans, sorted by (id, start): the pieces of the partitions holding its
+    documents (a document is in one partition: its spans are already disjoint)."""
+    if out.exists():
+        return out
+    tables = [read_parquet(p) for p in pieces]
+    found = pa.concat_tables(tables) if tables else SPANS_SCHEMA.empty_table()
+    write_table_atomic(out, found.sort_by([("id", "ascending"), ("start", "ascending")]))
     return out
 
 
