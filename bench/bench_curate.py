@@ -8,20 +8,40 @@ four heuristic filters (Gopher repetition, Gopher quality, C4, FineWeb) and MinH
 a fastText model download), and llmpipe also trains a BPE and packs shards, which datatrove does not.
 Each run is a fresh process tree; CPU time and peak RSS are those of the whole tree.
 
+Corpus mode (``--corpus mixed``): documents from many real sources of ../shared/data, each document
+drawn from one source (Common Crawl extracts, ABC news, State of the Union and inaugural speeches, movie
+reviews, web forum text, UDHR paragraphs in ~280 languages, Genesis in 8 languages, Wikipedia articles,
+the Python docs' reStructuredText, books in English and French, the Jargon File, GCIDE), and ~15% of
+the documents planted near-duplicates (an earlier document with 2-10% of its words edited). llmpipe runs
+the **default** config (every default stage: language ID, the four filters, exact and near dedup, PII,
+BPE training, tokenize, pack); datatrove runs the same four filters and MinHash as above (no language
+ID, no exact dedup, no PII, no tokenizer). It prints, per run, the keep rate of every stage (stats.json)
+and the peak RSS of the largest process and of the whole process tree (sampled every 50 ms).
+
 Usage: python bench/bench_curate.py [--sizes 0.1,0.4] [--workers 1,2] [--skip-datatrove]
+       python bench/bench_curate.py --corpus mixed --sizes 0.1,0.4,1.2 --workers 2 [--files 1,16]
 """
 
 from __future__ import annotations
 
 import argparse
+import bz2
 import gzip
+import html
 import json
 import os
 import random
+import re
+import resource
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,6 +103,161 @@ def paragraphs() -> list[str]:
     return [p.strip() for p in out if len(p.split()) >= 5]
 
 
+def _zip_texts(name: str, keep: Callable[[str], bool] = lambda n: True) -> list[tuple[str, str]]:
+    out = []
+    with zipfile.ZipFile(DATA / "reference" / "nltk" / name) as z:
+        for n in sorted(z.namelist()):
+            if n.endswith("/") or n.endswith("README") or not keep(n):
+                continue
+            enc = "utf-8" if n.endswith("UTF8") else "latin-1"
+            out.append((n, z.read(n).decode(enc, errors="replace").replace("\r\n", "\n")))
+    return out
+
+
+def _paras(text: str, sep: str = "\n\n", min_words: int = 3) -> list[str]:
+    """Paragraphs (or lines) of at least ``min_words`` words and at most 8,000 characters."""
+    return [p.strip() for p in text.split(sep) if len(p.split()) >= min_words and len(p) <= 8000]
+
+
+_WIKI_DROP = re.compile(
+    r"\{\{[^{}]*\}\}|<ref[^>]*/>|<ref[^>]*>.*?</ref>|<[^>]+>|\[\[(?:File|Image|Category):[^\]]*\]\]", re.S
+)
+_WIKI_LINK = re.compile(r"\[\[(?:[^\]|]*\|)?([^\]]*)\]\]")
+
+
+def _wiki() -> list[str]:
+    """Paragraphs of the Wikipedia articles, templates, references and markup removed."""
+    xml = bz2.decompress((DATA / "reference" / "enwiki-2016-excerpt.xml.bz2").read_bytes()).decode()
+    out = []
+    for body in re.findall(r"<text[^>]*>(.*?)</text>", xml, flags=re.S):
+        body = html.unescape(body)
+        for _ in range(3):  # nested templates
+            body = _WIKI_DROP.sub("", body)
+        body = _WIKI_LINK.sub(r"\1", body).replace("'''", "").replace("''", "")
+        out += [p for p in _paras(body, min_words=8) if not p.startswith(("{", "|", "!", "*", "=", "#", ":"))]
+    return out
+
+
+Source = tuple[float, int, int, str, list[list[str]]]
+
+
+def sources() -> dict[str, Source]:
+    """name -> (weight, min units, max units, joiner, pools): a document takes one pool of its source
+    (one language of UDHR and Genesis, one book; the others have one pool) and draws units from it."""
+    web: list[str] = []
+    for name in ("cc-main-2019-30-extracted.jsonl.gz", "cc-main-2023-06-sample.jsonl.gz"):
+        for line in gzip.decompress((DATA / "web" / name).read_bytes()).splitlines():
+            web += _paras(json.loads(line)["text"], min_words=5)
+    for name in ("cc-en-head-0091.jsonl", "cc-en-head-0174.jsonl"):
+        for line in (DATA / "web" / name).read_text(encoding="utf-8").splitlines():
+            web += _paras(json.loads(line)["text"], "\n", 5)
+    lines = {
+        z: [p for _, t in _zip_texts(z) for p in _paras(t, "\n", 5)] for z in ("abc.zip", "movie_reviews.zip")
+    }
+    speeches = [
+        p for z in ("state_union.zip", "inaugural.zip") for _, t in _zip_texts(z) for p in _paras(t, "\n", 5)
+    ]
+    forum = [p for _, t in _zip_texts("webtext.zip") for p in _paras(t, "\n", 3)]
+    udhr = [_paras(t, "\n") for _, t in _zip_texts("udhr.zip", lambda n: n.endswith(("UTF8", "Latin1")))]
+    genesis = [_paras(t, "\n", 5) for _, t in _zip_texts("genesis.zip")]
+    rst: list[str] = []
+    with tarfile.open(DATA / "reference" / "python-3.11-docs.rst.tar.gz") as tar:
+        for m in sorted(tar.getmembers(), key=lambda m: m.name):
+            f = tar.extractfile(m) if m.isfile() else None
+            if f is not None:
+                rst += _paras(f.read().decode("utf-8", errors="replace"), min_words=5)
+    books = [
+        _paras(p.read_text(encoding="utf-8", errors="replace"))
+        for p in sorted((DATA / "reference" / "books").glob("*.txt"))
+    ]
+    jargon = _paras(gzip.decompress((DATA / "reference" / "jargon.txt.gz").read_bytes()).decode("latin-1"))
+    gcide = gzip.decompress((DATA / "reference" / "gcide.dict.gz").read_bytes())[:20_000_000]
+    table: dict[str, Source] = {
+        "web": (0.22, 3, 30, "\n\n", [web]),
+        "news": (0.12, 5, 30, "\n", [lines["abc.zip"]]),
+        "speeches": (0.08, 3, 25, "\n\n", [speeches]),
+        "reviews": (0.08, 8, 35, "\n", [lines["movie_reviews.zip"]]),
+        "forum": (0.04, 5, 40, "\n", [forum]),
+        "udhr": (0.10, 3, 20, "\n\n", udhr),
+        "genesis": (0.03, 5, 30, "\n", genesis),
+        "wiki": (0.12, 3, 25, "\n\n", [_wiki()]),
+        "python-docs": (0.07, 3, 30, "\n\n", [rst]),
+        "books": (0.06, 3, 30, "\n\n", books),
+        "jargon": (0.04, 3, 20, "\n\n", [jargon]),
+        "gcide": (0.04, 3, 20, "\n\n", [_paras(gcide.decode("utf-8", errors="replace"))]),
+    }
+    return {
+        k: (w, lo, hi, j, [p for p in pools if len(p) >= 3]) for k, (w, lo, hi, j, pools) in table.items()
+    }
+
+
+def _edit(text: str, rng: random.Random, words: list[str]) -> str:
+    """A near-duplicate: 2-10% of the words replaced, deleted or followed by an inserted one."""
+    rate = rng.uniform(0.02, 0.10)
+    out = []
+    for line in text.split("\n"):
+        new: list[str] = []
+        for t in line.split(" "):
+            r = rng.random()
+            if r >= rate:
+                new.append(t)
+            elif r < rate / 3:
+                new.append(rng.choice(words))
+            elif r < 2 * rate / 3:
+                new += [t, rng.choice(words)]
+        out.append(" ".join(new))
+    return "\n".join(out)
+
+
+def write_mixed_corpus(
+    dest: Path, size: int, files: int, srcs: dict[str, Source], dup_rate: float = 0.15, seed: int = 0
+) -> dict[str, int]:
+    """``size`` bytes of JSONL in ``files`` files, ``dup_rate`` of the documents edited copies of
+    earlier ones; returns the documents per source and the planted copies."""
+    rng = random.Random(seed)
+    dest.mkdir(parents=True)
+    names = list(srcs)
+    weights = [srcs[n][0] for n in names]
+    words = [w for p in srcs["news"][4][0][:5000] for w in p.split()]
+    recent: list[str] = []  # originals a planted copy may come from
+    counts = dict.fromkeys([*names, "planted"], 0)
+    per = size // files
+    n = 0
+    for k in range(files):
+        with open(dest / f"part-{k:04d}.jsonl", "w", encoding="utf-8") as f:
+            while f.tell() < per:
+                if recent and rng.random() < dup_rate:
+                    text = _edit(rng.choice(recent), rng, words)
+                    counts["planted"] += 1
+                else:
+                    name = rng.choices(names, weights)[0]
+                    _, lo, hi, joiner, pools = srcs[name]
+                    pool = rng.choice(pools)
+                    text = joiner.join(rng.choice(pool) for _ in range(rng.randint(lo, hi)))
+                    counts[name] += 1
+                    if len(recent) < 20_000:
+                        recent.append(text)
+                    else:
+                        recent[rng.randrange(len(recent))] = text
+                f.write(json.dumps({"id": str(n), "text": text}, ensure_ascii=False) + "\n")
+                n += 1
+    return counts
+
+
+def split_corpus(src: Path, dest: Path, files: int) -> None:
+    """The lines of ``src`` in ``files`` files of about equal size, in order."""
+    dest.mkdir(parents=True)
+    per = src.stat().st_size // files
+    with open(src, "rb") as f:
+        for k in range(files):
+            with open(dest / f"part-{k:04d}.jsonl", "wb") as out:
+                while out.tell() < per or k == files - 1:
+                    line = f.readline()
+                    if not line:
+                        break
+                    out.write(line)
+
+
 def write_corpus(dest: Path, size: int, files: int, paras: list[str], seed: int = 0) -> None:
     rng = random.Random(seed)
     dest.mkdir(parents=True)
@@ -111,12 +286,184 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     return wall, cpu, rss
 
 
+def _tree(root: int) -> list[int]:
+    """``root`` and its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def _status_kb(pid: int, keys: tuple[str, ...]) -> dict[str, int]:
+    got = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                k = line.split(":", 1)[0]
+                if k in keys:
+                    got[k] = int(line.split()[1])
+    except OSError:
+        pass
+    return got
+
+
+@dataclass
+class TreeRun:
+    wall: float
+    cpu: float  # CPU seconds of the whole process tree (user + system)
+    largest_mb: float  # peak RSS of the largest process (the kernel's high-water mark)
+    driver_mb: float  # peak RSS of the command's own process
+    tree_mb: float  # peak of the sum of the tree's RSS, sampled every 50 ms
+
+
+def measure_tree(cmd: list[str]) -> TreeRun:
+    """Run ``cmd``; its wall time, the CPU time of it and every process it starts, and peak RSS of
+    the largest process, of ``cmd``'s own process and of the tree (sum of RSS) while it runs."""
+    t = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    hwm: dict[int, int] = {}
+    tree_kb = 0
+    while proc.poll() is None:
+        total = 0
+        for pid in _tree(proc.pid):
+            s = _status_kb(pid, ("VmRSS", "VmHWM"))
+            total += s.get("VmRSS", 0)
+            hwm[pid] = max(hwm.get(pid, 0), s.get("VmHWM", 0))
+        tree_kb = max(tree_kb, total)
+        time.sleep(0.05)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.wait() != 0:
+        raise RuntimeError(f"{cmd[0]} failed:\n{err[-2000:]}")
+    wall = time.perf_counter() - t
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r.ru_utime + r.ru_stime) - (before.ru_utime + before.ru_stime)
+    largest = max(r.ru_maxrss, max(hwm.values(), default=0))
+    return TreeRun(wall, cpu, largest / 1024, hwm.get(proc.pid, 0) / 1024, tree_kb / 1024)
+
+
+def _keep_rates(stats_file: Path) -> str:
+    """Each stage's documents out / in, from stats.json (the stages that drop something)."""
+    stats = json.loads(stats_file.read_text())
+    rates = [
+        f"{s['name']} {s['docs_out'] / s['docs_in']:.1%}"
+        for s in stats["stages"]
+        if s["docs_in"] and s["docs_out"] != s["docs_in"]
+    ]
+    r = stats["retention"]
+    return f"kept {r['docs_out']:,} of {r['docs_in']:,} documents ({r['doc_fraction']:.1%}): " + ", ".join(
+        rates
+    )
+
+
+def main_mixed(args: argparse.Namespace) -> None:
+    """Corpus mode: the mixed corpus, llmpipe with the default config (or ``--config``)."""
+    config = Path(args.config or ROOT / "configs" / "curate" / "default.yaml")
+    srcs = sources()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-curate-", dir=args.tmp))
+    dt_script = tmp / "dt.py"
+    dt_script.write_text(DATATROVE)
+    cores = os.cpu_count() or 1
+    head = f"{'size':>6} {'files':>5} {'workers':>7} {'side':>9} {'wall s':>7} {'CPU s':>7} {'MB/CPU-s':>8} "
+    print(head + f"{'cores':>6} {'largest MB':>10} {'driver MB':>9} {'tree MB':>8}", flush=True)
+    try:
+        for gb in (float(x) for x in args.sizes.split(",")):
+            size = int(gb * 1e9)
+            for files in (int(x) for x in args.files.split(",")):
+                # --keep-corpus: corpora stay in --tmp (or the temp dir) and are reused by the next run
+                corpus = (
+                    Path(args.tmp or tempfile.gettempdir()) if args.keep_corpus else tmp
+                ) / f"in-{gb}-{files}"
+                one = corpus.with_name(f"in-{gb}-1") / "part-0000.jsonl"
+                if not corpus.exists() and files > 1 and one.exists():
+                    split_corpus(one, corpus, files)  # the same documents as the one file
+                elif not corpus.exists():
+                    made = write_mixed_corpus(corpus, size, files, srcs)
+                    print(f"corpus {gb} GB, {files} file(s): documents per source {made}", flush=True)
+                for w in (int(x) for x in args.workers.split(",")):
+                    out = tmp / "out"
+                    shutil.rmtree(out, ignore_errors=True)
+                    cmd = [str(BIN / "llmpipe"), "curate", str(corpus), "--out", str(out)]
+                    cmd += ["--config", str(config), "--workers", str(w), "--quiet"]
+                    rows = [("llmpipe", measure_tree(cmd))]
+                    rates = _keep_rates(out / "stats.json")
+                    if not args.skip_datatrove and gb <= args.datatrove_max_gb:
+                        work = tmp / "dt"
+                        shutil.rmtree(work, ignore_errors=True)
+                        dcmd = [
+                            sys.executable,
+                            str(dt_script),
+                            str(corpus),
+                            str(work),
+                            str(w),
+                            str(max(w, files)),
+                        ]
+                        rows.append(("datatrove", measure_tree(dcmd)))
+                        shutil.rmtree(work, ignore_errors=True)
+                    for side, m in rows:
+                        print(
+                            f"{gb:>6} {files:>5} {w:>7} {side:>9} {m.wall:>7.1f} {m.cpu:>7.1f} "
+                            f"{size / 1e6 / m.cpu:>8.2f} {m.cpu / m.wall / min(w, cores):>6.0%} "
+                            f"{m.largest_mb:>10.0f} {m.driver_mb:>9.0f} {m.tree_mb:>8.0f}",
+                            flush=True,
+                        )
+                    print(f"   llmpipe {rates}", flush=True)
+                    if len(rows) == 2:
+                        a, b = rows[0][1], rows[1][1]
+                        print(
+                            f"   llmpipe / datatrove per CPU-s: {b.cpu / a.cpu:.1f}x, wall: {b.wall / a.wall:.1f}x",
+                            flush=True,
+                        )
+                    shutil.rmtree(out, ignore_errors=True)
+                if args.keep_corpus:
+                    print(f"   corpus kept in {corpus}", flush=True)
+                else:
+                    shutil.rmtree(corpus)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="0.1,0.4", help="corpus sizes in GB")
     ap.add_argument("--workers", default=f"1,{os.cpu_count() or 1}")
     ap.add_argument("--skip-datatrove", action="store_true")
+    ap.add_argument(
+        "--corpus",
+        choices=("recombined", "mixed"),
+        default="recombined",
+        help="recombined: paragraphs of a few sources, the filters' config; mixed: many sources, "
+        "15%% planted near-duplicates, the default config",
+    )
+    ap.add_argument("--files", default="1,16", help="mixed: the corpus as one file and as N files")
+    ap.add_argument(
+        "--config", default=None, help="mixed: the llmpipe config (default: configs/curate/default.yaml)"
+    )
+    ap.add_argument(
+        "--datatrove-max-gb", type=float, default=0.1, help="mixed: run datatrove up to this size"
+    )
+    ap.add_argument(
+        "--tmp", default=None, help="where the corpora are written (default: the system's temp dir)"
+    )
+    ap.add_argument(
+        "--keep-corpus",
+        action="store_true",
+        help="mixed: leave the corpora in --tmp as in-<GB>-<files> (for profiling); a later run reuses them",
+    )
     args = ap.parse_args()
+    if args.corpus == "mixed":
+        return main_mixed(args)
     paras = paragraphs()
     tmp = Path(tempfile.mkdtemp(prefix="bench-curate-"))
     cfg = tmp / "cfg.yaml"

@@ -11,6 +11,7 @@ import pyarrow.ipc as ipc
 import pytest
 from conftest import run_cli
 from llmpipe.data import ShardDataset, ShardWriter, TokenLoader
+from llmpipe.data.format import block_crc32s, dual_ipc_bytes
 from llmpipe.data.verify import verify_directory
 from llmpipe.errors import ShardError
 
@@ -143,8 +144,15 @@ def test_same_input_gives_byte_identical_shards(tmp_path: Path, corpus: tuple[li
     b = _write(tmp_path / "b", corpus)
     files = [e["file"] for s in a["splits"].values() for e in s["shards"]]
     assert len(files) > 2
+    entries = {e["file"]: e for s in a["splits"].values() for e in s["shards"]}
     for f in files:
-        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
+        data = (tmp_path / "a" / f).read_bytes()
+        assert data == (tmp_path / "b" / f).read_bytes()
+        # written in pieces from one shard buffer: the bytes of the one-piece layout, and the
+        # manifest's block checksums are those of the bytes on disk
+        table = ipc.open_file(str(tmp_path / "a" / f)).read_all()
+        assert data == dual_ipc_bytes(table, table.schema)
+        assert entries[f]["block_crc32"] == block_crc32s(data, entries[f]["block_bytes"]).tolist()
     assert a["splits"] == b["splits"]
 
 

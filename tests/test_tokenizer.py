@@ -192,3 +192,36 @@ def test_bad_files_are_clear_errors(tmp_path: Path) -> None:
     wordpiece.write_text(json.dumps({"model": {"type": "WordPiece", "vocab": {}}}))
     with pytest.raises(TokenizerError, match="not BPE"):
         Tokenizer.from_file(wordpiece)
+
+
+def test_curate_tokenizer_sample_is_the_first_documents_in_budget(tmp_path: Path, data_dir: Path) -> None:
+    """The curate step's training sample (written from the Arrow buffers of the kept documents) is,
+    byte for byte, each document and a newline while the budget of UTF-8 bytes lasts, in order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from llmpipe.curate.settings import TokenizerConfig
+    from llmpipe.curate.stages.tokenize import TrainTokenizer
+
+    text = (data_dir / "reference" / "books" / "notre-dame-de-paris.txt").read_text(encoding="utf-8")
+    paras = [p for p in text.split("\n\n") if p.strip()][:300]  # French: multi-byte characters
+    files = []
+    for k in range(3):  # several files, several row groups each
+        path = tmp_path / f"docs-{k}.parquet"
+        with pq.ParquetWriter(path, pa.schema([("text", pa.large_string())])) as w:
+            for j in range(0, 100, 25):
+                w.write_table(
+                    pa.table({"text": pa.array(paras[k * 100 + j : k * 100 + j + 25], pa.large_string())})
+                )
+        files.append(path)
+    total = sum(len(p.encode()) + 1 for p in paras)
+    for budget in (1, 5_000, 37_777, total - 1, total, 10 * total):
+        want, left = bytearray(), budget
+        for p in paras:
+            if left <= 0:
+                break
+            want += p.encode() + b"\n"
+            left -= len(p.encode()) + 1
+        cfg = TokenizerConfig(vocab_size=300, sample_bytes=budget)
+        TrainTokenizer(cfg, lambda _: None).run(files, tmp_path / "sample.txt", tmp_path / "tok.json")
+        assert (tmp_path / "sample.txt").read_bytes() == bytes(want), budget
+        assert Tokenizer.from_file(str(tmp_path / "tok.json")).vocab_size <= 300

@@ -8,7 +8,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from llmpipe.curate.workdir import AtomicParquetWriter, atomic_path, temp_path, write_table_atomic
+from llmpipe.curate.workdir import (
+    AtomicParquetWriter,
+    atomic_path,
+    read_parquet,
+    temp_path,
+    write_table_atomic,
+)
 
 TABLE = pa.table({"id": ["a", "b", "c"], "n": [1, 2, 3]})
 
@@ -81,3 +87,40 @@ def test_writer_casts_to_its_schema_and_commits_empty(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no schema"):
         AtomicParquetWriter(tmp_path / "none.parquet").commit()
     assert _listing(tmp_path) == ["cast.parquet", "empty.parquet"]
+
+
+def test_work_files_read_without_pyarrow_dataset_and_dictionary_only_where_values_repeat(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    lines = (data_dir / "web" / "cc-en-head-0091.jsonl").read_text(encoding="utf-8").splitlines()
+    texts = [json.loads(line)["text"] for line in lines]
+    table = pa.table(
+        {
+            "id": [str(i) for i in range(len(texts))],
+            "text": texts,
+            "source": ["cc-en-head-0091.jsonl"] * len(texts),
+            "lang": ["eng_Latn"] * len(texts),
+            "position": list(range(len(texts))),
+        }
+    )
+    w = AtomicParquetWriter(tmp_path / "docs.parquet")
+    w.write(table)
+    w.commit()
+    # the same table as pyarrow's own reader gives, whole and by columns
+    assert read_parquet(tmp_path / "docs.parquet").equals(pq.read_table(tmp_path / "docs.parquet"))
+    assert read_parquet(tmp_path / "docs.parquet", ["text", "id"]).equals(table.select(["text", "id"]))
+    meta = pq.ParquetFile(tmp_path / "docs.parquet").metadata.row_group(0)
+    enc = {meta.column(j).path_in_schema: meta.column(j).encodings for j in range(meta.num_columns)}
+    dictionary = {name for name, e in enc.items() if any("DICTIONARY" in x for x in e)}
+    assert dictionary == {"source", "lang"}, enc  # not the texts, ids and numbers
+    # reading a work file does not import pyarrow.dataset (its import costs a process ~0.4 CPU-s)
+    code = (
+        "import sys; from llmpipe.curate.workdir import read_parquet; "
+        f"read_parquet({str(tmp_path / 'docs.parquet')!r}); print('pyarrow.dataset' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -6,7 +6,7 @@ pub mod clean;
 pub mod html;
 pub mod jsonl;
 
-use unicode_normalization::UnicodeNormalization;
+use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 /// How text is normalised before hashing or shingling.
@@ -30,33 +30,36 @@ impl Default for Normalization {
 
 /// Normalise one text.
 pub fn normalize(text: &str, how: Normalization) -> String {
-    let mut out = String::with_capacity(text.len());
+    // most texts are NFC already (the normalize stage made them so): a quick check, then the
+    // characters as they are, skips decomposing and recomposing every character
+    if how.nfc && is_nfc_quick(text.chars()) != IsNormalized::Yes {
+        normalize_chars(text.nfc(), text.len(), how)
+    } else {
+        normalize_chars(text.chars(), text.len(), how)
+    }
+}
+
+fn normalize_chars(chars: impl Iterator<Item = char>, len: usize, how: Normalization) -> String {
+    let mut out = String::with_capacity(len);
     let mut pending_space = false;
-    let mut push = |c: char, out: &mut String| {
+    for c in chars {
         if how.strip_punctuation && (c.is_ascii_punctuation() || is_unicode_punct(c)) {
-            return;
+            continue;
         }
         if how.collapse_whitespace && c.is_whitespace() {
             pending_space = !out.is_empty();
-            return;
+            continue;
         }
         if pending_space {
             out.push(' ');
             pending_space = false;
         }
-        if how.lowercase {
-            out.extend(c.to_lowercase());
-        } else {
+        if !how.lowercase {
             out.push(c);
-        }
-    };
-    if how.nfc {
-        for c in text.nfc() {
-            push(c, &mut out);
-        }
-    } else {
-        for c in text.chars() {
-            push(c, &mut out);
+        } else if c.is_ascii() {
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.extend(c.to_lowercase());
         }
     }
     out
@@ -225,6 +228,36 @@ mod tests {
         let how = Normalization::default();
         assert_eq!(content_hash("caf\u{e9}", how, 0), content_hash("cafe\u{301}", how, 0));
         assert_ne!(content_hash("cafe", how, 0), content_hash("caf\u{e9}", how, 0));
+    }
+
+    #[test]
+    fn quick_nfc_path_is_the_full_one() {
+        // NFC text skips the decompose/recompose pass: the result must be what that pass gives,
+        // for text already NFC and for text that is not (combining marks, Hangul jamo, a mark
+        // after ASCII), with every option
+        let texts = [
+            "Plain ASCII, Mixed CASE\t and  spaces.\n",
+            "caf\u{e9} na\u{ef}ve \u{130}stanbul \u{3a3}\u{391}\u{39b}",
+            "cafe\u{301} A\u{30a}ngstr\u{f6}m \u{1100}\u{1161}\u{11a8} q\u{307}\u{323}",
+            "\u{212b} \u{2126} \u{fb01} \u{2000}x\u{3000}y\u{ff01}",
+            "",
+        ];
+        for t in texts {
+            for bits in 0..16u8 {
+                let how = Normalization {
+                    nfc: bits & 1 != 0,
+                    lowercase: bits & 2 != 0,
+                    collapse_whitespace: bits & 4 != 0,
+                    strip_punctuation: bits & 8 != 0,
+                };
+                let full = if how.nfc {
+                    normalize_chars(t.nfc(), t.len(), how)
+                } else {
+                    normalize_chars(t.chars(), t.len(), how)
+                };
+                assert_eq!(normalize(t, how), full, "{t:?} {how:?}");
+            }
+        }
     }
 
     #[test]

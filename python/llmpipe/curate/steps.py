@@ -38,7 +38,14 @@ from llmpipe.curate.stage import (
 from llmpipe.curate.stages.extract import Extract
 from llmpipe.curate.stages.read import Read
 from llmpipe.curate.stages.tokenize import Tokenize
-from llmpipe.curate.workdir import AtomicParquetWriter, WorkDir, delay_point, fault_point, write_table_atomic
+from llmpipe.curate.workdir import (
+    AtomicParquetWriter,
+    WorkDir,
+    delay_point,
+    fault_point,
+    read_parquet,
+    write_table_atomic,
+)
 from llmpipe.data.format import atomic_write_json
 from llmpipe.errors import InputError
 from llmpipe.io.chunks import Span
@@ -142,7 +149,7 @@ class ListedDrops:
 
 @lru_cache(maxsize=2)
 def _load_drops(path: str) -> dict[str, str]:
-    t = pq.read_table(path, columns=["id", "reason"])
+    t = read_parquet(path, columns=["id", "reason"])
     return dict(zip(t.column("id").to_pylist(), t.column("reason").to_pylist(), strict=True))
 
 

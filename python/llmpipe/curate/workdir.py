@@ -201,10 +201,32 @@ def atomic_path(path: Path) -> Iterator[Path]:
         raise
 
 
+#: string columns of work files whose values are (nearly) all distinct: a dictionary would only be
+#: built, paid for and given up on (Parquet falls back to plain encoding once it is large)
+DISTINCT_COLUMNS = frozenset({"id", "text", "dup_of"})
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns of ``schema`` worth a Parquet dictionary: strings that repeat (source, lang,
+    reason, meta). Numbers, binary (shingles), lists (bands, tokens), texts and ids are written plain."""
+    return [
+        f.name
+        for f in schema
+        if f.name not in DISTINCT_COLUMNS and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))
+    ]
+
+
 def write_table_atomic(path: Path, table: pa.Table) -> None:
     """``table`` as one zstd Parquet file at ``path``, which appears whole or not at all."""
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, compression="zstd", use_dictionary=dictionary_columns(table.schema))
+
+
+def read_parquet(path: Path | str, columns: Sequence[str] | None = None) -> pa.Table:
+    """One Parquet file as a table (``pq.read_table`` of one file without pyarrow.dataset, whose
+    import costs each process ~0.4 CPU-s: it imports pandas)."""
+    with pq.ParquetFile(path) as f:
+        return f.read(columns=list(columns) if columns is not None else None)
 
 
 class AtomicParquetWriter:
@@ -231,7 +253,9 @@ class AtomicParquetWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.schema is None:
                 self.schema = batch.schema
-            self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd")
+            self.writer = pq.ParquetWriter(
+                self.tmp, self.schema, compression="zstd", use_dictionary=dictionary_columns(self.schema)
+            )
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
         self.writer.write_table(batch.cast(self.schema) if batch.schema != self.schema else batch)

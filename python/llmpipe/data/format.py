@@ -237,15 +237,22 @@ def dual_ipc_bytes(table: pa.Table, schema: pa.Schema) -> bytes:
     stream reader needs the stream at offset 0. So: drop the 8 leading bytes and shift every block
     offset in the footer by -8. Buffers stay 8-byte aligned (the stream is 8-aligned internally).
     """
+    return b"".join(bytes(p) for p in dual_ipc_pieces(table, schema))
+
+
+def dual_ipc_pieces(table: pa.Table, schema: pa.Schema) -> tuple[pa.Buffer, bytes, pa.Buffer]:
+    """``dual_ipc_bytes`` as three pieces to write one after the other (the stream, a zero-copy view
+    of the IPC file pyarrow wrote; the shifted footer; its length and the magic): a shard is written
+    without holding its bytes twice more."""
     sink = pa.BufferOutputStream()
     with ipc.new_file(sink, schema) as w:
         w.write_table(table)
-    data = sink.getvalue().to_pybytes()
-    if data[:6] != _MAGIC or data[-6:] != _MAGIC:
+    data = sink.getvalue()
+    if data[:6].to_pybytes() != _MAGIC or data[-6:].to_pybytes() != _MAGIC:
         raise ValueError("pyarrow wrote an unexpected IPC file layout")
-    (flen,) = struct.unpack_from("<i", data, len(data) - 10)
+    (flen,) = struct.unpack_from("<i", data[-10:-6].to_pybytes())
     fstart = len(data) - 10 - flen
-    footer = bytearray(data[fstart : len(data) - 10])
+    footer = bytearray(data[fstart : len(data) - 10].to_pybytes())
     # Footer table: root uoffset -> table; vtable via soffset; fields 2 (dictionaries), 3 (recordBatches)
     (root,) = struct.unpack_from("<I", footer, 0)
     (vt_rel,) = struct.unpack_from("<i", footer, root)
@@ -266,4 +273,4 @@ def dual_ipc_bytes(table: pa.Table, schema: pa.Schema) -> bytes:
             at = vec + 4 + i * _BLOCK
             (offset,) = struct.unpack_from("<q", footer, at)
             struct.pack_into("<q", footer, at, offset - 8)
-    return data[8:fstart] + bytes(footer) + data[len(data) - 10 :]
+    return data.slice(8, fstart - 8), bytes(footer), data.slice(len(data) - 10)

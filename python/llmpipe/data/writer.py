@@ -19,9 +19,9 @@ from llmpipe.data.format import (
     MANIFEST,
     TOKENIZER_FILE,
     atomic_write_json,
-    block_crc32s,
-    dual_ipc_bytes,
+    dual_ipc_pieces,
     fast_fingerprint,
+    file_block_crc32s,
     sha256_file,
     shard_schema,
     token_dtype,
@@ -78,8 +78,10 @@ class ShardWriter:
         self._packer = _core.SamplePacker(
             seq_len, eos_id, self.dtype.name, packing=packing, best_fit_window=self.best_fit_window
         )
-        self._pending: dict[str, list[np.ndarray]] = {s: [] for s in ("train", "val")}
-        self._valid: dict[str, list[np.ndarray]] = {s: [] for s in ("train", "val")}
+        # each split's next shard, filled in place (allocated on first use): memory per split is one
+        # shard's samples, whatever the input
+        self._pending: dict[str, np.ndarray | None] = {s: None for s in ("train", "val")}
+        self._valid: dict[str, np.ndarray | None] = {s: None for s in ("train", "val")}
         self._pending_rows = {s: 0 for s in ("train", "val")}
         self._shards: dict[str, list[dict[str, Any]]] = {s: [] for s in ("train", "val")}
         self._sample_index = 0
@@ -132,23 +134,29 @@ class ShardWriter:
             while len(at):
                 room = self.samples_per_shard - self._pending_rows[split]
                 take, at = at[:room], at[room:]
-                self._pending[split].append(rows[take])
-                self._valid[split].append(valid[take])
+                pending, pvalid = self._pending[split], self._valid[split]
+                if pending is None or pvalid is None:
+                    pending = np.empty((self.samples_per_shard, self.seq_len + 1), dtype=self.dtype)
+                    pvalid = np.empty(self.samples_per_shard, dtype=np.int32)
+                    self._pending[split], self._valid[split] = pending, pvalid
+                start = self._pending_rows[split]
+                np.take(rows, take, axis=0, out=pending[start : start + len(take)])
+                pvalid[start : start + len(take)] = valid[take]
                 self._pending_rows[split] += len(take)
                 if self._pending_rows[split] >= self.samples_per_shard:
                     self._flush(split)
 
     def _flush(self, split: str) -> None:
-        if not self._pending_rows[split]:
+        n = self._pending_rows[split]
+        pending, pvalid = self._pending[split], self._valid[split]
+        if not n or pending is None or pvalid is None:
             return
-        valid = np.concatenate(self._valid[split])
-        tokens = np.concatenate(self._pending[split])
-        self._pending[split] = []
-        self._valid[split] = []
+        valid = pvalid[:n]
         self._pending_rows[split] = 0
         name = f"{split}-{len(self._shards[split]):05d}.arrow"
         path = self.out_dir / name
-        flat = pa.array(tokens.reshape(-1), type=self.schema.field("tokens").type.value_type)
+        # zero-copy views of the shard buffer: it is refilled only after this shard is written
+        flat = pa.array(pending[:n].reshape(-1), type=self.schema.field("tokens").type.value_type)
         table = pa.table(
             {
                 "tokens": pa.FixedSizeListArray.from_arrays(flat, self.seq_len + 1),
@@ -157,22 +165,23 @@ class ShardWriter:
             schema=self.schema,
         )
         tmp = path.with_name(f".{name}.tmp-{os.getpid()}")
-        data = dual_ipc_bytes(table, self.schema)
         with open(tmp, "wb") as f:
-            f.write(data)
+            for piece in dual_ipc_pieces(table, self.schema):
+                f.write(piece)
             f.flush()
             os.fsync(f.fileno())
+        del table, flat
         os.replace(tmp, path)
         self._shards[split].append(
             {
                 "file": name,
-                "rows": int(table.num_rows),
+                "rows": n,
                 "tokens": int(valid.sum()),
                 "bytes": path.stat().st_size,
                 "sha256": sha256_file(path),
                 "fast_sha256": fast_fingerprint(path),
                 "block_bytes": BLOCK_BYTES,
-                "block_crc32": block_crc32s(data, BLOCK_BYTES).tolist(),
+                "block_crc32": file_block_crc32s(path, BLOCK_BYTES).tolist(),
             }
         )
 

@@ -21,7 +21,7 @@ from llmpipe import _core
 from llmpipe.curate.executors import Executor, map_with
 from llmpipe.curate.shuffle import partition_files, shuffle
 from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, RunContext
-from llmpipe.curate.workdir import write_table_atomic
+from llmpipe.curate.workdir import read_parquet, write_table_atomic
 
 KEY_SCHEMA = pa.schema([("id", pa.string()), ("hash", pa.binary(16))])
 
@@ -73,7 +73,7 @@ def shuffle_keys(key_file: Path, file_no: int, parts: int, out: Path) -> None:
 
 
 def _by_hash(key_file: Path, parts: int) -> Iterator[tuple[pa.Table, np.ndarray]]:
-    t = pq.read_table(key_file, columns=["id", "hash"])
+    t = read_parquet(key_file, columns=["id", "hash"])
     h = t.column("hash").combine_chunks()
     raw = np.frombuffer(h.buffers()[1], np.uint8)[h.offset * 16 : (h.offset + len(h)) * 16]
     yield t, raw.reshape(-1, 16)[:, :8].copy().view("<u8").ravel() % np.uint64(parts)
@@ -83,7 +83,7 @@ def partition_drops(files: Sequence[Path], out: Path) -> Path:
     """Per partition (every row of a hash is in one): (id, dup_of) for all but the smallest id."""
     if out.exists():
         return out
-    tables = [pq.read_table(f, columns=["id", "hash"]) for f in files]
+    tables = [read_parquet(f, columns=["id", "hash"]) for f in files]
     keys = pa.concat_tables(tables) if tables else KEY_SCHEMA.empty_table()
     keep = keys.group_by("hash").aggregate([("id", "min"), ("id", "count")])
     keep = keep.filter(pc.greater(keep["id_count"], 1)).select(["hash", "id_min"])
@@ -116,7 +116,7 @@ def resolve_partitioned(
         [(fs, workdir / "drops" / f"{p:05d}.parquet") for p, fs in enumerate(inputs)],
         "exact_dedup groups",
     )
-    drops = pa.concat_tables([pq.read_table(o) for o in outs]).sort_by("id")
+    drops = pa.concat_tables([read_parquet(o) for o in outs]).sort_by("id")
     return pa.table(
         {
             "id": drops["id"],

@@ -35,7 +35,7 @@ from llmpipe.curate.executors import Executor, map_with
 from llmpipe.curate.shuffle import partition_files
 from llmpipe.curate.stage import DROPS_SCHEMA, GlobalRewrite, Mapped, Mapper, RunContext
 from llmpipe.curate.stages.exact_dedup import shuffle_keys
-from llmpipe.curate.workdir import fault_point, write_table_atomic
+from llmpipe.curate.workdir import fault_point, read_parquet, write_table_atomic
 
 KEY_SCHEMA = pa.schema([("id", pa.string()), ("hash", pa.binary(16))])
 REPEATED_SCHEMA = pa.schema([("hash", pa.binary(16)), ("keep", pa.string())])
@@ -114,7 +114,7 @@ class LineDedup(GlobalRewrite):
             ],
             "line_dedup counts",
         )
-        tables = [pq.read_table(o) for o in outs]
+        tables = [read_parquet(o) for o in outs]
         repeated = pa.concat_tables(tables) if tables else REPEATED_SCHEMA.empty_table()
         write_table_atomic(out, repeated.sort_by("hash"))
         return DROPS_SCHEMA.empty_table()
@@ -128,7 +128,7 @@ def count_partition(files: Sequence[Path], out: Path, max_occurrences: int) -> P
     """Per hash partition: the keys in more than ``max_occurrences`` documents, with the smallest id."""
     if out.exists():
         return out
-    tables = [pq.read_table(f, columns=["id", "hash"]) for f in files]
+    tables = [read_parquet(f, columns=["id", "hash"]) for f in files]
     keys = pa.concat_tables(tables) if tables else KEY_SCHEMA.empty_table()
     counts = keys.group_by("hash").aggregate([("id", "count"), ("id", "min")])
     rep = counts.filter(pc.greater(counts["id_count"], max_occurrences))
@@ -140,7 +140,7 @@ def count_partition(files: Sequence[Path], out: Path, max_occurrences: int) -> P
 @lru_cache(maxsize=2)
 def _load_repeated(path: str) -> tuple[np.ndarray, pa.Array, pa.Array]:
     """The repeated keys (sorted, 16 bytes each), and each key's first document and key."""
-    t = pq.read_table(path)
+    t = read_parquet(path)
     keys = t.column("hash").combine_chunks()
     return np.ascontiguousarray(_fixed16(keys)), t.column("keep").combine_chunks(), keys
 

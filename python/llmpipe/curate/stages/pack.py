@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from llmpipe.curate.settings import PackConfig
 
 
+#: documents per batch read back from the token files
+BATCH_DOCS = 1000
+
+
 class Pack:
     """Packs the tokenised documents of every input, in input order, into ``staging``; returns the
     manifest. Counts documents in and out (all packed), tokens in (without EOS) and out (as packed).
@@ -60,8 +64,10 @@ class Pack:
             if self.reserved
             else None,
         )
-        for path in token_files:  # one row group at a time: memory does not grow with the input
-            for batch in pq.ParquetFile(path).iter_batches(columns=["tokens"]):
+        # a few documents at a time (the tokenize step writes row groups of 1,000): memory does not
+        # grow with the input, nor with the size of its parts
+        for path in token_files:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_DOCS, columns=["tokens"]):
                 col = batch.column("tokens")
                 offsets = col.offsets.to_numpy().astype(np.int64)
                 flat = col.values.to_numpy(zero_copy_only=False)

@@ -21,12 +21,12 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from llmpipe import _core
 from llmpipe.buffers import string_buffers
 from llmpipe.curate.executors import Executor
 from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, RunContext, word_counts
+from llmpipe.curate.workdir import read_parquet
 from llmpipe.errors import ConfigError
 from llmpipe.quality import FastTextModel
 
@@ -148,7 +148,7 @@ class QualityModelFilter(GlobalStage):
     def resolve(
         self, key_files: Sequence[Path], workdir: Path, run: RunContext, executor: Executor | None = None
     ) -> pa.Table:
-        tables = [pq.read_table(f) for f in key_files]
+        tables = [read_parquet(f) for f in key_files]
         if not tables:
             return DROPS_SCHEMA.empty_table()
         keys = pa.concat_tables(tables)

@@ -32,13 +32,12 @@ from typing import ClassVar
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from llmpipe import _core
 from llmpipe.buffers import string_buffers
 from llmpipe.curate.executors import Executor, map_with
 from llmpipe.curate.stage import DROPS_SCHEMA, GlobalRewrite, Mapped, Mapper, RunContext
-from llmpipe.curate.workdir import atomic_path, fault_point, write_table_atomic
+from llmpipe.curate.workdir import atomic_path, fault_point, read_parquet, write_table_atomic
 from llmpipe.data.format import atomic_write_json
 from llmpipe.errors import InputError
 
@@ -141,7 +140,7 @@ def plan_partitions(key_files: Sequence[Path], partition_bytes: int, out: Path) 
     ``partition_bytes`` of text (a longer document alone); one plan file per partition."""
     tables = []
     for f, path in enumerate(key_files):
-        t = pq.read_table(path, columns=["id", "text"])
+        t = read_parquet(path, columns=["id", "text"])
         n = t.num_rows
         tables.append(
             pa.table(
@@ -188,13 +187,13 @@ def build_partition(key_files: Sequence[str], plan: Path, out: Path) -> Path:
     docs_file, text_file = out.with_suffix(".parquet"), out.with_suffix(".bin")
     if docs_file.exists():
         return out
-    p = pq.read_table(plan)
+    p = read_parquet(plan)
     files, rows = p["file"].to_numpy(), p["row"].to_numpy()
     pieces = []
     order = []
     for f in np.unique(files).tolist():
         sel = np.flatnonzero(files == f)
-        col = pq.read_table(key_files[f], columns=["text"])["text"].combine_chunks()
+        col = read_parquet(key_files[f], columns=["text"])["text"].combine_chunks()
         pieces.append(col.take(pa.array(rows[sel])))
         order.append(sel)
     joined = pa.concat_arrays(pieces).take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
@@ -260,7 +259,7 @@ def partition_spans(part: Path, pairs: Sequence[Path], out: Path) -> list[int]:
     flat = [np.load(p).reshape(-1, 2) for p in pairs]
     both = np.concatenate(flat) if flat else np.zeros((0, 2), np.int64)
     s, e = merge_spans(both[:, 0], both[:, 1])
-    docs = pq.read_table(part.with_suffix(".parquet"))
+    docs = read_parquet(part.with_suffix(".parquet"))
     text = np.fromfile(part.with_suffix(".bin"), np.uint8)
     cont = np.append((text & 0xC0) == 0x80, False)  # a UTF-8 continuation byte (never a boundary)
     for _ in range(3):  # a character has at most 3 continuation bytes
@@ -287,7 +286,7 @@ def file_spans(pieces: Sequence[Path], out: Path) -> Path:
     documents (a document is in one partition: its spans are already disjoint)."""
     if out.exists():
         return out
-    tables = [pq.read_table(p) for p in pieces]
+    tables = [read_parquet(p) for p in pieces]
     found = pa.concat_tables(tables) if tables else SPANS_SCHEMA.empty_table()
     write_table_atomic(out, found.sort_by([("id", "ascending"), ("start", "ascending")]))
     return out
@@ -295,7 +294,7 @@ def file_spans(pieces: Sequence[Path], out: Path) -> Path:
 
 @lru_cache(maxsize=2)
 def _load_spans(path: str) -> pa.Table:
-    return pq.read_table(path)
+    return read_parquet(path)
 
 
 class CutSpans(Mapper):

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llmpipe.buffers import string_buffers
 from llmpipe.curate.stage import StageCounts, apply_reasons, word_counts
 
 if TYPE_CHECKING:
@@ -54,13 +55,20 @@ class TrainTokenizer:
 
         budget = self.cfg.sample_bytes
         tmp = sample.with_name(".sample.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for t in _texts(docs):
+        with open(tmp, "wb") as f:
+            for col in _text_columns(docs):
                 if budget <= 0:
                     break
-                f.write(t)
-                f.write("\n")
-                budget -= len(t.encode("utf-8")) + 1
+                # each document's UTF-8 bytes and a newline while the budget lasts, straight from
+                # the Arrow buffers (no Python string per document)
+                offsets, data = string_buffers(col)
+                sizes = np.diff(offsets) + 1
+                ends = np.cumsum(sizes)
+                take = int(np.count_nonzero(ends - sizes < budget))  # written while budget > 0
+                if take:
+                    o0 = int(offsets[0])
+                    f.write(np.insert(data[o0 : offsets[take]], offsets[1 : take + 1] - o0, 10).data)
+                    budget -= int(ends[take - 1])
         os.replace(tmp, sample)
         reserved = self.cfg.reserved()
         self.log(
@@ -97,7 +105,7 @@ def reserved_ids(tokenizer_file: Path, names: Sequence[str], where: str) -> dict
     return {n: have[n] for n in names}
 
 
-def _texts(docs: Sequence[Path]) -> Iterator[str]:
+def _text_columns(docs: Sequence[Path]) -> Iterator[pa.ChunkedArray | pa.Array]:
     for path in docs:
         for batch in pq.ParquetFile(path).iter_batches(batch_size=1000, columns=["text"]):
-            yield from batch.column("text").to_pylist()
+            yield batch.column("text")

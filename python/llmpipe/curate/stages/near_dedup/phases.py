@@ -31,7 +31,7 @@ from llmpipe import _core
 from llmpipe.curate.executors import Executor, executor_workers, map_with
 from llmpipe.curate.shuffle import partition_files, shuffle
 from llmpipe.curate.stage import DROPS_SCHEMA
-from llmpipe.curate.workdir import write_table_atomic
+from llmpipe.curate.workdir import read_parquet, write_table_atomic
 from llmpipe.dedup import Shingling, string_buffers
 
 ROW_BYTES = 20  # one shuffled band row: bucket u64 + idh u64 + doc u32
@@ -96,7 +96,7 @@ def partition_groups(files: Sequence[Path], out: Path) -> Path:
     ``members``."""
     if out.exists():
         return out
-    t = pa.concat_tables([pq.read_table(f) for f in files]) if files else SHUFFLE_SCHEMA.empty_table()
+    t = pa.concat_tables([read_parquet(f) for f in files]) if files else SHUFFLE_SCHEMA.empty_table()
     col = lambda name: t.column(name).combine_chunks().to_numpy()  # noqa: E731
     raw_off, raw_members = _core.lsh_groups(col("bucket"), col("idh"), col("doc"))
     offsets = pa.array(np.frombuffer(raw_off, np.uint64).astype(np.int64))
@@ -106,7 +106,7 @@ def partition_groups(files: Sequence[Path], out: Path) -> Path:
 
 
 def _groups(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    col = pq.read_table(path).column("members").combine_chunks()
+    col = read_parquet(path).column("members").combine_chunks()
     offs = col.offsets.to_numpy().astype(np.uint64)
     return offs - offs[0], col.values.to_numpy()
 
@@ -116,7 +116,7 @@ def load_shingles(key_files: Sequence[Path], bases: Sequence[int], wanted: np.nd
     store = _core.ShingleStore()
     for f, base in zip(key_files, bases, strict=True):
         row = base
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=8192, columns=["shingles"]):
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=1024, columns=["shingles"]):
             m = batch.num_rows
             sel = np.flatnonzero(wanted[row : row + m])
             if sel.size:
@@ -200,6 +200,10 @@ def resolve(
         raise ValueError(f"{n} documents exceed one near-dedup resolve (u32 indices); split the run")
     width = pq.read_schema(key_files[0]).field("bands").type.list_size
     parts = num_partitions(n, width, partition_bytes)
+    if len(key_files) > 1:
+        # the run's parts went through the executor's workers: its groups and edges do too, one
+        # partition per worker at least, so that no process (the driver least) holds them all
+        parts = max(parts, executor_workers(executor))
     shuffled = workdir / "shuffle"
     map_with(
         executor,
@@ -228,7 +232,7 @@ def resolve(
     edges = [e for r in edge_runs for e in r]
     uf = _core.UnionFind(n)
     for e in edges:
-        t = pq.read_table(e)
+        t = read_parquet(e)
         uf.union_edges(t.column("a").combine_chunks().to_numpy(), t.column("b").combine_chunks().to_numpy())
     roots = np.frombuffer(uf.roots(), np.uint32)
     del uf
