@@ -399,18 +399,9 @@ def main_mixed(args: argparse.Namespace) -> None:
                     rows = [("llmpipe", measure_tree(cmd))]
                     rates = _keep_rates(out / "stats.json")
                     if not args.skip_datatrove and gb <= args.datatrove_max_gb:
-                        work = tmp / "dt"
-                        shutil.rmtree(work, ignore_errors=True)
-                        dcmd = [
-                            sys.executable,
-                            str(dt_script),
-                            str(corpus),
-                            str(work),
-                            str(w),
-                            str(max(w, files)),
-                        ]
+                        dcmd = _datatrove_cmd(dt_script, corpus, tmp / "dt", w, files)
                         rows.append(("datatrove", measure_tree(dcmd)))
-                        shutil.rmtree(work, ignore_errors=True)
+                        shutil.rmtree(tmp / "dt", ignore_errors=True)
                     for side, m in rows:
                         print(
                             f"{gb:>6} {files:>5} {w:>7} {side:>9} {m.wall:>7.1f} {m.cpu:>7.1f} "
@@ -432,6 +423,12 @@ def main_mixed(args: argparse.Namespace) -> None:
                     shutil.rmtree(corpus)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _datatrove_cmd(script: Path, corpus: Path, work: Path, workers: int, files: int) -> list[str]:
+    """The datatrove runner's command line on ``corpus``, in a fresh ``work`` directory."""
+    shutil.rmtree(work, ignore_errors=True)
+    return [sys.executable, str(script), str(corpus), str(work), str(workers), str(max(workers, files))]
 
 
 def main() -> None:
@@ -495,16 +492,7 @@ def main() -> None:
                     ]
                     rows.append(("llmpipe", *measure([*cmd, "--workers", str(w), "--quiet"])))
                     if not args.skip_datatrove:
-                        work = tmp / "dt"
-                        shutil.rmtree(work, ignore_errors=True)
-                        dcmd = [
-                            sys.executable,
-                            str(dt_script),
-                            str(corpus),
-                            str(work),
-                            str(w),
-                            str(max(w, files)),
-                        ]
+                        dcmd = _datatrove_cmd(dt_script, corpus, tmp / "dt", w, files)
                         rows.append(("datatrove", *measure(dcmd)))
                     for side, wall, cpu, rss in rows:
                         mb = size / 1e6
