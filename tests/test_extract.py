@@ -8,6 +8,7 @@ import time
 import unicodedata
 from pathlib import Path
 
+import pytest
 from llmpipe.curate.stage import StageCounts
 from llmpipe.curate.steps import read_documents
 from llmpipe.io.config import ReadConfig
@@ -73,6 +74,60 @@ def test_boilerplate_rules() -> None:
     assert block.linked == 0 and block.chars == 30_000 * 5 - 1 and time.process_time() - t0 < 2
     (block,) = Boilerplate.blocks('<p>one <a href="/x">two <b>bold</b></a> three <a href=y>four</a></p>')
     assert (block.text, block.chars, block.linked) == ("one two bold three four", 23, 12)
+
+
+def test_block_scorer_and_body_marks(data_dir: Path) -> None:
+    """The shipped trees, walked by numpy over all blocks at once, give what a plain walk of the same
+    JSON gives, on the blocks of real pages; the article body's marks flag the right blocks and never
+    reach the text; extraction is deterministic."""
+    from llmpipe.io.extract import FEATURES, BlockScorer, Boilerplate, _render, features, mark_body
+    from resiliparse.parse.html import HTMLTree
+
+    path = Path(extract.__code__.co_filename).with_name("extract_scorer.json")
+    model = json.loads(path.read_text(encoding="utf-8"))
+    scorer = BlockScorer.shipped()
+    depth, inner = model["depth"], 2 ** model["depth"] - 1
+
+    def walk(row: list[float]) -> float:
+        total = model["base"]
+        for feature, threshold, value in zip(
+            model["feature"], model["threshold"], model["value"], strict=True
+        ):
+            node = 0
+            for _ in range(depth):
+                node = 2 * node + (1 if row[feature[node]] <= threshold[node] else 2)
+            total += value[node - inner]
+        return total
+
+    pages = sorted((data_dir / "html" / "trafilatura-eval").glob("*.html"))[::60]
+    rows = 0
+    marked = 0
+    for page in pages:
+        tree = HTMLTree.parse(decode(page.read_bytes()))
+        marked += mark_body(tree)
+        blocks = Boilerplate.blocks(_render(tree, True, True, Boilerplate.skip))
+        x = features(blocks)
+        assert x.shape == (len(blocks), len(FEATURES))
+        if not len(blocks):
+            continue
+        ours = scorer.score(x)
+        assert all(abs(a - walk(r)) < 1e-9 for a, r in zip(ours.tolist(), x.tolist(), strict=True)), page.name
+        rows += len(blocks)
+        text = extract(page.read_bytes())
+        assert "llmpipe:" not in text and text == extract(page.read_bytes())
+    assert rows > 300 and marked >= 3
+    # one <article> is the body (its blocks flagged, the rest not); two <article>s are no body
+    para = "The committee met on Tuesday and agreed, after a long debate, to publish its findings. "
+    page = f"<html><body><p>Before the article: {para}</p><article><h1>Title</h1><p>{para}</p></article>"
+    tree = HTMLTree.parse(page + "<p>After the article.</p></body></html>")
+    assert mark_body(tree)
+    blocks = Boilerplate.blocks(_render(tree, True, False, ()))
+    assert [b.in_body for b in blocks] == [False, True, True, False]
+    assert "llmpipe" not in "".join(b.text for b in blocks)
+    assert not mark_body(HTMLTree.parse(f"<body><article><p>{para}</p></article><article>x</article></body>"))
+    bad = {**model, "features": model["features"][::-1]}
+    with pytest.raises(ValueError, match="feature list"):
+        BlockScorer(bad)
 
 
 def _pages(data_dir: Path) -> dict[str, tuple[str, str]]:
