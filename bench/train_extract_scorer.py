@@ -34,7 +34,7 @@ from llmpipe.io.extract import FEATURES, Block, BlockScorer, Boilerplate, _rende
 from resiliparse.parse.html import HTMLTree  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "python" / "llmpipe" / "io" / "extract_scorer.json"
-PARAMS = {"max_iter": 50, "learning_rate": 0.2, "max_depth": 4}
+PARAMS = {"max_iter": 30, "learning_rate": 0.3, "max_depth": 4}
 CUTS = (0.25, 0.3, 0.35, 0.4, 0.45, 0.5)  # probabilities tried as the keep threshold
 
 

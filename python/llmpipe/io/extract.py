@@ -323,7 +323,9 @@ class Boilerplate:
             if not stripped:
                 para = True
                 continue
-            close = "</p>" if stripped.startswith("<p>") else "</pre>" if stripped.startswith("<pre>") else None
+            close = (
+                "</p>" if stripped.startswith("<p>") else "</pre>" if stripped.startswith("<pre>") else None
+            )
             if close is not None and close not in line:  # a <p> or <pre> spanning lines is one block
                 parts = [line]
                 while i < len(lines):
@@ -409,20 +411,26 @@ class Boilerplate:
     def main_text(cls, tree: HTMLTree) -> str:
         """The main text of a parsed page, paragraphs separated by blank lines."""
         mark_body(tree)
-        kept = cls._kept(tree, True, cls.skip)
+        kept = cls._kept(tree, True, cls.skip, False)
         if sum(b.chars for b in kept) < cls.min_main_chars:
-            # resiliparse's main-content pass can drop the article itself: judge all visible text
-            every = cls._kept(tree, False, ())
+            # resiliparse's main-content pass can drop the article itself: judge all visible text, keeping
+            # what both the scorer and the context rules keep (the scorer learnt from article pages; all of
+            # a shop's or a listing's visible text is mostly menus, which the rules know)
+            every = cls._kept(tree, False, (), True)
             if sum(b.chars for b in every) > 1.5 * sum(b.chars for b in kept):
                 kept = every
+        if not any(kind in ("good", "near") for kind in cls.context(kept)[0]):
+            return ""  # labels, menu words, numbers: not one block that reads as text
         return "".join(("\n\n" if b.para else "\n") + b.text for b in kept).strip()
 
     @classmethod
-    def _kept(cls, tree: HTMLTree, main_content: bool, skip: tuple[str, ...]) -> list[Block]:
+    def _kept(cls, tree: HTMLTree, main_content: bool, skip: tuple[str, ...], strict: bool) -> list[Block]:
         blocks = cls.blocks(_render(tree, True, main_content, skip))
         if not blocks:
             return []
         keep = BlockScorer.shipped().keep(features(blocks))
+        if strict:
+            keep = [a and b for a, b in zip(keep, cls.judge(blocks), strict=True)]
         return [b for b, k in zip(blocks, keep, strict=True) if k]
 
 
