@@ -19,9 +19,10 @@ def test_trafilatura_eval_snippets(data_dir: Path) -> None:
     """Scored as trafilatura's evaluation scores itself (tests/comparison_small.py): a ``with`` snippet
     found is a true positive, missing a false negative; a ``without`` snippet found a false positive.
 
-    Pins the extractor's quality on all 884 pages present: F1 0.921 (trafilatura 2.3.1 with default
-    settings: 0.919; resiliparse's main-content extraction alone: 0.846; llmpipe before its
-    boilerplate filter: 0.865), measured by bench/bench_extract_f1.py. A change that loses a point of
+    Pins the extractor's quality on all 884 pages present: F1 0.947 (trafilatura 2.3.1 with default
+    settings: 0.919; resiliparse's main-content extraction alone: 0.846), measured by
+    bench/bench_extract_f1.py. 708 of these pages trained the block scorer (its cross-validated F1 on
+    them is 0.934); on the 176 it never saw, 0.928 (trafilatura 0.926). A change that loses a point of
     F1 (about 50 snippets) fails here.
     """
     html = data_dir / "html"
@@ -42,9 +43,9 @@ def test_trafilatura_eval_snippets(data_dir: Path) -> None:
     print(f"trafilatura eval: {pages} pages, {clean} with every snippet right; precision {precision:.3f} "
           f"recall {recall:.3f} F1 {f1:.4f} (tp {tp} fn {fn} fp {fp} tn {tn})")  # fmt: skip
     assert pages == 884
-    assert f1 >= 0.91 and precision >= 0.90 and recall >= 0.92
-    # pages with every snippet right (594 now, trafilatura 577): not a few good pages offsetting bad ones
-    assert clean >= 575
+    assert f1 >= 0.937 and precision >= 0.935 and recall >= 0.935
+    # pages with every snippet right (686 now, trafilatura 577): not a few good pages offsetting bad ones
+    assert clean >= 665
 
 
 def test_boilerplate_rules() -> None:

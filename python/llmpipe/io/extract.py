@@ -1,14 +1,19 @@
 """HTML -> main text: charset detection and decoding, resiliparse's parse, then a boilerplate filter.
 
-Main text is found in two steps. resiliparse drops the page's obvious chrome (navigation, headers,
-footers, sidebars, hidden and comment sections) and writes what is left as minimal HTML, one block or
-list item a line, links marked. ``Boilerplate`` then judges each block on its length and the share of
-its text inside links, and settles the short and middling ones by their neighbours (the context rules
-of jusText, Pomikalek 2011, without its per-language stop lists): a long block with few links is
-text; a link list, a short label between boilerplate ("Mehr zum Thema", "Share", a byline, a
-related-articles teaser) is not. A page where resiliparse's main-content pass leaves almost no text
-is judged again on all its visible text. The cost stays linear in the page: one parse, at most two
-serialisations, one pass over the blocks.
+Main text is found in three steps. ``mark_body`` marks the element that the page itself names as its
+article body (``itemprop=articleBody``, a CMS's body class, a single ``<article>``), if there is one.
+resiliparse drops the page's obvious chrome (navigation, headers, footers, sidebars, hidden and
+comment sections, and ``Boilerplate.skip``) and writes what is left as minimal HTML, one block or list
+item a line, links marked. ``BlockScorer`` then decides each block from ``features``: its length and
+the share of its text inside links, whether it is a heading, how it ends, its digits and punctuation,
+its neighbours (the kinds of jusText's context rules, Pomikalek 2011, without per-language stop
+lists), its place on the page and whether it lies in the marked body; the scorer is a small
+gradient-boosted tree ensemble (shipped as JSON data) trained on four fifths of trafilatura's
+evaluation pages. A page where resiliparse's main-content pass leaves almost no text is judged again
+on all its visible text, where a block is kept only if the context rules keep it too; a page with not
+one block that reads as text (labels, menu words, numbers) has no main text. The cost stays linear
+in the page: one parse, one selector query, at most two serialisations, one pass over the blocks and
+a few array operations per tree level.
 
 Decoding follows the web's order of evidence, with one exception: a byte-order mark; then UTF-8 if
 the bytes are valid UTF-8 (a page whose header says iso-8859-1 but whose bytes are UTF-8 is, in
@@ -279,12 +284,13 @@ def features(blocks: list[Block]) -> np.ndarray:
 
 
 class Boilerplate:
-    """Keeps the blocks of a page that read as text, by length, link share and neighbours.
+    """Splits a page into blocks and keeps those that read as text (``BlockScorer`` decides).
 
-    A block whose text is more than ``max_link_share`` links (``max_link_share_long`` for a long one)
-    is boilerplate; else one of ``long`` or more characters is text; ``near`` or more is near-text, anything shorter is short. A short block
-    (a heading, a label, a caption) is kept only between text; near-text is kept unless boilerplate is
-    on both sides. The neighbours are the nearest blocks on each side that are text or boilerplate
+    The context rules below are features of the scorer (and, on the fallback over all visible text,
+    a second condition): a block whose text is more than ``max_link_share`` links
+    (``max_link_share_long`` for a long one) is boilerplate; else one of ``long`` or more characters is
+    text; ``near`` or more is near-text, anything shorter is short. A short block (a heading, a label,
+    a caption) is kept only between text; near-text is kept unless boilerplate is on both sides. The neighbours are the nearest blocks on each side that are text or boilerplate
     (short and near-text ones are passed over); past either end of the page counts as boilerplate.
     """
 
