@@ -213,15 +213,18 @@ def mark_body(tree: HTMLTree) -> bool:
         if len(marked) > 1:
             return False
         if marked:
-            node = marked[0]
+            body = marked[0]
             first, last = tree.create_element("p"), tree.create_element("p")
-            first.append_child(tree.create_text_node(_OPEN))
-            last.append_child(tree.create_text_node(_CLOSE))
-            if node.first_child is None:
-                node.append_child(first)
+            opening, closing = tree.create_text_node(_OPEN), tree.create_text_node(_CLOSE)
+            if first is None or last is None or opening is None or closing is None:
+                return False
+            first.append_child(opening)
+            last.append_child(closing)
+            if body.first_child is None:
+                body.append_child(first)
             else:
-                node.insert_before(first, node.first_child)
-            node.append_child(last)
+                body.insert_before(first, body.first_child)
+            body.append_child(last)
             return True
     return False
 
