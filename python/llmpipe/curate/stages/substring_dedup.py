@@ -23,6 +23,7 @@ documents): the resolve merges one part's at a time and the rewrite of a part lo
 
 from __future__ import annotations
 
+import bisect
 import json
 import shutil
 from collections import Counter
@@ -56,19 +57,19 @@ SEP = 0xFF
 #: one suffix array covers two partitions and their separators (divsufsort's int32 indices)
 MAX_PARTITION_BYTES = (2**31 - 1) // 2 - 1
 SPANS_SCHEMA = pa.schema([("id", pa.string()), ("start", pa.int64()), ("end", pa.int64())])
-#: the plan's rows: a document, its key file and row there, its bytes of text; sorted by SORT_KEY
+#: the plan's rows: a document, its key file and row there, its bytes of text; sorted by those three
 PLAN_SCHEMA = pa.schema(
     [("id", pa.string()), ("file", pa.int32()), ("row", pa.int64()), ("bytes", pa.int64())]
 )
-SORT_KEY = [("id", "ascending"), ("file", "ascending"), ("row", "ascending")]
 #: a partition's plan file: its documents in order
 PARTITION_SCHEMA = pa.schema([("id", pa.string()), ("file", pa.int32()), ("row", pa.int64())])
 #: the plan's external sort: rows per sorted run (a task holds one, ~70 bytes a row with ids of ~40
 #: bytes), rows per batch of a run (a merge holds one batch per run), runs merged at once
-RUN_ROWS = 1 << 19
+RUN_ROWS = 1 << 17
 BLOCK_ROWS = 1 << 12
 FAN_IN = 64
-IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+#: rows per row group of a partition's plan file
+PLAN_ROW_GROUP = 1 << 16
 
 
 class SubstringDedup(GlobalRewrite):
@@ -207,8 +208,9 @@ def plan_partitions(
 
 
 def _write_run(path: Path, blocks: Iterable[pa.Table], block_rows: int) -> None:
-    """Sorted plan rows as one Arrow IPC file (zstd) of ``block_rows``-row batches, by atomic rename."""
-    with atomic_path(path) as tmp, pa.ipc.new_file(str(tmp), PLAN_SCHEMA, options=IPC_OPTIONS) as w:
+    """Sorted plan rows as one Arrow IPC file of ``block_rows``-row batches, by atomic rename
+    (uncompressed: ~70 bytes a document, small beside the key files' text, read back at once)."""
+    with atomic_path(path) as tmp, pa.ipc.new_file(str(tmp), PLAN_SCHEMA) as w:
         pending: list[pa.Table] = []
         rows = 0
         for t in blocks:
@@ -233,7 +235,7 @@ def sort_runs(key_file: str, f: int, out: Path, run_rows: int, block_rows: int) 
 
     def flush(t: pa.Table) -> None:
         p = out.parent / f"{out.name}-{len(runs):05d}.arrow"
-        _write_run(p, [t.sort_by([("id", "ascending"), ("row", "ascending")])], block_rows)
+        _write_run(p, [t.sort_by("id")], block_rows)  # a stable sort: rows ascend within an id
         runs.append(p.name)
 
     pending: list[pa.Table] = []
@@ -266,63 +268,65 @@ def sort_runs(key_file: str, f: int, out: Path, run_rows: int, block_rows: int) 
 
 
 class _Run:
-    """One sorted run read a batch at a time: ``buf`` is its next rows not yet merged (None: no more)."""
+    """One sorted run read a batch at a time: rows ``at:`` of ``buf`` are its next rows not yet
+    merged (``buf`` None: no more); ``ids`` are the batch's ids as Python strings, whose order (code
+    points) is Arrow's (UTF-8 bytes), to bisect."""
 
     def __init__(self, path: str) -> None:
         self.file = pa.OSFile(path)
         self.reader = pa.ipc.open_file(self.file)
         self.next = 0
-        self.buf: pa.Table | None = None
         self.refill()
 
     def refill(self) -> None:
-        self.buf = None
+        self.buf: pa.Table | None = None
+        self.at = 0
         while self.buf is None and self.next < self.reader.num_record_batches:
             b = self.reader.get_batch(self.next)
             self.next += 1
             if b.num_rows:
                 self.buf = pa.Table.from_batches([b])
+                self.ids: list[str] = b.column("id").to_pylist()
+                self.files = b.column("file").to_numpy()
+                self.rows = b.column("row").to_numpy()
         if self.buf is None:
             self.file.close()
 
-    def key(self, j: int) -> tuple[str, int, int]:
-        """Buffered row ``j``'s sort key (``-1``: the last)."""
-        assert self.buf is not None
-        j %= self.buf.num_rows
-        return (self.buf["id"][j].as_py(), self.buf["file"][j].as_py(), self.buf["row"][j].as_py())
+    def last(self) -> tuple[str, int, int]:
+        return (self.ids[-1], int(self.files[-1]), int(self.rows[-1]))
 
     def take(self, bound: tuple[str, int, int]) -> pa.Table:
-        """Its buffered rows up to ``bound`` (in (id, file, row) order); refills when they are all."""
+        """Its next rows up to ``bound`` in (id, file, row) order; refills once the batch is used up."""
         assert self.buf is not None
-        if self.key(0) > bound:
-            return self.buf.slice(0, 0)
         bid, bfile, brow = bound
-        ids, files = self.buf["id"], self.buf["file"]
-        same = pc.and_(pc.equal(ids, bid), pc.equal(files, bfile))
-        upto = pc.or_(
-            pc.or_(pc.less(ids, bid), pc.and_(pc.equal(ids, bid), pc.less(files, bfile))),
-            pc.and_(same, pc.less_equal(self.buf["row"], brow)),
-        )
-        n = pc.sum(upto.cast(pa.int64())).as_py() or 0  # a prefix: the buffer is sorted
-        got = self.buf.slice(0, n)
-        if n == self.buf.num_rows:
+        end = bisect.bisect_left(self.ids, bid, self.at)
+        while (
+            end < len(self.ids)
+            and self.ids[end] == bid
+            and (self.files[end], self.rows[end]) <= (bfile, brow)
+        ):
+            end += 1
+        got = self.buf.slice(self.at, end - self.at)
+        self.at = end
+        if end == len(self.ids):
             self.refill()
-        else:
-            self.buf = self.buf.slice(n)
         return got
 
 
 def merged(runs: Sequence[str]) -> Iterator[pa.Table]:
     """The rows of sorted runs in (id, file, row) order, a block at a time: each step takes, from
     every run's buffered batch, the rows up to the smallest last row of those batches (every row
-    after it in any run is larger), and sorts them. Memory: one batch per run and one block."""
+    after it in any run is larger), and sorts them. Memory: one batch per run and one block.
+
+    ``runs`` must come in (file, row) order (every row of a run before every row of the next, as
+    ``sort_runs`` makes them and ``merge_runs`` keeps them): then a stable sort by id alone of
+    the rows taken, in run order, is their (id, file, row) order."""
     live = [r for r in (_Run(p) for p in runs) if r.buf is not None]
     while live:
-        bound = min(r.key(-1) for r in live)  # str order is UTF-8 byte order, as Arrow's
+        bound = min(r.last() for r in live)  # str order (code points) is Arrow's (UTF-8 bytes)
         taken = [t for t in (r.take(bound) for r in live) if t.num_rows]
         live = [r for r in live if r.buf is not None]
-        block = pa.concat_tables(taken) if len(taken) > 1 else taken[0]
-        yield block.sort_by(SORT_KEY) if len(taken) > 1 else block
+        yield pa.concat_tables(taken).sort_by("id") if len(taken) > 1 else taken[0]
 
 
 def merge_runs(runs: Sequence[str], out: Path, block_rows: int) -> str:
@@ -339,6 +343,15 @@ def cut_partitions(runs: Sequence[str], partition_bytes: int, out: Path) -> int:
     b = 0
     acc = 0  # bytes of partition b so far (0: no document yet)
     writer: AtomicParquetWriter | None = None
+    pending: list[pa.Table] = []  # partition b's rows not yet written (up to a row group)
+
+    def flush() -> None:
+        nonlocal writer
+        if writer is None:
+            writer = AtomicParquetWriter(out / f"{b:05d}.parquet", PARTITION_SCHEMA)
+        writer.write(pa.concat_tables(pending).select(PARTITION_SCHEMA.names))
+        pending.clear()
+
     try:
         for block in merged(runs):
             size = block["bytes"].to_numpy() + 1  # a separator after each document
@@ -356,16 +369,19 @@ def cut_partitions(runs: Sequence[str], partition_bytes: int, out: Path) -> int:
                     j = max(j, i + 1)
                 end = min(j, len(size))
                 if end > i:
-                    if writer is None:
-                        writer = AtomicParquetWriter(out / f"{b:05d}.parquet", PARTITION_SCHEMA)
-                    writer.write(block.slice(i, end - i).select(PARTITION_SCHEMA.names))
+                    pending.append(block.slice(i, end - i))
                     acc += int(cum[end - 1]) - base
+                    if sum(t.num_rows for t in pending) >= PLAN_ROW_GROUP:
+                        flush()
                 i = end
                 if j < len(size):  # document j starts partition b + 1
+                    flush()
                     assert writer is not None
                     writer.commit()
                     writer, b, acc = None, b + 1, 0
-        if writer is not None:
+        if acc:
+            flush()
+            assert writer is not None
             writer.commit()
             writer, b = None, b + 1
     finally:
