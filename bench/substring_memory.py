@@ -14,7 +14,7 @@ with a peer: the figures document the memory bound (docs/dedup.md).
 each), its external sort against the in-memory sort it replaced, each in its own child process, with
 a hash of the plans made (equal for both). ``--plan-only``: that table alone.
 
-Usage: python bench/substring_memory.py [--mb 40] [--partitions 2,8] [--block-mb 8] [--plan-docs 4000000,16000000] [--plan-only]
+Usage: python bench/substring_memory.py [--mb 40] [--partitions 2,8] [--block-mb 8] [--plan-docs 4000000,16000000] [--plan-hows in-memory,external] [--plan-only]
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def plan_child(docs: int, work: Path, how: str) -> None:
     )
 
 
-def plan_table(counts: list[int], tmp: Path) -> None:
+def plan_table(counts: list[int], hows: list[str], tmp: Path) -> None:
     """Both plans on each document count, each in its own child process; one line each. B/doc:
     the peak above the RSS before the plan (the interpreter and libraries), per document."""
     print("plan (4 key files of ids <input>/<n> in random order, 20 bytes of text each, 1 MB partitions)")
@@ -248,7 +248,7 @@ def plan_table(counts: list[int], tmp: Path) -> None:
         work.mkdir()
         cmd = [sys.executable, __file__, "--plan-inputs", str(docs), "--work", str(work)]
         subprocess.run(cmd, check=True)
-        for how in ("in-memory", "external"):
+        for how in hows:
             cmd = [
                 sys.executable,
                 __file__,
@@ -281,6 +281,7 @@ def main() -> None:
     ap.add_argument("--plan-child", type=int)
     ap.add_argument("--plan-inputs", type=int)
     ap.add_argument("--plan-how", choices=("external", "in-memory"), default="external")
+    ap.add_argument("--plan-hows", default="in-memory,external", help="the plans --plan-docs measures")
     ap.add_argument("--child", type=int)
     ap.add_argument("--src")
     ap.add_argument("--work")
@@ -292,9 +293,10 @@ def main() -> None:
         plan_child(args.plan_child, Path(args.work), args.plan_how)
         return
     plan_docs = [int(x) for x in args.plan_docs.split(",") if x]
+    hows = args.plan_hows.split(",")
     if args.plan_only:
         with tempfile.TemporaryDirectory() as tmp:
-            plan_table(plan_docs, Path(tmp))
+            plan_table(plan_docs, hows, Path(tmp))
         return
     if args.child:
         child(Path(args.src), Path(args.work), args.child, args.block_mb)
@@ -323,7 +325,7 @@ def main() -> None:
                 f"{r['spans_total']:,} spans in {r['parts']} input parts, at most {r['spans_max_part']:,} in one"
             )
         if plan_docs:
-            plan_table(plan_docs, root)
+            plan_table(plan_docs, hows, root)
 
 
 if __name__ == "__main__":

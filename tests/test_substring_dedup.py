@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from llmpipe import _core
 from llmpipe.curate.stage import RunContext, StageCounts
+from llmpipe.curate.stages import substring_dedup
 from llmpipe.curate.stages.substring_dedup import SubstringDedup, plan_partitions, spans_file
 
 
@@ -162,7 +164,9 @@ def plan_in_memory(key_files: list[Path], partition_bytes: int) -> list[list[tup
     return parts
 
 
-def test_plan_external_sort_equals_in_memory_sort(data_dir: Path, tmp_path: Path) -> None:
+def test_plan_external_sort_equals_in_memory_sort(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ids, texts = _docs(data_dir, 697)
     # ids as curate writes them, one thrice (in three key files: the key file, then the row, decide),
     # and ids whose UTF-8 bytes sort them (Arrow's order) as their code points do (Python's)
@@ -177,14 +181,18 @@ def test_plan_external_sort_equals_in_memory_sort(data_dir: Path, tmp_path: Path
         key_files.append(tmp_path / f"{j}.keys.parquet")
         pq.write_table(stage.prepare(table.slice(start, end - start).to_batches()[0]), key_files[-1])
     total = sum(len(t.encode()) + 1 for t in texts)
-    # tiny runs (16 rows), batches (4 rows) and merges (4 runs): 45 runs, two merge levels; and
-    # the defaults (a run per key file, merged at once)
+    # tiny runs (16 rows), batches (4 rows), merges (4 runs: 45 runs, two merge levels), row groups
+    # (5 rows) and copies of pieces (every 2); and the defaults (a run per key file, merged at once)
     tiny = {"run_rows": 16, "block_rows": 4, "fan_in": 4}
     cases = [(total // 40, tiny), (total // 7, tiny), (total // 40, {}), (total // 7, {}), (total, {})]
     for n, (partition_bytes, kw) in enumerate(cases):
         want = plan_in_memory(key_files, partition_bytes)
         out = tmp_path / f"plan-{n}"
-        plans = plan_partitions(key_files, partition_bytes, out, **kw)  # type: ignore[arg-type]
+        with monkeypatch.context() as m:
+            if kw:
+                m.setattr(substring_dedup, "PLAN_ROW_GROUP", 5)
+                m.setattr(substring_dedup, "COMPACT_PIECES", 2)
+            plans = plan_partitions(key_files, partition_bytes, out, **kw)  # type: ignore[arg-type]
         got = [[(r["id"], r["file"], r["row"]) for r in pq.read_table(p).to_pylist()] for p in plans]
         assert got == want, (partition_bytes, kw)
         assert not (out / "runs").exists() and not (out / "merged").exists()  # removed once whole

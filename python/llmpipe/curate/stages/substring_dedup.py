@@ -70,6 +70,8 @@ BLOCK_ROWS = 1 << 12
 FAN_IN = 64
 #: rows per row group of a partition's plan file
 PLAN_ROW_GROUP = 1 << 16
+#: slices of merged blocks kept before they are copied into one table (each holds its whole batch)
+COMPACT_PIECES = 64
 
 
 class SubstringDedup(GlobalRewrite):
@@ -207,6 +209,11 @@ def plan_partitions(
     return [out / f"{b:05d}.parquet" for b in range(n)]
 
 
+def _compact(pieces: list[pa.Table]) -> pa.Table:
+    """``pieces`` as one table of its own buffers: a slice of a run's batch holds the whole batch."""
+    return pa.concat_tables(pieces).combine_chunks()
+
+
 def _write_run(path: Path, blocks: Iterable[pa.Table], block_rows: int) -> None:
     """Sorted plan rows as one Arrow IPC file of ``block_rows``-row batches, by atomic rename
     (uncompressed: ~70 bytes a document, small beside the key files' text, read back at once)."""
@@ -221,6 +228,8 @@ def _write_run(path: Path, blocks: Iterable[pa.Table], block_rows: int) -> None:
                 full = rows - rows % block_rows
                 w.write_table(joined.slice(0, full), max_chunksize=block_rows)
                 pending, rows = [joined.slice(full)], rows - full
+            elif len(pending) >= COMPACT_PIECES:
+                pending = [_compact(pending)]
         if rows:
             w.write_table(pa.concat_tables(pending), max_chunksize=block_rows)
 
@@ -349,8 +358,9 @@ def cut_partitions(runs: Sequence[str], partition_bytes: int, out: Path) -> int:
         nonlocal writer
         if writer is None:
             writer = AtomicParquetWriter(out / f"{b:05d}.parquet", PARTITION_SCHEMA)
-        writer.write(pa.concat_tables(pending).select(PARTITION_SCHEMA.names))
-        pending.clear()
+        if pending:
+            writer.write(pa.concat_tables(pending).select(PARTITION_SCHEMA.names))
+            pending.clear()
 
     try:
         for block in merged(runs):
@@ -373,6 +383,8 @@ def cut_partitions(runs: Sequence[str], partition_bytes: int, out: Path) -> int:
                     acc += int(cum[end - 1]) - base
                     if sum(t.num_rows for t in pending) >= PLAN_ROW_GROUP:
                         flush()
+                    elif len(pending) >= COMPACT_PIECES:
+                        pending[:] = [_compact(pending)]
                 i = end
                 if j < len(size):  # document j starts partition b + 1
                     flush()
