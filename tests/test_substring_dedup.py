@@ -179,7 +179,8 @@ def test_plan_external_sort_equals_in_memory_sort(
     key_files = []
     for j, (start, end) in enumerate([(0, 90), (90, 100), (100, 410), (410, 697)]):  # uneven parts
         key_files.append(tmp_path / f"{j}.keys.parquet")
-        pq.write_table(stage.prepare(table.slice(start, end - start).to_batches()[0]), key_files[-1])
+        keys = stage.prepare(table.slice(start, end - start).to_batches()[0])
+        pq.write_table(keys, key_files[-1], row_group_size=37)  # read a row group at a time
     total = sum(len(t.encode()) + 1 for t in texts)
     # tiny runs (16 rows), batches (4 rows), merges (4 runs: 45 runs, two merge levels), row groups
     # (5 rows) and copies of pieces (every 2); and the defaults (a run per key file, merged at once)
