@@ -216,10 +216,17 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     ]
 
 
+#: work files are written once and read once or twice, on the same machine: zstd (level 1) cost a
+#: curate run ~5% of its CPU to write and read them (most of their cost), for half their size on disk
+WORK_COMPRESSION = "none"
+
+
 def write_table_atomic(path: Path, table: pa.Table) -> None:
-    """``table`` as one zstd Parquet file at ``path``, which appears whole or not at all."""
+    """``table`` as one Parquet file at ``path``, which appears whole or not at all."""
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd", use_dictionary=dictionary_columns(table.schema))
+        pq.write_table(
+            table, tmp, compression=WORK_COMPRESSION, use_dictionary=dictionary_columns(table.schema)
+        )
 
 
 def read_parquet(path: Path | str, columns: Sequence[str] | None = None) -> pa.Table:
@@ -254,7 +261,10 @@ class AtomicParquetWriter:
             if self.schema is None:
                 self.schema = batch.schema
             self.writer = pq.ParquetWriter(
-                self.tmp, self.schema, compression="zstd", use_dictionary=dictionary_columns(self.schema)
+                self.tmp,
+                self.schema,
+                compression=WORK_COMPRESSION,
+                use_dictionary=dictionary_columns(self.schema),
             )
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
