@@ -120,8 +120,8 @@ def config_from_args(args: argparse.Namespace) -> CurateConfig:
 
 def run(args: argparse.Namespace) -> int:
     from llmpipe.curate.executors import Executor, PoolExecutor
-    from llmpipe.curate.lean import pyarrow_without_pandas
     from llmpipe.curate.pipeline import run_curate
+    from llmpipe.curate.workdir import pyarrow_without_pandas
 
     cfg = config_from_args(args)
     progress = False if args.quiet else None  # None: a bar on a terminal, a line now and then in a log

@@ -17,8 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import Any, Protocol
 
-from llmpipe.curate.lean import pyarrow_without_pandas
-from llmpipe.curate.workdir import WORKER_ENV, fault_point
+from llmpipe.curate.workdir import WORKER_ENV, fault_point, pyarrow_without_pandas
 
 #: called with (index of the task, its result) as each task finishes, in completion order
 Done = Callable[[int, Any], None]

@@ -1,4 +1,4 @@
-"""A curate process does not import pandas through pyarrow (``llmpipe.curate.lean``), and pandas
+"""A curate process does not import pandas through pyarrow (``llmpipe.curate.workdir.pyarrow_without_pandas``), and pandas
 still works in it when asked for."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ if __name__ == "__main__":  # a spawned worker imports this file again
         print(probe_mod.probe())
         raise SystemExit
     from llmpipe.curate.executors import PoolExecutor
-    from llmpipe.curate.lean import pyarrow_without_pandas
+    from llmpipe.curate.workdir import pyarrow_without_pandas
 
     pool = PoolExecutor(2, progress=False)
     print(pool.map(probe_mod.probe, [(), ()], "probe"))
