@@ -219,7 +219,7 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
 
 
 #: work files are written once and read once or twice, on the same machine: zstd (level 1) cost a
-#: curate run ~5% of its CPU to write and read them (most of their cost), for half their size on disk
+#: curate run ~4% of its CPU to write and read them (most of their cost), for half their size on disk
 WORK_COMPRESSION = "none"
 
 
