@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import Any, Protocol
 
-from llmpipe.curate.workdir import WORKER_ENV, fault_point
+from llmpipe.curate.workdir import WORKER_ENV, fault_point, pyarrow_without_pandas
 
 #: called with (index of the task, its result) as each task finishes, in completion order
 Done = Callable[[int, Any], None]
@@ -123,6 +123,7 @@ def _start_worker(threads: int, driver: int) -> None:
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the worker first uses the Rust core
     os.environ[WORKER_ENV] = "1"
     _die_with_parent(driver)
+    pyarrow_without_pandas()
 
 
 def _nothing() -> None:
