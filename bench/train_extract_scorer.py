@@ -130,7 +130,10 @@ def text(blocks: list[Block], keep: list[bool]) -> str:
 
 
 def extract(r: Rendered, scorer: BlockScorer, cut: float) -> str:
-    """What Boilerplate.main_text returns for the page with this scorer and log-odds cut."""
+    """Boilerplate.main_text with this scorer and log-odds cut, as the threshold was chosen: without the
+    two rules added after it (on the fallback over all visible text a block must also pass the context
+    rules; a page with no block of near-text length or more has no main text), which were checked on
+    these same training pages, in-sample."""
     keep = (scorer.score(r.main_x) > cut).tolist() if r.main else []
     kept = sum(b.chars for b, k in zip(r.main, keep, strict=True) if k)
     if kept < Boilerplate.min_main_chars and r.every:
