@@ -311,7 +311,8 @@ mod tests {
                     (Ok(a), C4Outcome::Keep(b)) => {
                         assert_eq!(*a, b, "{text:?}");
                         if let Some(spans) = spans {
-                            let got: Vec<&str> = spans.iter().map(|&(x, y)| &b[x as usize..y as usize]).collect();
+                            let got: Vec<&str> =
+                                spans.iter().map(|&(x, y)| &b[x as usize..y as usize]).collect();
                             assert_eq!(got, tok.split(&b), "{text:?}");
                         } else {
                             assert_eq!(cfg.min_num_sentences, -1);

@@ -84,7 +84,10 @@ impl<'a> Iterator for Lines<'a> {
             if ASCII_BREAK[c as usize] {
                 let n = match c {
                     0xc2 => usize::from(b.get(i + 1) == Some(&0x85)) * 2,
-                    0xe2 => usize::from(b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9))) * 3,
+                    0xe2 => {
+                        usize::from(b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9)))
+                            * 3
+                    }
                     b'\r' if b.get(i + 1) == Some(&b'\n') => 2,
                     _ => 1,
                 };
@@ -175,7 +178,8 @@ mod tests {
         assert_eq!(splitlines("x\u{2028}y"), vec!["x", "y"]);
         let all = "a\u{85}b\u{2029}c\x1c\x1d\x1e\x0b\x0cd\r\r\ne\u{2027}\u{c5}f\n";
         assert_eq!(splitlines(all), vec!["a", "b", "c", "", "", "", "", "d", "", "e\u{2027}\u{c5}f"]);
-        for (s, want) in [("\n", vec![""]), ("a\r", vec!["a"]), ("\r\n\r\n", vec!["", ""]), ("x", vec!["x"])] {
+        for (s, want) in [("\n", vec![""]), ("a\r", vec!["a"]), ("\r\n\r\n", vec!["", ""]), ("x", vec!["x"])]
+        {
             assert_eq!(splitlines(s), want, "{s:?}");
         }
     }

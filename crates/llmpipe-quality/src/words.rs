@@ -467,7 +467,11 @@ impl EnglishTokenizer {
         let mut ascii_sentence_punct = [false; 128];
         for p in &rules.sentence_punct {
             if p.is_ascii() {
-                assert_eq!(p.len(), 1, "spaCy's sentence punctuation has a multi-character ASCII entry: {p:?}");
+                assert_eq!(
+                    p.len(),
+                    1,
+                    "spaCy's sentence punctuation has a multi-character ASCII entry: {p:?}"
+                );
                 ascii_sentence_punct[p.as_bytes()[0] as usize] = true;
             }
         }
@@ -597,7 +601,8 @@ impl EnglishTokenizer {
         let maybe_special = self.may_be_special(s);
         // most words: no special case, all letters
         if !maybe_special
-            && (s.bytes().all(|b| b.is_ascii_alphabetic()) || !s.is_ascii() && s.chars().all(char::is_alphabetic))
+            && (s.bytes().all(|b| b.is_ascii_alphabetic())
+                || !s.is_ascii() && s.chars().all(char::is_alphabetic))
         {
             out.push(s);
             return;
