@@ -518,7 +518,8 @@ mod tests {
                         top_n_grams: vec![(4, f64::INFINITY), (2, f64::INFINITY), (1, f64::INFINITY), (n, t)],
                         ..top.clone()
                     };
-                    for cfg in [top, dup, chain, mixed] {
+                    let cfgs = if doc % 8 < 2 { vec![top, dup, chain, mixed] } else { vec![top, dup] };
+                    for cfg in cfgs {
                         let got = gopher_repetition(&cfg, &text, &words);
                         assert_eq!(got, reference(&cfg, &text, &words), "{cfg:?} {words:?}");
                         checked += usize::from(got.is_some());
