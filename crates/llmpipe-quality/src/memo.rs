@@ -6,6 +6,8 @@
 //! the words of the last few batch calls are kept, keyed by a 128-bit hash of the text. It is a pure
 //! cache: the words are what [`EnglishTokenizer::words`] returns, hit or miss.
 //!
+//! C4 adds the words of the texts it rewrites (from the words of the lines it kept), for FineWeb.
+//!
 //! Memory: 8 bytes per word of the documents of the last [`KEEP`] batch calls (a 4 MiB batch of
 //! English is about 0.7 M words, 6 MB), in 16 locked shards so rayon threads rarely wait.
 
