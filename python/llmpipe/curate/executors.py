@@ -18,7 +18,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import Any, Protocol
 
 from llmpipe.curate.workdir import WORKER_ENV, fault_point
-from llmpipe.memory import arrow_without_pandas, release_memory
+from llmpipe.memory import lean_arrow, release_memory
 
 #: called with (index of the task, its result) as each task finishes, in completion order
 Done = Callable[[int, Any], None]
@@ -123,7 +123,7 @@ class PoolExecutor:
 def _start_worker(threads: int, driver: int) -> None:
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the worker first uses the Rust core
     os.environ[WORKER_ENV] = "1"
-    arrow_without_pandas()
+    lean_arrow()
     _die_with_parent(driver)
 
 
