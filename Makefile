@@ -20,7 +20,7 @@ $(PY):
 $(VENV)/.deps-installed: requirements.lock | $(PY)
 	@echo "setup: installing the locked Python dependencies into $(VENV) (a few minutes the first time)"
 	$(PY) -m pip install -q uv==0.13.9
-	$(UV) pip install --python $(PY) -r requirements.lock
+	$(UV) pip install --compile-bytecode --python $(PY) -r requirements.lock
 	touch $@
 
 deps: $(VENV)/.deps-installed
@@ -29,6 +29,7 @@ deps: $(VENV)/.deps-installed
 build: deps
 	@echo "setup: building the Rust extension (release)"
 	maturin develop --release --uv
+	$(PY) -m compileall -q python/llmpipe
 
 demo: build
 	llmpipe curate examples/raw --out $(DEMO_OUT)/shards --config configs/curate/sample.yaml
@@ -82,6 +83,7 @@ stubtest: deps | $(CORE)
 
 $(CORE): | deps
 	maturin develop --release --uv -q
+	$(PY) -m compileall -q python/llmpipe
 
 bench: build
 	$(PY) bench/run_all.py

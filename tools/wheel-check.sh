@@ -31,7 +31,7 @@ grep -q "python/llmpipe/configs/train/tiny.yaml" <<<"$listing" || { echo "wheel-
 # a venv with the wheel and the given extras; no path of the checkout in it
 make_venv() {
   python3 -m venv "$1"
-  "$uv" pip install -q --python "$1/bin/python" -c "$repo/requirements.lock" "$wheel$2"
+  "$uv" pip install -q --compile-bytecode --python "$1/bin/python" -c "$repo/requirements.lock" "$wheel$2"
   if "$1/bin/python" -c "import llmpipe, sys; sys.exit(0 if llmpipe.__file__.startswith('$repo') else 1)"; then
     echo "wheel-check: llmpipe imports from the checkout, not the wheel"; exit 1
   fi

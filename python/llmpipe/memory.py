@@ -1,65 +1,33 @@
-"""A curate process's resident memory: what it does not need to hold.
+"""A curate process's resident memory: what it does not need to hold (the driver and every pool
+worker; ``llmpipe.curate.workdir.pyarrow_without_pandas`` keeps pandas out of them).
 
-``arrow_without_pandas``: pyarrow imports pandas the first time any array is built or converted
-(its pandas shim looks for Series and categoricals), ~49 MB of resident memory and ~0.35 CPU-s per
-process that never uses pandas. Called before the first array, the shim's lazy import is made to fail
-once; pyarrow then skips its pandas checks, and code that asks for pandas (``to_pandas``) imports it
-as usual.
-
-``lean_arrow``: the above, and Arrow's memory pool becomes jemalloc, returning the pages of freed
-buffers at once (decay 0): the default mimalloc pool keeps them, so a loop over Parquet row groups
-(reading near dedup's shingles back, packing token files) grows the process by tens of MB while the
-buffers it holds stay a few MB. Reading back a 0.4 GB run's shingles (150 MB of Parquet): +56 MB
-resident with mimalloc, +41 MB with jemalloc's default decay, +36 MB with 1 s, +24 MB with 0, which
-costs ~0.2 CPU-s more there (madvise calls); packing that run's tokens: 216/201 MB peak with
-mimalloc, 189 MB with 0, CPU the same within noise (1.5-1.6 s).
+``lean_arrow_pool``: Arrow's memory pool becomes jemalloc, returning the pages of freed buffers at
+once (decay 0): the default mimalloc pool keeps them, so a loop over Parquet row groups (reading
+near dedup's shingles back, packing token files) grows the process by tens of MB while the buffers
+it holds stay a few MB. Reading back a 0.4 GB run's shingles (150 MB of Parquet): +56 MB resident
+with mimalloc, +41 MB with jemalloc's default decay, +36 MB with 1 s, +24 MB with 0, which costs
+~0.2 CPU-s more there (madvise calls); packing that run's tokens: 201-216 MB peak with mimalloc,
+189 MB with 0, CPU the same within noise (1.5-1.6 s).
 
 ``release_memory``: after a task, the memory it freed goes back to the system (glibc keeps freed
 heap pages in its arenas, one per thread that allocated: the Rust thread pool's threads included;
-Arrow's pool may keep freed pages too), so the next task's peak does not start on top of the
-last task's leftovers.
+Arrow's pool may keep freed pages too), so the next task's peak does not start on top of the last
+task's leftovers.
 """
 
 from __future__ import annotations
 
 import ctypes
-import sys
 from functools import lru_cache
 from typing import Any
-
-
-def arrow_without_pandas() -> None:
-    """Keep pyarrow from importing pandas on its own in this process (see the module doc). Does
-    nothing once pandas is imported, or once pyarrow has looked for it."""
-    if "pandas" in sys.modules:
-        return
-    import pyarrow as pa
-
-    block = _NoPandas()
-    sys.meta_path.insert(0, block)
-    try:
-        pa.array([0])  # the shim's first look: no pandas, and it does not look again on its own
-    finally:
-        sys.meta_path.remove(block)
-
-
-class _NoPandas:
-    """An import finder under which ``import pandas`` fails (for one call, by ``arrow_without_pandas``)."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ImportError("pandas is not imported by pyarrow in this process")
-        return None
-
 
 #: jemalloc's dirty and muzzy page decay in the Arrow pool of a curate process (milliseconds)
 DECAY_MS = 0
 
 
-def lean_arrow() -> None:
-    """``arrow_without_pandas``, and jemalloc with ``DECAY_MS`` as Arrow's default pool where
-    pyarrow has it (see the module doc); elsewhere the pool stays as it is."""
-    arrow_without_pandas()
+def lean_arrow_pool() -> None:
+    """jemalloc with ``DECAY_MS`` as Arrow's default pool in this process, where pyarrow has it (see
+    the module doc); elsewhere the pool stays as it is. Buffers made before keep their pool."""
     import pyarrow as pa
 
     try:

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import Any, Protocol
 
-from llmpipe.curate.workdir import WORKER_ENV, fault_point
-from llmpipe.memory import lean_arrow, release_memory
+from llmpipe.curate.workdir import WORKER_ENV, fault_point, pyarrow_without_pandas
+from llmpipe.memory import lean_arrow_pool, release_memory
 
 #: called with (index of the task, its result) as each task finishes, in completion order
 Done = Callable[[int, Any], None]
@@ -123,8 +123,9 @@ class PoolExecutor:
 def _start_worker(threads: int, driver: int) -> None:
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the worker first uses the Rust core
     os.environ[WORKER_ENV] = "1"
-    lean_arrow()
     _die_with_parent(driver)
+    pyarrow_without_pandas()
+    lean_arrow_pool()
 
 
 def _nothing() -> None:
