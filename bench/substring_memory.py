@@ -10,7 +10,11 @@ the child resets its peak RSS (``/proc/self/clear_refs``, Linux) and reads it (`
 each figure is that phase's own peak (the interpreter and libraries included). Not a comparison
 with a peer: the figures document the memory bound (docs/dedup.md).
 
-Usage: python bench/substring_memory.py [--mb 40] [--partitions 2,8] [--block-mb 8] [--plan-docs 4000000]
+``--plan-docs N,M``: also the partition plan's peak on N and M documents (ids only, 20 bytes of text
+each), its external sort against the in-memory sort it replaced, each in its own child process, with
+a hash of the plans made (equal for both). ``--plan-only``: that table alone.
+
+Usage: python bench/substring_memory.py [--mb 40] [--partitions 2,8] [--block-mb 8] [--plan-docs 4000000,16000000] [--plan-hows in-memory,external] [--plan-only]
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -129,30 +134,139 @@ def child(src: Path, work: Path, partitions: int, block_mb: float) -> None:
     print(json.dumps(peaks))
 
 
-def plan_child(docs: int, work: Path) -> None:
-    """The plan's peak on ``docs`` documents of 4 key files, ids as curate writes them (``<input>/<n>``),
-    each 20 bytes of text: what grows per document in the process that resolves."""
+def plan_in_memory(keys: list[Path], partition_bytes: int, out: Path) -> list[Path]:
+    """The plan as substring_dedup made it before its external sort (up to 97baeed): every
+    document's row in one table, sorted whole in this process, cut, one plan file per partition.
+    The reference the bench compares with, in memory and in output."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
-    from llmpipe.curate.stages import substring_dedup as sd
+    import pyarrow.compute as pc
+    from llmpipe.curate.workdir import read_parquet, write_table_atomic
 
-    keys = []
+    tables = []
+    for f, path in enumerate(keys):
+        t = read_parquet(path, columns=["id", "text"])
+        n = t.num_rows
+        tables.append(
+            pa.table(
+                {
+                    "id": t["id"],
+                    "file": pa.array(np.full(n, f, np.int32)),
+                    "row": pa.array(np.arange(n, dtype=np.int64)),
+                    "bytes": pc.binary_length(t["text"]).cast(pa.int64()),
+                }
+            )
+        )
+    docs = pa.concat_tables(tables).sort_by(
+        [("id", "ascending"), ("file", "ascending"), ("row", "ascending")]
+    )
+    size = docs["bytes"].to_numpy() + 1
+    bounds = [0]
+    acc = 0
+    for j, s in enumerate(size.tolist()):
+        if acc and acc + s > partition_bytes:
+            bounds.append(j)
+            acc = 0
+        acc += s
+    bounds.append(len(size))
+    plans = []
+    for b in range(len(bounds) - 1):
+        p = out / f"{b:05d}.parquet"
+        write_table_atomic(p, docs.slice(bounds[b], bounds[b + 1] - bounds[b]).select(["id", "file", "row"]))
+        plans.append(p)
+    return plans
+
+
+def plan_inputs(docs: int, work: Path) -> None:
+    """4 key files of ``docs`` documents in all, ids as curate writes them (``<input>/<n>``, in random
+    order), each 20 bytes of text (written by their own process: none of it in a plan's figure)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
     order = np.random.default_rng(0).permutation(docs)
     for f, chunk in enumerate(np.array_split(order, 4)):
-        ids = pa.array([f"cc-main-2019-30-extracted.jsonl.gz/{i}" for i in chunk.tolist()])
-        keys.append(work / f"{f}.keys.parquet")
+        num = pc.cast(pa.array(chunk), pa.string())
+        ids = pc.binary_join_element_wise("cc-main-2019-30-extracted.jsonl.gz/", num, "")
+        text = pa.repeat(pa.scalar("x" * 20, pa.large_string()), len(chunk))
         pq.write_table(
-            pa.table({"id": ids, "text": pa.array(["x" * 20] * len(chunk), pa.large_string())}), keys[-1]
+            pa.table({"id": ids, "text": text}), work / f"{f}.keys.parquet", row_group_size=1 << 16
         )
-    del ids, order
+
+
+def plan_child(docs: int, work: Path, how: str) -> None:
+    """The plan's peak on the key files of ``plan_inputs``: what grew per document in the process
+    that resolves. ``how``: ``external`` (substring_dedup's plan, its sort tasks in this process
+    as ``--workers 1``) or ``in-memory`` (the plan before it)."""
+    import hashlib
+
+    import numpy as np
+    import pyarrow.parquet as pq
+    from llmpipe.buffers import string_buffers
+    from llmpipe.curate.stages import substring_dedup as sd
+
+    keys = [work / f"{f}.keys.parquet" for f in range(4)]
     Path("/proc/self/clear_refs").write_text("5")
     before = _peak_mb()
-    sd.plan_partitions(keys, 1 << 20, work / "plan")
-    peak = _peak_mb()
-    print(
-        f"plan of {docs:,} documents: peak RSS {peak:.0f} MB, {(peak - before) * 2**20 / docs:.0f} bytes a document above the RSS before it"
+    t, w = time.process_time(), time.perf_counter()
+    out = work / how
+    plans = (
+        sd.plan_partitions(keys, 1 << 20, out) if how == "external" else plan_in_memory(keys, 1 << 20, out)
     )
+    cpu, wall = time.process_time() - t, time.perf_counter() - w
+    peak = _peak_mb()
+    digest = hashlib.sha256()
+    for p in plans:  # the plan's rows, partition by partition: equal for both ways
+        t = pq.read_table(p)
+        offsets, data = string_buffers(t["id"])
+        digest.update(data[offsets[0] : offsets[-1]].tobytes() + np.diff(offsets).tobytes())
+        digest.update(t["file"].to_numpy().tobytes() + t["row"].to_numpy().tobytes() + b"|")
+    print(
+        json.dumps(
+            {
+                "peak": peak,
+                "per_doc": (peak - before) * 2**20 / docs,
+                "before": before,
+                "cpu": cpu,
+                "wall": wall,
+                "partitions": len(plans),
+                "sha256": digest.hexdigest()[:16],
+            }
+        )
+    )
+
+
+def plan_table(counts: list[int], hows: list[str], tmp: Path) -> None:
+    """Both plans on each document count, each in its own child process; one line each. B/doc:
+    the peak above the RSS before the plan (the interpreter and libraries), per document."""
+    print("plan (4 key files of ids <input>/<n> in random order, 20 bytes of text each, 1 MB partitions)")
+    head = f"{'documents':>12s} {'plan':>10s} {'RSS before':>12s} {'peak RSS MB':>12s} {'B/doc':>6s}"
+    print(head + f" {'CPU-s':>7s} {'wall s':>7s}  sha256 of the plan (its rows, partition by partition)")
+    for docs in counts:
+        work = tmp / f"plan-{docs}"
+        work.mkdir()
+        cmd = [sys.executable, __file__, "--plan-inputs", str(docs), "--work", str(work)]
+        subprocess.run(cmd, check=True)
+        for how in hows:
+            cmd = [
+                sys.executable,
+                __file__,
+                "--plan-child",
+                str(docs),
+                "--plan-how",
+                how,
+                "--work",
+                str(work),
+            ]
+            r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            print(
+                f"{docs:12,d} {how:>10s} {r['before']:12.0f} {r['peak']:12.0f} {r['per_doc']:6.0f} {r['cpu']:7.1f}"
+                f" {r['wall']:7.1f}  {r['sha256']} ({r['partitions']} partitions)",
+                flush=True,
+            )
+            shutil.rmtree(work / how)
+        shutil.rmtree(work)
 
 
 def main() -> None:
@@ -160,14 +274,29 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=40)
     ap.add_argument("--partitions", default="2,8")
     ap.add_argument("--block-mb", type=float, default=8, help="input part (key file) size")
-    ap.add_argument("--plan-docs", type=int, default=0, help="also measure the plan on this many documents")
+    ap.add_argument(
+        "--plan-docs", default="", help="also measure the plan on these many documents (comma-separated)"
+    )
+    ap.add_argument("--plan-only", action="store_true", help="measure the plan only")
     ap.add_argument("--plan-child", type=int)
+    ap.add_argument("--plan-inputs", type=int)
+    ap.add_argument("--plan-how", choices=("external", "in-memory"), default="external")
+    ap.add_argument("--plan-hows", default="in-memory,external", help="the plans --plan-docs measures")
     ap.add_argument("--child", type=int)
     ap.add_argument("--src")
     ap.add_argument("--work")
     args = ap.parse_args()
+    if args.plan_inputs:
+        plan_inputs(args.plan_inputs, Path(args.work))
+        return
     if args.plan_child:
-        plan_child(args.plan_child, Path(args.work))
+        plan_child(args.plan_child, Path(args.work), args.plan_how)
+        return
+    plan_docs = [int(x) for x in args.plan_docs.split(",") if x]
+    hows = args.plan_hows.split(",")
+    if args.plan_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            plan_table(plan_docs, hows, Path(tmp))
         return
     if args.child:
         child(Path(args.src), Path(args.work), args.child, args.block_mb)
@@ -195,17 +324,8 @@ def main() -> None:
             print(
                 f"{r['spans_total']:,} spans in {r['parts']} input parts, at most {r['spans_max_part']:,} in one"
             )
-        if args.plan_docs:
-            (root / "plan").mkdir()
-            cmd = [
-                sys.executable,
-                __file__,
-                "--plan-child",
-                str(args.plan_docs),
-                "--work",
-                str(root / "plan"),
-            ]
-            print(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip())
+        if plan_docs:
+            plan_table(plan_docs, hows, root)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """``url_filter``, ``line_dedup``, ``substring_dedup`` and ``decontaminate`` (cutting spans) in real
 curate runs: a run with ``--workers 2`` in 0.1 MB chunks and a ``--workers 1`` run of whole files
-killed (SIGKILL) in the URL filter's step, in the line count, in the suffix-array pairs and in the
-decontamination step, then re-run, give the same bytes; their stages are in stats.json with what
-they removed.
+killed (SIGKILL) in the URL filter's step, in the line count, in the substring plan's sorted runs,
+in the suffix-array pairs and in the decontamination step, then re-run, give the same bytes; their
+stages are in stats.json with what they removed.
 """
 
 from __future__ import annotations
@@ -78,10 +78,12 @@ def test_stats_workers_and_kills_give_the_same_bytes(ref: tuple[Path, Path, Path
     want = _tree(out)
 
     # one worker, whole files: killed in the URL filter's step (segment 0, the WARC), in the line
-    # count, in the suffix-array pairs (several partitions), in the decontamination step (the last
-    # segment), then re-run to the end
+    # count, in the substring plan's external sort (first key file's runs written), in the
+    # suffix-array pairs (several partitions), in the decontamination step (the last segment), then
+    # re-run to the end
     killed = tmp_path / "killed"
-    points = ("segment 0#1 written", "line_dedup counts 00000", "substring_dedup pair 00000-00001")
+    points = ("segment 0#1 written", "line_dedup counts 00000", "substring_dedup runs 000000")
+    points += ("substring_dedup pair 00000-00001",)
     for point in (*points, "segment 3#0 written"):
         assert _curate(inputs, killed, cfg, "--workers", "1", fault=point) == -9, point
     _curate(inputs, killed, cfg, "--workers", "1")

@@ -3,7 +3,8 @@
 The oracle joins the documents in id order and marks every window of ``min_length`` bytes (inside
 one document) whose bytes already started at an earlier position, via a dict of first positions;
 the marked bytes, as runs trimmed to whole UTF-8 characters, are the spans to remove. The stage
-runs its real phases with small partitions, so most repeats are found across partitions.
+runs its real phases with small partitions, so most repeats are found across partitions. The
+partition plan (an external sort of the documents by id) is checked against an in-memory sort.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from llmpipe import _core
 from llmpipe.curate.stage import RunContext, StageCounts
-from llmpipe.curate.stages.substring_dedup import SubstringDedup, spans_file
+from llmpipe.curate.stages import substring_dedup
+from llmpipe.curate.stages.substring_dedup import SubstringDedup, plan_partitions, spans_file
 
 
 def _docs(data_dir: Path, n: int) -> tuple[list[str], list[str]]:
@@ -139,3 +142,62 @@ def test_suffix_array_and_spans_in_rust_match_naive() -> None:
     assert sa.tolist() == sorted(range(len(text)), key=lambda p: text[p:])
     spans = np.frombuffer(_core.repeated_spans(text, 0, 6), np.int64).reshape(-1, 2).tolist()
     assert [tuple(x) for x in spans] == oracle_spans(["a"], [doc], 6)["a"] == [(13, 24), (31, 38)]
+
+
+def plan_in_memory(key_files: list[Path], partition_bytes: int) -> list[list[tuple[str, int, int]]]:
+    """The partitions as one in-memory sort of every document by (id, key file, row) cuts them."""
+    rows = []
+    for f, path in enumerate(key_files):
+        t = pq.read_table(path)
+        for r, (i, text) in enumerate(zip(t["id"].to_pylist(), t["text"].to_pylist(), strict=True)):
+            rows.append((i, f, r, len(text.encode())))
+    rows.sort()
+    parts: list[list[tuple[str, int, int]]] = []
+    acc = 0
+    for i, f, r, n in rows:
+        if acc and acc + n + 1 > partition_bytes:
+            acc = 0
+        if acc == 0:
+            parts.append([])
+        parts[-1].append((i, f, r))
+        acc += n + 1
+    return parts
+
+
+def test_plan_external_sort_equals_in_memory_sort(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids, texts = _docs(data_dir, 697)
+    # ids as curate writes them, one thrice (in three key files: the key file, then the row, decide),
+    # and ids whose UTF-8 bytes sort them (Arrow's order) as their code points do (Python's)
+    ids = [f"cc-main-2019-30-extracted.jsonl.gz/{i}" for i in range(len(ids))]
+    ids[95] = ids[500] = ids[50]  # rows 50 of key file 0, 5 of 1 and 90 of 3
+    ids[:4] = ["zz", "zé", "z\uffff", "z\U0001f600"]
+    texts[7] = texts[7] * 40  # a document over the smallest partition size: alone in its partition
+    stage = SubstringDedup(SubstringDedup.Config(enabled=True))
+    table = pa.table({"id": ids, "text": texts})
+    key_files = []
+    for j, (start, end) in enumerate([(0, 90), (90, 100), (100, 410), (410, 697)]):  # uneven parts
+        key_files.append(tmp_path / f"{j}.keys.parquet")
+        keys = stage.prepare(table.slice(start, end - start).to_batches()[0])
+        pq.write_table(keys, key_files[-1], row_group_size=37)  # read a row group at a time
+    total = sum(len(t.encode()) + 1 for t in texts)
+    # tiny runs (16 rows), batches (4 rows), merges (4 runs: 45 runs, two merge levels), row groups
+    # (5 rows) and copies of pieces (every 2); and the defaults (a run per key file, merged at once)
+    tiny = {"run_rows": 16, "block_rows": 4, "fan_in": 4}
+    cases = [(total // 40, tiny), (total // 7, tiny), (total // 40, {}), (total // 7, {}), (total, {})]
+    for n, (partition_bytes, kw) in enumerate(cases):
+        want = plan_in_memory(key_files, partition_bytes)
+        out = tmp_path / f"plan-{n}"
+        with monkeypatch.context() as m:
+            if kw:
+                m.setattr(substring_dedup, "PLAN_ROW_GROUP", 5)
+                m.setattr(substring_dedup, "COMPACT_PIECES", 2)
+            plans = plan_partitions(key_files, partition_bytes, out, **kw)  # type: ignore[arg-type]
+        got = [[(r["id"], r["file"], r["row"]) for r in pq.read_table(p).to_pylist()] for p in plans]
+        assert got == want, (partition_bytes, kw)
+        assert not (out / "runs").exists() and not (out / "merged").exists()  # removed once whole
+        assert plan_partitions(key_files, partition_bytes, out) == plans  # done: read back, not redone
+    assert len(want) == 1 and 7 <= len(plan_in_memory(key_files, total // 7)) < 20
+    small = plan_in_memory(key_files, total // 40)
+    assert len(small) > 40 and [(ids[7], 0, 7)] in small  # its text 40 times: over, alone

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 # that would pay for it (torch has its own pool). Before numpy loads, and overridable.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from llmpipe import __version__  # noqa: E402
 from llmpipe.commands import (  # noqa: E402
     ablate,
     curate,
@@ -52,6 +51,8 @@ COMMANDS = [
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from llmpipe import __version__
+
     parser = argparse.ArgumentParser(
         prog="llmpipe",
         description="Raw web crawl to trained language model: curate, tokenize, pack, inspect, plan.",

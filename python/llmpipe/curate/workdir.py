@@ -7,10 +7,12 @@ killed at any point and started again with the same arguments redoes only unfini
 from __future__ import annotations
 
 import hashlib
+import importlib.abc
 import json
 import os
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -216,10 +218,45 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     ]
 
 
+#: work files are written once and read once or twice, on the same machine: zstd (level 1) cost a
+#: curate run ~4% of its CPU to write and read them (most of their cost), for half their size on disk
+WORK_COMPRESSION = "none"
+
+
 def write_table_atomic(path: Path, table: pa.Table) -> None:
-    """``table`` as one zstd Parquet file at ``path``, which appears whole or not at all."""
+    """``table`` as one Parquet file at ``path``, which appears whole or not at all."""
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd", use_dictionary=dictionary_columns(table.schema))
+        pq.write_table(
+            table, tmp, compression=WORK_COMPRESSION, use_dictionary=dictionary_columns(table.schema)
+        )
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """While installed, ``import pandas`` fails as if it were not installed."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+def pyarrow_without_pandas() -> None:
+    """Make pyarrow's lazy pandas check find no pandas, once, without importing it.
+
+    pyarrow imports pandas (~0.3 CPU-s, as much as numpy and pyarrow together) the first time a call
+    asks whether its argument is a pandas object, and nearly every call asks: ``pa.array`` of a list
+    or of a numpy array, ``to_numpy`` of some arrays. A curate run never hands pyarrow a pandas
+    object, so the processes of ``llmpipe curate`` (its driver, every pool worker) answer once, before
+    anything else asks. pyarrow keeps the answer for those checks only: ``to_pandas``/``from_pandas``
+    still import pandas and work. Nothing changes when pandas is imported already or pyarrow has
+    looked for it."""
+    if "pandas" in sys.modules:
+        return
+    block = _NoPandas()
+    sys.meta_path.insert(0, block)
+    try:
+        pa.array([0])  # pyarrow's first pandas check: it finds none and remembers
+    finally:
+        sys.meta_path.remove(block)
 
 
 def read_parquet(path: Path | str, columns: Sequence[str] | None = None) -> pa.Table:
@@ -254,7 +291,10 @@ class AtomicParquetWriter:
             if self.schema is None:
                 self.schema = batch.schema
             self.writer = pq.ParquetWriter(
-                self.tmp, self.schema, compression="zstd", use_dictionary=dictionary_columns(self.schema)
+                self.tmp,
+                self.schema,
+                compression=WORK_COMPRESSION,
+                use_dictionary=dictionary_columns(self.schema),
             )
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])

@@ -14,11 +14,11 @@ from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmpipe import _core
 from llmpipe.curate.executors import Executor, map_with
+from llmpipe.curate.groups import hash_words, smaller_ids
 from llmpipe.curate.shuffle import partition_files, shuffle
 from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, RunContext
 from llmpipe.curate.workdir import read_parquet, write_table_atomic
@@ -85,11 +85,8 @@ def partition_drops(files: Sequence[Path], out: Path) -> Path:
         return out
     tables = [read_parquet(f, columns=["id", "hash"]) for f in files]
     keys = pa.concat_tables(tables) if tables else KEY_SCHEMA.empty_table()
-    keep = keys.group_by("hash").aggregate([("id", "min"), ("id", "count")])
-    keep = keep.filter(pc.greater(keep["id_count"], 1)).select(["hash", "id_min"])
-    joined = keys.join(keep, "hash", join_type="inner")
-    drops = joined.filter(pc.not_equal(joined["id"], joined["id_min"]))
-    write_table_atomic(out, pa.table({"id": drops["id"], "dup_of": drops["id_min"]}))
+    ids, dup_of = smaller_ids(keys.column("id"), hash_words(keys.column("hash")))
+    write_table_atomic(out, pa.table({"id": ids, "dup_of": dup_of}))
     return out
 
 

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmpipe import _core
 from llmpipe.curate.executors import Executor, executor_workers, map_with
+from llmpipe.curate.groups import smaller_ids
 from llmpipe.curate.shuffle import partition_files, shuffle
 from llmpipe.curate.stage import DROPS_SCHEMA
 from llmpipe.curate.workdir import read_parquet, write_table_atomic
@@ -244,15 +244,13 @@ def resolve(
         parts_roots.append(roots[docs])
     if not parts_ids:
         return DROPS_SCHEMA.empty_table()
-    members = pa.table({"id": pa.concat_arrays(parts_ids), "root": pa.array(np.concatenate(parts_roots))})
-    keep = members.group_by("root").aggregate([("id", "min")])
-    joined = members.join(keep, "root")
-    drops = joined.filter(pc.not_equal(joined["id"], joined["id_min"])).sort_by("id")
+    ids, dup_of = smaller_ids(pa.concat_arrays(parts_ids), [np.concatenate(parts_roots)])
+    drops = pa.table({"id": ids, "dup_of": dup_of}).sort_by("id")
     return pa.table(
         {
             "id": drops["id"],
             "reason": pa.array([REASON] * drops.num_rows, pa.string()),
-            "dup_of": drops["id_min"],
+            "dup_of": drops["dup_of"],
         },
         schema=DROPS_SCHEMA,
     )
