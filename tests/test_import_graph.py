@@ -91,5 +91,7 @@ def test_executors_know_no_step() -> None:
     mods = _modules()
     graph = {m: _imports(m, p, mods) for m, p in mods.items()}
     assert {m for m in graph["llmpipe.curate.executors"] if m.startswith("llmpipe.")} <= {
-        "llmpipe.curate.workdir"
+        "llmpipe.curate.workdir",
+        "llmpipe.memory",  # a leaf: frees a process's memory between tasks, imports no llmpipe module
     }
+    assert {m for m in graph["llmpipe.memory"] if m.startswith("llmpipe.")} == set()

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from llmpipe import _core
-from llmpipe.quality import C4Config, QualityConfig, core_json, evaluate
+from llmpipe.quality import C4Config, FineWebConfig, GopherQualityConfig, QualityConfig, core_json, evaluate
 from quality_data import reference_docs, web_docs
 
 MAX_CHARS = 30_000  # keeps datatrove's side of the test to about a minute
@@ -85,6 +86,20 @@ def test_c4_matches_datatrove_including_cleaned_text(docs: list[str]) -> None:
     kept_both = [(t, c) for (r, t), c in zip(ref, cleaned, strict=True) if r is None and c is not None]
     same = sum(t == c for t, c in kept_both)
     assert same / len(kept_both) >= 0.99, f"cleaned text equal for {same}/{len(kept_both)}"
+    # the curate stage's call: after a filter memoized the documents' words (C4 then takes each
+    # line's words from them), the texts come back as one Arrow column, equal to the above
+    _core.quality_filter("gopher_quality", docs, core_json(GopherQualityConfig()))
+    reasons2, offs, data, changed = _core.quality_c4_column(docs, core_json(C4Config()))
+    assert reasons2 == reasons
+    col = pa.LargeStringArray.from_buffers(len(docs), pa.py_buffer(offs), pa.py_buffer(data)).to_pylist()
+    assert col == [d if c is None else c for d, c in zip(docs, cleaned, strict=True)]
+    assert changed == sum(c is not None and c != d for d, c in zip(docs, cleaned, strict=True)) > 0
+    # FineWeb on rewritten texts (words memoized by C4, not split again) decides as datatrove does
+    from datatrove.pipeline.filters import FineWebQualityFilter
+
+    rewritten = [c for d, c in zip(docs, cleaned, strict=True) if c is not None and c != d][::2]
+    mine = _core.quality_filter("fineweb", rewritten, core_json(FineWebConfig()))
+    _check("fineweb", [r for r, _ in _datatrove(FineWebQualityFilter(), rewritten)], mine)
 
 
 def test_evaluate_reports_every_reason_and_config_is_respected(docs: list[str]) -> None:

@@ -12,7 +12,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 
-use crate::buffers::view;
+use crate::buffers::{buffer, view, Data, IdBuffer};
 use crate::errors::{enter, enter_ok, ConfigError};
 
 fn parse<T: core::DeserializeOwned>(what: &str, json: &str) -> PyResult<T> {
@@ -102,6 +102,49 @@ fn quality_c4(py: Python<'_>, texts: Texts, config_json: &str) -> PyResult<Verdi
 }
 /// Drop reasons and cleaned texts, per document.
 type Verdicts2 = (Vec<Option<String>>, Vec<Option<String>>);
+
+/// Drop reasons, the new text column as (int64 offsets, data) buffers, and the rows whose text changed.
+type C4Column = (Vec<Option<String>>, IdBuffer, IdBuffer, usize);
+
+/// C4 with line cleaning, for a whole Arrow column: per document the drop reason (or None), and the
+/// column of texts after it (a kept document's cleaned text, a dropped one's text as it was) as
+/// int64 offsets and data, with the number of kept documents whose text changed. No Python string
+/// is made per document.
+#[pyfunction]
+fn quality_c4_column(py: Python<'_>, texts: Texts, config_json: &str) -> PyResult<C4Column> {
+    let cfg = parse("c4", config_json)?;
+    let t = texts.strs()?;
+    let (reasons, offs, data, changed) = enter_ok(py, || {
+        let outcomes = core::c4_batch(&cfg, &t);
+        let size = outcomes
+            .iter()
+            .zip(&t)
+            .map(|(o, x)| match o {
+                C4Outcome::Drop(_) => x.len(),
+                C4Outcome::Keep(k) => k.len(),
+            })
+            .sum();
+        let (mut offs, mut data) = (Vec::with_capacity(t.len() + 1), Vec::with_capacity(size));
+        let (mut reasons, mut changed) = (Vec::with_capacity(t.len()), 0usize);
+        offs.push(0i64);
+        for (o, x) in outcomes.iter().zip(&t) {
+            match o {
+                C4Outcome::Drop(r) => {
+                    reasons.push(Some(r.to_string()));
+                    data.extend_from_slice(x.as_bytes());
+                }
+                C4Outcome::Keep(k) => {
+                    reasons.push(None);
+                    changed += usize::from(k != x);
+                    data.extend_from_slice(k.as_bytes());
+                }
+            }
+            offs.push(data.len() as i64);
+        }
+        (reasons, offs, data, changed)
+    });
+    Ok((reasons, buffer(Data::I64(offs)), buffer(Data::U8(data)), changed))
+}
 
 /// datatrove's English word split (spaCy rules) of each text: for tests and tools.
 #[pyfunction]
@@ -195,6 +238,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(quality_heuristics, m)?)?;
     m.add_function(wrap_pyfunction!(quality_filter, m)?)?;
     m.add_function(wrap_pyfunction!(quality_c4, m)?)?;
+    m.add_function(wrap_pyfunction!(quality_c4_column, m)?)?;
     m.add_function(wrap_pyfunction!(english_words, m)?)?;
     m.add_function(wrap_pyfunction!(detect_language, m)?)?;
     m.add_function(wrap_pyfunction!(language_codes, m)?)?;

@@ -23,6 +23,8 @@ impl CharSets {
             let sets: Sets = serde_json::from_str(include_str!("../data/datatrove_text.json"))
                 .expect("data/datatrove_text.json is valid");
             let punctuation: AHashSet<char> = sets.punctuation.chars().collect();
+            // gopher.rs takes a word starting with an ASCII letter or digit as non-symbol
+            assert!(!punctuation.iter().any(|c| c.is_ascii_alphanumeric()), "punctuation holds a letter");
             let mut ascii_punct = [false; 128];
             for c in punctuation.iter().filter(|c| c.is_ascii()) {
                 ascii_punct[*c as usize] = true;

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::charsets::CharSets;
-use crate::pycompat::{count, is_alpha, len, splitlines};
+use crate::pycompat::{count, is_alpha, len, Lines};
 
 /// Thresholds; `None` (or 0) disables a rule, as in datatrove. Defaults are datatrove 0.9's.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -52,7 +52,12 @@ pub fn gopher_quality(cfg: &GopherQualityConfig, text: &str, words: &[&str]) -> 
     let mut n_non_symbol = 0usize;
     let mut non_symbol_chars = 0usize;
     for w in words {
-        if w.chars().any(|c| !sets.is_punct(c)) {
+        let non_symbol = match w.as_bytes().first() {
+            // the first character decides for most words
+            Some(&b) if b.is_ascii_alphanumeric() => true,
+            _ => w.chars().any(|c| !sets.is_punct(c)),
+        };
+        if non_symbol {
             n_non_symbol += 1;
             non_symbol_chars += len(w);
         }
@@ -81,41 +86,40 @@ pub fn gopher_quality(cfg: &GopherQualityConfig, text: &str, words: &[&str]) -> 
     }
     let nw = n_words as f64;
     if let Some(t) = on_f(cfg.max_symbol_word_ratio) {
-        if count(text, "#") as f64 / nw > t {
+        if text.bytes().filter(|&b| b == b'#').count() as f64 / nw > t {
             return Some("gopher_too_many_hashes");
         }
         if (count(text, "...") + count(text, "…")) as f64 / nw > t {
             return Some("gopher_too_many_ellipsis");
         }
     }
-    let lines = splitlines(text);
-    let nl = lines.len() as f64;
+    let (mut nl, mut bullets, mut ell) = (0usize, 0usize, 0usize);
+    for s in Lines::new(text) {
+        nl += 1;
+        let head = s.trim_start_matches(crate::pycompat::is_space);
+        bullets += usize::from(head.starts_with('•') || head.starts_with('-'));
+        let tail = s.trim_end_matches(crate::pycompat::is_space);
+        ell += usize::from(tail.ends_with("...") || tail.ends_with('…'));
+    }
+    let nl = nl as f64;
     if let Some(t) = on_f(cfg.max_bullet_lines_ratio) {
-        let bullets = lines
-            .iter()
-            .filter(|s| {
-                let s = s.trim_start_matches(crate::pycompat::is_space);
-                s.starts_with('•') || s.starts_with('-')
-            })
-            .count();
         if bullets as f64 / nl > t {
             return Some("gopher_too_many_bullets");
         }
     }
     if let Some(t) = on_f(cfg.max_ellipsis_lines_ratio) {
-        let ell = lines
-            .iter()
-            .filter(|s| {
-                let s = s.trim_end_matches(crate::pycompat::is_space);
-                s.ends_with("...") || s.ends_with('…')
-            })
-            .count();
         if ell as f64 / nl > t {
             return Some("gopher_too_many_end_ellipsis");
         }
     }
     if let Some(t) = on_f(cfg.max_non_alpha_words_ratio) {
-        let alpha = words.iter().filter(|w| w.chars().any(is_alpha)).count();
+        let alpha = words
+            .iter()
+            .filter(|w| match w.as_bytes().first() {
+                Some(b) if b.is_ascii_alphabetic() => true,
+                _ => w.chars().any(is_alpha),
+            })
+            .count();
         if (alpha as f64 / nw) < t {
             return Some("gopher_below_alpha_threshold");
         }
@@ -124,7 +128,24 @@ pub fn gopher_quality(cfg: &GopherQualityConfig, text: &str, words: &[&str]) -> 
         let mut stop: Vec<&str> = cfg.stop_words.iter().map(String::as_str).collect();
         stop.sort_unstable();
         stop.dedup();
-        let found = stop.iter().filter(|sw| words.iter().any(|w| w == *sw)).count();
+        // how many stop words occur, counted until `t` are found
+        let longest = stop.iter().map(|s| s.len()).max().unwrap_or(0);
+        let mut seen = vec![false; stop.len()];
+        let mut found = 0usize;
+        'words: for w in words {
+            if w.len() > longest {
+                continue;
+            }
+            for (i, sw) in stop.iter().enumerate() {
+                if !seen[i] && w == sw {
+                    seen[i] = true;
+                    found += 1;
+                    if found >= t {
+                        break 'words;
+                    }
+                }
+            }
+        }
         if found < t {
             return Some("gopher_enough_stop_words");
         }

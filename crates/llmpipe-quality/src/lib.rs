@@ -113,19 +113,22 @@ pub fn evaluate(cfg: &HeuristicsConfig, text: &str, all_reasons: bool) -> Verdic
     }
     let mut current: &str = text;
     let cleaned;
+    let mut cleaned_words = None;
     if let Some(c) = &cfg.c4 {
-        match c4::c4(c, text, tok) {
-            C4Outcome::Drop(r) => {
+        let known = (!words.is_empty()).then_some(&words[..]);
+        match c4::c4_words(c, text, tok, known) {
+            (C4Outcome::Drop(r), _) => {
                 v.reasons.push(format!("c4:{r}"));
                 if !all_reasons {
                     return v;
                 }
             }
-            C4Outcome::Keep(t) => {
+            (C4Outcome::Keep(t), spans) => {
                 if t != text {
                     cleaned = t;
                     current = &cleaned;
                     v.text = Some(current.to_string());
+                    cleaned_words = spans.map(|s| s.len());
                 }
             }
         }
@@ -133,6 +136,8 @@ pub fn evaluate(cfg: &HeuristicsConfig, text: &str, all_reasons: bool) -> Verdic
     if let Some(c) = &cfg.fineweb {
         let n_words = if current.as_ptr() == text.as_ptr() && !words.is_empty() {
             words.len()
+        } else if let Some(n) = cleaned_words {
+            n
         } else {
             tok.split(current).len()
         };
@@ -163,10 +168,25 @@ pub fn gopher_repetition_batch(cfg: &GopherRepetitionConfig, texts: &[&str]) -> 
     texts.par_iter().map(|t| repetition::gopher_repetition(cfg, t, &memo::words(tok, t))).collect()
 }
 
-/// C4 over a batch: the drop reason or the cleaned text.
+/// C4 over a batch: the drop reason or the cleaned text. A document whose words a filter before
+/// memoized ([`memo`]) has its lines' words taken from them, and a cleaned text's words are
+/// memoized for FineWeb, which runs on it next.
 pub fn c4_batch(cfg: &C4Config, texts: &[&str]) -> Vec<C4Outcome> {
     let tok = EnglishTokenizer::get();
-    texts.par_iter().map(|t| c4::c4(cfg, t, tok)).collect()
+    memo::next_batch();
+    texts
+        .par_iter()
+        .map(|t| {
+            let words = memo::lookup(t);
+            let (outcome, spans) = c4::c4_words(cfg, t, tok, words.as_deref());
+            if let (C4Outcome::Keep(kept), Some(spans)) = (&outcome, spans) {
+                if kept != t {
+                    memo::insert(kept, spans);
+                }
+            }
+            outcome
+        })
+        .collect()
 }
 
 /// FineWeb over a batch.

@@ -6,6 +6,8 @@
 //! the words of the last few batch calls are kept, keyed by a 128-bit hash of the text. It is a pure
 //! cache: the words are what [`EnglishTokenizer::words`] returns, hit or miss.
 //!
+//! C4 adds the words of the texts it rewrites (from the words of the lines it kept), for FineWeb.
+//!
 //! Memory: 8 bytes per word of the documents of the last [`KEEP`] batch calls (a 4 MiB batch of
 //! English is about 0.7 M words, 6 MB), in 16 locked shards so rayon threads rarely wait.
 
@@ -50,39 +52,55 @@ pub fn next_batch() {
 
 /// The words of `text` (as [`EnglishTokenizer::words`]), from the memo when a recent call split it.
 pub fn words<'a>(tok: &EnglishTokenizer, text: &'a str) -> Vec<&'a str> {
-    let m = memo();
-    let key = xxh3_128(text.as_bytes());
-    let shard = &m.shards[(key as usize) % SHARDS];
-    let now = m.generation.load(Ordering::Relaxed);
-    let hit = {
-        let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
-        s.map.get_mut(&key).map(|(g, spans)| {
-            *g = now;
-            spans.clone()
-        })
-    };
-    if let Some(spans) = hit {
-        return spans.iter().map(|&(a, b)| &text[a as usize..b as usize]).collect();
+    if let Some(w) = lookup(text) {
+        return w;
     }
     let mut out = Vec::new();
     tok.words(text, &mut out);
     if text.len() <= u32::MAX as usize {
         let base = text.as_ptr() as usize;
-        let spans: Spans = out
-            .iter()
-            .map(|w| {
-                let a = (w.as_ptr() as usize - base) as u32;
-                (a, a + w.len() as u32)
-            })
-            .collect();
-        let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
-        if s.purged != now {
-            s.purged = now;
-            s.map.retain(|_, (g, _)| now.wrapping_sub(*g) < KEEP);
-        }
-        s.map.insert(key, (now, spans));
+        let spans = out.iter().map(|w| {
+            let a = (w.as_ptr() as usize - base) as u32;
+            (a, a + w.len() as u32)
+        });
+        insert(text, spans.collect());
     }
     out
+}
+
+/// The words of `text` if a recent call memoized them.
+pub fn lookup(text: &str) -> Option<Vec<&str>> {
+    let m = memo();
+    let key = xxh3_128(text.as_bytes());
+    let shard = &m.shards[(key as usize) % SHARDS];
+    let now = m.generation.load(Ordering::Relaxed);
+    let spans = {
+        let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
+        s.map.get_mut(&key).map(|(g, spans)| {
+            *g = now;
+            spans.clone()
+        })
+    }?;
+    Some(spans.iter().map(|&(a, b)| &text[a as usize..b as usize]).collect())
+}
+
+/// Memoize the words of `text`, given as byte spans `(start, end)` in it; they must be what
+/// [`EnglishTokenizer::words`] returns for `text` (a caller that derives them another way, such as
+/// C4 from the words of the lines it kept, says why they are equal). Texts over 4 GiB are not kept.
+pub fn insert(text: &str, spans: Vec<(u32, u32)>) {
+    if text.len() > u32::MAX as usize {
+        return;
+    }
+    let m = memo();
+    let key = xxh3_128(text.as_bytes());
+    let shard = &m.shards[(key as usize) % SHARDS];
+    let now = m.generation.load(Ordering::Relaxed);
+    let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
+    if s.purged != now {
+        s.purged = now;
+        s.map.retain(|_, (g, _)| now.wrapping_sub(*g) < KEEP);
+    }
+    s.map.insert(key, (now, spans.into()));
 }
 
 #[cfg(test)]

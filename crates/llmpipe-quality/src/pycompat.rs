@@ -34,33 +34,73 @@ pub fn len(s: &str) -> usize {
     }
 }
 
-#[inline]
-fn is_line_break(c: char) -> bool {
-    matches!(c, '\n' | '\r' | '\x0b' | '\x0c' | '\x1c' | '\x1d' | '\x1e' | '\u{85}' | '\u{2028}' | '\u{2029}')
-}
-
 /// `s.splitlines()` (no ends kept; `\r\n` is one break; no empty last line).
 pub fn splitlines(s: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut it = s.char_indices().peekable();
-    while let Some((i, c)) = it.next() {
-        if is_line_break(c) {
-            out.push(&s[start..i]);
-            let mut next = i + c.len_utf8();
-            if c == '\r' {
-                if let Some(&(j, '\n')) = it.peek() {
-                    it.next();
-                    next = j + 1;
+    Lines::new(s).collect()
+}
+
+/// The lines of `s.splitlines()`, one at a time. The breaks are found byte by byte: the ASCII ones
+/// (`\n \r \x0b \x0c \x1c \x1d \x1e`) by table, U+0085, U+2028 and U+2029 by their UTF-8 bytes
+/// (`C2 85`, `E2 80 A8`, `E2 80 A9`: in valid UTF-8 a lead byte is never a continuation byte).
+pub struct Lines<'a> {
+    s: &'a str,
+    at: usize,
+}
+
+impl<'a> Lines<'a> {
+    pub fn new(s: &'a str) -> Self {
+        Lines { s, at: 0 }
+    }
+}
+
+const ASCII_BREAK: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'\n' as usize] = true;
+    t[b'\r' as usize] = true;
+    t[0x0b] = true;
+    t[0x0c] = true;
+    t[0x1c] = true;
+    t[0x1d] = true;
+    t[0x1e] = true;
+    // lead bytes of the non-ASCII breaks: checked further below
+    t[0xc2] = true;
+    t[0xe2] = true;
+    t
+};
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = &'a str;
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a str> {
+        let b = self.s.as_bytes();
+        let start = self.at;
+        if start >= b.len() {
+            return None;
+        }
+        let mut i = start;
+        while i < b.len() {
+            let c = b[i];
+            if ASCII_BREAK[c as usize] {
+                let n = match c {
+                    0xc2 => usize::from(b.get(i + 1) == Some(&0x85)) * 2,
+                    0xe2 => {
+                        usize::from(b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9)))
+                            * 3
+                    }
+                    b'\r' if b.get(i + 1) == Some(&b'\n') => 2,
+                    _ => 1,
+                };
+                if n > 0 {
+                    self.at = i + n;
+                    return Some(&self.s[start..i]);
                 }
             }
-            start = next;
+            i += 1;
         }
+        self.at = b.len();
+        Some(&self.s[start..])
     }
-    if start < s.len() {
-        out.push(&s[start..]);
-    }
-    out
 }
 
 fn letter_re() -> &'static regex::Regex {
@@ -136,6 +176,12 @@ mod tests {
         assert_eq!(splitlines("a\r\nb\rc\n\nd\n"), vec!["a", "b", "c", "", "d"]);
         assert!(splitlines("").is_empty());
         assert_eq!(splitlines("x\u{2028}y"), vec!["x", "y"]);
+        let all = "a\u{85}b\u{2029}c\x1c\x1d\x1e\x0b\x0cd\r\r\ne\u{2027}\u{c5}f\n";
+        assert_eq!(splitlines(all), vec!["a", "b", "c", "", "", "", "", "d", "", "e\u{2027}\u{c5}f"]);
+        for (s, want) in [("\n", vec![""]), ("a\r", vec!["a"]), ("\r\n\r\n", vec!["", ""]), ("x", vec!["x"])]
+        {
+            assert_eq!(splitlines(s), want, "{s:?}");
+        }
     }
 
     #[test]

@@ -263,6 +263,85 @@ struct Local {
     url: Regex,
     /// span -> byte lengths of its tokens (spaCy keeps the same cache)
     cache: AHashMap<String, Vec<u32>>,
+    /// a small direct-mapped cache in front of the others (see [`Recent`])
+    recent: Recent,
+}
+
+/// Spans of at most this many bytes go through [`Recent`].
+const RECENT_KEY: usize = 24;
+/// ... if they have at most this many tokens.
+const RECENT_TOKENS: usize = 6;
+/// Slots of [`Recent`] (32 bytes each: 128 KiB).
+const RECENT_SLOTS: usize = 4096;
+
+/// One slot: the span's bytes (zero-padded), its length (0: empty slot), its tokens' byte lengths.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(32))]
+struct RecentSlot {
+    key: [u64; 3],
+    len: u8,
+    ntok: u8,
+    lens: [u8; RECENT_TOKENS],
+}
+
+/// The tokens of recently seen short spans that are not plain words (`word,` `it's` `(the` `2024`),
+/// in a table that stays in cache: the span cache (`Local::cache`) is a hash map of up to 200,000
+/// heap strings, and most of its lookups miss the CPU caches. Web text repeats the same few
+/// thousand such spans. A pure cache: a hit gives what `span_uncached` gave for the same bytes.
+struct Recent {
+    slots: Vec<RecentSlot>,
+}
+
+impl Default for Recent {
+    fn default() -> Self {
+        Recent { slots: vec![RecentSlot::default(); RECENT_SLOTS] }
+    }
+}
+
+impl Recent {
+    #[inline]
+    fn key(s: &str) -> Option<([u64; 3], usize)> {
+        let b = s.as_bytes();
+        if b.is_empty() || b.len() > RECENT_KEY {
+            return None;
+        }
+        let mut buf = [0u8; RECENT_KEY];
+        buf[..b.len()].copy_from_slice(b);
+        let k = |i: usize| u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let key = [k(0), k(1), k(2)];
+        let h = (key[0] ^ key[1].rotate_left(21) ^ key[2].rotate_left(42) ^ b.len() as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        Some((key, (h >> 52) as usize % RECENT_SLOTS))
+    }
+
+    /// Push the cached tokens of `s` and say true, or say false.
+    #[inline]
+    fn get<'a>(&self, s: &'a str, out: &mut Vec<&'a str>) -> bool {
+        let Some((key, i)) = Self::key(s) else { return false };
+        let slot = &self.slots[i];
+        if slot.len as usize != s.len() || slot.key != key {
+            return false;
+        }
+        let mut at = 0;
+        for &n in &slot.lens[..slot.ntok as usize] {
+            out.push(&s[at..at + n as usize]);
+            at += n as usize;
+        }
+        true
+    }
+
+    #[inline]
+    fn put(&mut self, s: &str, toks: &[&str]) {
+        let Some((key, i)) = Self::key(s) else { return };
+        if toks.len() > RECENT_TOKENS {
+            return;
+        }
+        let mut lens = [0u8; RECENT_TOKENS];
+        for (l, t) in lens.iter_mut().zip(toks) {
+            *l = t.len() as u8;
+        }
+        self.slots[i] = RecentSlot { key, len: s.len() as u8, ntok: toks.len() as u8, lens };
+    }
 }
 
 const CACHE_SIZE: usize = 200_000;
@@ -293,9 +372,81 @@ pub struct EnglishTokenizer {
     url: String,
     /// special case -> byte lengths of its pieces
     specials: AHashMap<String, Vec<usize>>,
+    /// a bit per [`fingerprint`] slot of any special case: a span whose bit is clear is none
+    /// (most words: the map is not consulted)
+    special_bits: Vec<u64>,
     /// second pass: first affix token -> (affix tokens of a special case, the special case)
     merges: AHashMap<String, Vec<(Vec<String>, String)>>,
     sentence_punct: AHashSet<String>,
+    /// ASCII characters that are sentence punctuation on their own (`sentence_punct` has no ASCII
+    /// entry of more than one character: checked in `new`)
+    ascii_sentence_punct: [bool; 128],
+}
+
+/// Bits of the special-case filter (64 Ki bits: ~2% of other words pass with spaCy's 1,347 cases).
+const SPECIAL_BITS: u32 = 16;
+
+/// A cheap hash of a span for the special-case filter: its length and its first and last (up to)
+/// eight bytes.
+#[inline]
+fn fingerprint(s: &[u8]) -> usize {
+    let n = s.len();
+    let (a, b) = if n >= 8 {
+        let a = u64::from_le_bytes(s[..8].try_into().expect("8 bytes"));
+        let b = u64::from_le_bytes(s[n - 8..].try_into().expect("8 bytes"));
+        (a, b)
+    } else {
+        let mut buf = [0u8; 8];
+        buf[..n].copy_from_slice(s);
+        (u64::from_le_bytes(buf), 0)
+    };
+    let h = (a ^ b.rotate_left(29) ^ (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    (h >> (64 - SPECIAL_BITS)) as usize
+}
+
+/// The ASCII bytes Python's `str.isspace` accepts.
+const ASCII_SPACE: [bool; 128] = {
+    let mut t = [false; 128];
+    let mut c = 0;
+    while c < 128 {
+        t[c] = matches!(c as u8, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | 0x1c..=0x1f);
+        c += 1;
+    }
+    t
+};
+
+/// `f` for each non-empty run of non-whitespace (`text.split(is_space)` without the empty pieces);
+/// ASCII bytes are classified by table, other characters by [`is_space`].
+#[inline]
+pub fn for_each_span<'a>(text: &'a str, mut f: impl FnMut(&'a str)) {
+    let b = text.as_bytes();
+    let (mut i, mut start) = (0, 0);
+    while i < b.len() {
+        let c = b[i];
+        if c < 0x80 {
+            if ASCII_SPACE[c as usize] {
+                if i > start {
+                    f(&text[start..i]);
+                }
+                start = i + 1;
+            }
+            i += 1;
+        } else {
+            let ch = text[i..].chars().next().expect("a character starts here");
+            let n = ch.len_utf8();
+            if is_space(ch) {
+                if i > start {
+                    f(&text[start..i]);
+                }
+                start = i + n;
+            }
+            i += n;
+        }
+    }
+    if start < b.len() {
+        f(&text[start..]);
+    }
 }
 
 fn compile(pattern: &str) -> Regex {
@@ -306,16 +457,34 @@ impl EnglishTokenizer {
     fn new() -> Self {
         let rules: Rules =
             serde_json::from_str(include_str!("../data/spacy_en.json")).expect("data/spacy_en.json is valid");
-        let specials =
+        let specials: AHashMap<String, Vec<usize>> =
             rules.specials.into_iter().map(|(k, v)| (k, v.iter().map(|p| p.len()).collect())).collect();
+        let mut special_bits = vec![0u64; (1 << SPECIAL_BITS) / 64];
+        for k in specials.keys() {
+            let f = fingerprint(k.as_bytes());
+            special_bits[f / 64] |= 1 << (f % 64);
+        }
+        let mut ascii_sentence_punct = [false; 128];
+        for p in &rules.sentence_punct {
+            if p.is_ascii() {
+                assert_eq!(
+                    p.len(),
+                    1,
+                    "spaCy's sentence punctuation has a multi-character ASCII entry: {p:?}"
+                );
+                ascii_sentence_punct[p.as_bytes()[0] as usize] = true;
+            }
+        }
         let mut tok = Self {
             prefix: Split::new(&rules.prefix),
             suffix: Split::new(&rules.suffix),
             infix: Split::new(&rules.infix),
             url: rules.url,
             specials,
+            special_bits,
             merges: AHashMap::new(),
             sentence_punct: rules.sentence_punct.into_iter().collect(),
+            ascii_sentence_punct,
         };
         // spaCy registers a special case with its matcher when affix rules would cut it
         let mut merges: AHashMap<String, Vec<(Vec<String>, String)>> = AHashMap::new();
@@ -355,6 +524,7 @@ impl EnglishTokenizer {
             infix: self.infix.clone(),
             url: compile(&self.url),
             cache: AHashMap::new(),
+            recent: Recent::default(),
         }
     }
 
@@ -363,11 +533,7 @@ impl EnglishTokenizer {
         LOCAL.with(|cell| {
             let mut slot = cell.borrow_mut();
             let local = slot.get_or_insert_with(|| self.local());
-            for span in text.split(is_space) {
-                if !span.is_empty() {
-                    self.span(local, span, out);
-                }
-            }
+            for_each_span(text, |span| self.span(local, span, out));
         })
     }
 
@@ -378,7 +544,17 @@ impl EnglishTokenizer {
         out
     }
 
+    /// Is `s` possibly a special case? (false: certainly not)
+    #[inline]
+    fn may_be_special(&self, s: &str) -> bool {
+        let f = fingerprint(s.as_bytes());
+        self.special_bits[f / 64] & (1 << (f % 64)) != 0
+    }
+
     fn push_special<'a>(&self, s: &'a str, out: &mut Vec<&'a str>) -> bool {
+        if !self.may_be_special(s) {
+            return false;
+        }
         match self.specials.get(s) {
             Some(pieces) => {
                 let mut at = 0;
@@ -422,10 +598,34 @@ impl EnglishTokenizer {
     }
 
     fn span<'a>(&self, l: &mut Local, s: &'a str, out: &mut Vec<&'a str>) {
+        let maybe_special = self.may_be_special(s);
+        // most words: no special case, all letters
+        if !maybe_special
+            && (s.bytes().all(|b| b.is_ascii_alphabetic())
+                || !s.is_ascii() && s.chars().all(char::is_alphabetic))
+        {
+            out.push(s);
+            return;
+        }
+        let base = out.len();
+        if l.recent.get(s, out) {
+            return;
+        }
+        self.span_uncached(l, s, out);
+        l.recent.put(s, &out[base..]);
+    }
+
+    /// [`span`](Self::span) without the small cache of recent spans.
+    fn span_uncached<'a>(&self, l: &mut Local, s: &'a str, out: &mut Vec<&'a str>) {
         if self.push_special(s, out) {
             return;
         }
-        if s.chars().all(char::is_alphabetic) {
+        let alphabetic = if s.is_ascii() {
+            s.bytes().all(|b| b.is_ascii_alphabetic())
+        } else {
+            s.chars().all(char::is_alphabetic)
+        };
+        if alphabetic {
             out.push(s);
             return;
         }
@@ -571,17 +771,32 @@ impl EnglishTokenizer {
         }
     }
 
+    /// Is `w` one of spaCy's sentencizer punctuation characters?
+    #[inline]
+    fn is_sentence_punct(&self, w: &str) -> bool {
+        match w.as_bytes() {
+            [b] if b.is_ascii() => self.ascii_sentence_punct[*b as usize],
+            b if b.is_ascii() => false,
+            _ => self.sentence_punct.contains(w),
+        }
+    }
+
     /// Sentences spaCy's sentencizer finds in `text` (datatrove's `len(split_into_sentences(text))`).
     pub fn count_sentences(&self, text: &str) -> usize {
         let mut words = Vec::new();
         self.words(text, &mut words);
+        self.count_sentences_of(&words)
+    }
+
+    /// [`count_sentences`](Self::count_sentences) of a text whose words are `words`.
+    pub fn count_sentences_of(&self, words: &[&str]) -> usize {
         if words.is_empty() {
             return 1;
         }
         let mut n = 1;
         let mut seen_period = false;
-        for w in &words {
-            let in_punct = self.sentence_punct.contains(*w);
+        for w in words {
+            let in_punct = self.is_sentence_punct(w);
             if seen_period && !in_punct && !w.chars().all(is_punct_category) {
                 n += 1;
                 seen_period = false;

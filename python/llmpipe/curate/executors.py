@@ -18,6 +18,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import Any, Protocol
 
 from llmpipe.curate.workdir import WORKER_ENV, fault_point, pyarrow_without_pandas
+from llmpipe.memory import lean_arrow_pool, release_memory
 
 #: called with (index of the task, its result) as each task finishes, in completion order
 Done = Callable[[int, Any], None]
@@ -46,7 +47,7 @@ class LocalExecutor:
 
         out = []
         for j, a in enumerate(tqdm(args, desc=desc, unit="file", disable=not self.progress, leave=False)):
-            out.append(fn(*a))
+            out.append(_released(fn, *a))
             if done is not None:
                 done(j, out[-1])
             fault_point(f"{desc}#{j}")
@@ -97,7 +98,7 @@ class PoolExecutor:
         for w in self._warming:  # a worker that failed to start says so here
             w.result()
         self._warming = []
-        futures: list[Future[Any]] = [pool.submit(fn, *a) for a in args]
+        futures: list[Future[Any]] = [pool.submit(_released, fn, *a) for a in args]
         out = []
         try:
             if done is not None:
@@ -124,10 +125,20 @@ def _start_worker(threads: int, driver: int) -> None:
     os.environ[WORKER_ENV] = "1"
     _die_with_parent(driver)
     pyarrow_without_pandas()
+    lean_arrow_pool()
 
 
 def _nothing() -> None:
     pass
+
+
+def _released(fn: Callable[..., Any], *a: Any) -> Any:
+    """``fn(*a)``, then the memory it freed goes back to the system: a worker's next task (or the
+    driver's next phase) does not start on top of this one's freed heap."""
+    try:
+        return fn(*a)
+    finally:
+        release_memory()
 
 
 def _die_with_parent(parent: int) -> None:

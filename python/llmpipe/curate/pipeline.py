@@ -48,6 +48,7 @@ from llmpipe.io.discover import discover_inputs
 from llmpipe.io.fs import InputPath, RemotePath, is_url, local_or_url
 from llmpipe.io.read import detect_format
 from llmpipe.lock import DirLock
+from llmpipe.memory import release_memory
 
 DONE = ".llmpipe-done.json"
 #: the automatic chunk size (``--chunk-mb`` not given) lies between these: inputs larger than the
@@ -229,6 +230,7 @@ def _curate(run: Run) -> dict[str, Any]:
             bar.phase(seg.ends_with.name)
             context = RunContext(input_words=funnel.input_words, cache=out / CACHE)
             resolve_global(job, k, context, run.executor)
+            release_memory()
     kept = [work.docs(len(segments) - 1, i) for i in each]
 
     # tokenizer: the given one, or a byte-level BPE trained on the kept text
@@ -237,6 +239,7 @@ def _curate(run: Run) -> dict[str, Any]:
     elif not work.tokenizer.exists():
         bar.phase("tokenizer training")
         TrainTokenizer(config.tokenizer, log).run(kept, work.tokenizer_sample, work.tokenizer)
+        release_memory()  # the trainer's freed word and pair tables: packing does not start on top
         fault_point("tokenizer")
     bar.phase("tokenize")
     args = [(job, len(segments) - 1, i, str(work.tokenizer)) for i in each]

@@ -94,12 +94,20 @@ def block_crc32s(data: Any, block_bytes: int = BLOCK_BYTES) -> np.ndarray:
     return np.frombuffer(_core.crc32_blocks(view, block_bytes), dtype="<u4").astype(np.uint32)
 
 
+#: bytes ``file_block_crc32s`` reads at a time (whole blocks; at least one)
+CRC_READ_BYTES = 8 << 20
+
+
 def file_block_crc32s(path: Path, block_bytes: int = BLOCK_BYTES) -> np.ndarray:
-    """``block_crc32s`` of a file's bytes, read through a memory map."""
-    if path.stat().st_size == 0:
-        return np.zeros(0, dtype=np.uint32)
-    with pa.memory_map(str(path), "r") as src:
-        return block_crc32s(src.read_buffer(), block_bytes)
+    """``block_crc32s`` of a file's bytes, read a few blocks at a time into one buffer (a memory map
+    would count the whole file in the process's resident memory)."""
+    step = max(1, CRC_READ_BYTES // block_bytes) * block_bytes
+    buf = bytearray(step)
+    out = []
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            out.append(block_crc32s(memoryview(buf)[:n], block_bytes))
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.uint32)
 
 
 def damaged_blocks(path: Path, entry: dict[str, Any]) -> list[tuple[int, int]] | None:
@@ -244,10 +252,12 @@ def dual_ipc_pieces(table: pa.Table, schema: pa.Schema) -> tuple[pa.Buffer, byte
     """``dual_ipc_bytes`` as three pieces to write one after the other (the stream, a zero-copy view
     of the IPC file pyarrow wrote; the shifted footer; its length and the magic): a shard is written
     without holding its bytes twice more."""
-    sink = pa.BufferOutputStream()
-    with ipc.new_file(sink, schema) as w:
+    size = pa.MockOutputStream()  # counts the bytes: the buffer is allocated once, at its size (a
+    with ipc.new_file(size, schema) as w:  # growing one would reallocate up to twice the shard)
         w.write_table(table)
-    data = sink.getvalue()
+    data = pa.allocate_buffer(size.size())
+    with ipc.new_file(pa.FixedSizeBufferWriter(data), schema) as w:
+        w.write_table(table)
     if data[:6].to_pybytes() != _MAGIC or data[-6:].to_pybytes() != _MAGIC:
         raise ValueError("pyarrow wrote an unexpected IPC file layout")
     (flen,) = struct.unpack_from("<i", data[-10:-6].to_pybytes())

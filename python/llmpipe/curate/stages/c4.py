@@ -36,10 +36,20 @@ class C4(Mapper):
 
     def map(self, batch: pa.RecordBatch) -> Mapped:
         text = batch.column("text")
-        reasons, cleaned = _core.quality_c4(string_buffers(text), self.payload)
-        if all(c is None for c in cleaned):
+        if text.null_count:  # a null text stays null when dropped: the per-document path keeps it
+            reasons, cleaned = _core.quality_c4(string_buffers(text), self.payload)
+            if all(c is None for c in cleaned):
+                return Mapped(batch, 0, reasons)
+            new = pa.array(cleaned, text.type)  # only rewritten texts became Python strings
+            changed = int(pc.sum(pc.fill_null(pc.not_equal(new, text), False)).as_py() or 0)
+            out = batch.set_column(batch.schema.get_field_index("text"), "text", pc.coalesce(new, text))
+            return Mapped(out, changed, reasons)
+        # the texts after C4 come back as one Arrow column (no Python string per document)
+        reasons, offs, data, changed = _core.quality_c4_column(string_buffers(text), self.payload)
+        if changed == 0:
             return Mapped(batch, 0, reasons)
-        new = pa.array(cleaned, text.type)  # only rewritten texts became Python strings
-        changed = int(pc.sum(pc.fill_null(pc.not_equal(new, text), False)).as_py() or 0)
-        out = batch.set_column(batch.schema.get_field_index("text"), "text", pc.coalesce(new, text))
-        return Mapped(out, changed, reasons)
+        col = pa.LargeStringArray.from_buffers(len(text), pa.py_buffer(offs), pa.py_buffer(data))
+        if col.type != text.type:
+            col = col.cast(text.type)
+        out = batch.set_column(batch.schema.get_field_index("text"), "text", col)
+        return Mapped(out, int(changed), reasons)
