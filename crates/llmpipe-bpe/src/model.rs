@@ -17,7 +17,7 @@ const CACHE_MAX_ENTRIES: usize = 1 << 17;
 const CACHE_MAX_IDS: usize = 1 << 21;
 /// Pieces up to this many bytes are looked up by an integer key (bytes and length in a u128):
 /// one hash of two words and no byte comparison. That is nearly every piece of real text.
-const SHORT: usize = 15;
+pub(crate) const SHORT: usize = 15;
 
 #[inline]
 fn key(a: u32, b: u32) -> u64 {
@@ -29,7 +29,7 @@ fn key(a: u32, b: u32) -> u64 {
 /// buffer followed by a wide load stalls on store forwarding, and this is the hottest line of
 /// encoding.
 #[inline(always)]
-fn short_key(p: &[u8]) -> u128 {
+pub(crate) fn short_key(p: &[u8]) -> u128 {
     let n = p.len();
     debug_assert!((2..=SHORT).contains(&n));
     let rd4 = |i: usize| u32::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]) as u64;

@@ -2,7 +2,7 @@
 //! a lazy max-heap (the algorithm of HF's BpeTrainer, with 64-bit counts).
 
 use crate::bytemap::byte_to_char;
-use crate::model::{Special, Tokenizer};
+use crate::model::{short_key, Special, Tokenizer, SHORT};
 use crate::pattern::PreTokenizer;
 use crate::Error;
 use ahash::AHashMap;
@@ -30,30 +30,74 @@ pub struct TrainConfig {
 }
 
 type Pair = (u32, u32);
-pub type WordCounts = AHashMap<Box<[u8]>, u64>;
+
+/// Counts of the pre-tokenized words (pieces). A piece of one byte holds no pair and is not
+/// counted. Pieces of 2 to [`SHORT`] bytes (nearly all of them) are counted under an integer key
+/// (their bytes and length, see [`short_key`]): no allocation, no key behind a pointer, no byte
+/// comparison; longer pieces under their bytes.
+#[derive(Debug, Default, Clone)]
+pub struct WordCounts {
+    short: AHashMap<u128, u64>,
+    long: AHashMap<Box<[u8]>, u64>,
+}
+
+impl WordCounts {
+    /// Distinct words counted (of two bytes or more).
+    pub fn len(&self) -> usize {
+        self.short.len() + self.long.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    fn add(&mut self, b: &[u8]) {
+        if b.len() <= 1 {
+            return;
+        }
+        if b.len() <= SHORT {
+            *self.short.entry(short_key(b)).or_insert(0) += 1;
+        } else if let Some(c) = self.long.get_mut(b) {
+            *c += 1;
+        } else {
+            self.long.insert(b.into(), 1);
+        }
+    }
+
+    fn merge(mut self, mut other: WordCounts) -> WordCounts {
+        if self.short.len() < other.short.len() {
+            std::mem::swap(&mut self.short, &mut other.short);
+        }
+        for (k, v) in other.short {
+            *self.short.entry(k).or_insert(0) += v;
+        }
+        if self.long.len() < other.long.len() {
+            std::mem::swap(&mut self.long, &mut other.long);
+        }
+        for (k, v) in other.long {
+            *self.long.entry(k).or_insert(0) += v;
+        }
+        self
+    }
+
+    /// Call `f(bytes, count)` for every word.
+    fn for_each(&self, mut f: impl FnMut(&[u8], u64)) {
+        for (&k, &c) in &self.short {
+            let b = k.to_le_bytes();
+            f(&b[..b[15] as usize], c);
+        }
+        for (k, &c) in &self.long {
+            f(k, c);
+        }
+    }
+}
 
 fn add_words(pre: &PreTokenizer, text: &str, map: &mut WordCounts) {
     // Line by line with the line ending kept, like HF's train_from_files.
     for line in text.split_inclusive('\n') {
-        pre.for_each_piece(line, |p| {
-            let b = p.as_bytes();
-            if let Some(c) = map.get_mut(b) {
-                *c += 1;
-            } else {
-                map.insert(b.into(), 1);
-            }
-        });
+        pre.for_each_piece(line, |p| map.add(p.as_bytes()));
     }
-}
-
-fn merge_maps(mut a: WordCounts, mut b: WordCounts) -> WordCounts {
-    if a.len() < b.len() {
-        std::mem::swap(&mut a, &mut b);
-    }
-    for (k, v) in b {
-        *a.entry(k).or_insert(0) += v;
-    }
-    a
 }
 
 /// Chunks of whole lines read from the files one after the other (never a whole file in memory).
@@ -102,10 +146,14 @@ pub fn count_words(files: &[PathBuf], pre: &PreTokenizer, stop: &AtomicBool) -> 
                 return Err(Error::Interrupted);
             }
             let chunk = chunk?;
-            add_words(pre, &String::from_utf8_lossy(&chunk), &mut map);
+            // (SIMD validation first: the lossy conversion's own check is several times slower)
+            match simdutf8::basic::from_utf8(&chunk) {
+                Ok(text) => add_words(pre, text, &mut map),
+                Err(_) => add_words(pre, &String::from_utf8_lossy(&chunk), &mut map),
+            }
             Ok::<_, Error>(map)
         })
-        .try_reduce(WordCounts::default, |a, b| Ok(merge_maps(a, b)))
+        .try_reduce(WordCounts::default, |a, b| Ok(a.merge(b)))
 }
 
 /// Count the words of in-memory texts (each text is split into lines like a file).
@@ -116,7 +164,7 @@ pub fn count_words_texts<S: AsRef<str> + Sync>(texts: &[S], pre: &PreTokenizer) 
             add_words(pre, t.as_ref(), &mut map);
             map
         })
-        .reduce(WordCounts::default, merge_maps)
+        .reduce(WordCounts::default, WordCounts::merge)
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -138,16 +186,17 @@ impl PartialOrd for Merge {
     }
 }
 
-/// Merge (a, b) -> new in one word, reporting pair-count changes like HF's `Word::merge`.
+/// Merge (a, b) -> new in one word, in place, reporting pair-count changes like HF's
+/// `Word::merge`; returns the word's new length.
 fn merge_word(
-    w: &mut Vec<u32>,
+    w: &mut [u32],
     a: u32,
     b: u32,
     new: u32,
     len: &[usize],
     max_len: usize,
     mut ch: impl FnMut(Pair, i64),
-) {
+) -> usize {
     let n = w.len();
     let (mut r, mut wr) = (0, 0);
     let new_len = len[new as usize];
@@ -176,13 +225,79 @@ fn merge_word(
             r += 1;
         }
     }
-    w.truncate(wr);
+    wr
 }
 
-struct WordsPtr(*mut Vec<u32>);
+/// Words of the header of a word in [`Words`]: its length and its count (low, high 32 bits).
+const HDR: usize = 3;
+
+/// All the words in one buffer, each as `[length, count low, count high, ids...]` and named by
+/// its offset: a word's count and ids are read in one place (a vector per word cost two dependent
+/// cache misses per visit, the largest cost of the merge loop). Words only shrink, in place.
+struct Words {
+    data: Vec<u32>,
+}
+
+impl Words {
+    #[inline]
+    fn count(&self, o: u32) -> u64 {
+        let o = o as usize;
+        self.data[o + 1] as u64 | (self.data[o + 2] as u64) << 32
+    }
+
+    #[inline]
+    fn ids(&self, o: u32) -> &[u32] {
+        let o = o as usize;
+        &self.data[o + HDR..o + HDR + self.data[o] as usize]
+    }
+
+    /// Merge (a, b) -> new in word `o` (see [`merge_word`]).
+    #[inline]
+    fn merge(
+        &mut self,
+        o: u32,
+        a: u32,
+        b: u32,
+        new: u32,
+        len: &[usize],
+        max_len: usize,
+        ch: impl FnMut(Pair, i64),
+    ) {
+        let o = o as usize;
+        let n = self.data[o] as usize;
+        self.data[o] = merge_word(&mut self.data[o + HDR..o + HDR + n], a, b, new, len, max_len, ch) as u32;
+    }
+}
+
+struct WordsPtr(*mut u32);
 // SAFETY: used only to mutate distinct words from different threads (positions are deduplicated).
 unsafe impl Sync for WordsPtr {}
 unsafe impl Send for WordsPtr {}
+
+impl WordsPtr {
+    /// [`Words::merge`] through a raw pointer.
+    ///
+    /// # Safety
+    /// `o` is the offset of a word of the buffer, which no one else reads or writes meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn merge(
+        &self,
+        o: u32,
+        a: u32,
+        b: u32,
+        new: u32,
+        len: &[usize],
+        max_len: usize,
+        ch: impl FnMut(Pair, i64),
+    ) {
+        // SAFETY: per the caller, `o` starts a word's header followed by its ids, ours alone.
+        unsafe {
+            let hdr = self.0.add(o as usize);
+            let w = std::slice::from_raw_parts_mut(hdr.add(HDR), *hdr as usize);
+            *hdr = merge_word(w, a, b, new, len, max_len, ch) as u32;
+        }
+    }
+}
 
 /// Train from word counts.
 pub fn train_from_counts(
@@ -224,26 +339,41 @@ pub fn train_from_counts(
         len[s.id as usize] = s.content.chars().count();
     }
 
-    // 2. words as id sequences (single-byte words never hold a pair)
-    let (mut seqs, counts): (Vec<Vec<u32>>, Vec<u64>) = words
-        .into_iter()
-        .filter(|(w, _)| w.len() > 1)
-        .map(|(w, c)| (w.iter().map(|&b| byte_id[b as usize]).collect(), c))
-        .unzip();
+    // 2. words as id sequences in one buffer, the most frequent first (they take part in most
+    //    merges: a smaller, warmer part of memory), then by bytes.
+    let mut bytes_all: Vec<u8> = Vec::new();
+    let mut order: Vec<(u64, u32, u32)> = Vec::with_capacity(words.len());
+    words.for_each(|w, c| {
+        order.push((c, bytes_all.len() as u32, w.len() as u32));
+        bytes_all.extend_from_slice(w);
+    });
+    drop(words);
+    let bytes_of = |&(_, s, n): &(u64, u32, u32)| &bytes_all[s as usize..(s + n) as usize];
+    order.par_sort_unstable_by(|x, y| y.0.cmp(&x.0).then_with(|| bytes_of(x).cmp(bytes_of(y))));
+    let mut words = Words { data: Vec::with_capacity(bytes_all.len() + HDR * order.len()) };
+    let mut offs: Vec<u32> = Vec::with_capacity(order.len());
+    for e in &order {
+        let w = bytes_of(e);
+        offs.push(words.data.len() as u32);
+        words.data.extend([w.len() as u32, e.0 as u32, (e.0 >> 32) as u32]);
+        words.data.extend(w.iter().map(|&b| byte_id[b as usize]));
+    }
+    drop(order);
+    drop(bytes_all);
 
     // 3. initial pair counts and positions, in parallel
-    let (mut pair_counts, where_): (AHashMap<Pair, i64>, AHashMap<Pair, Vec<u32>>) = seqs
+    let (mut pair_counts, where_): (AHashMap<Pair, i64>, AHashMap<Pair, Vec<u32>>) = offs
         .par_iter()
-        .enumerate()
         .fold(
             || (AHashMap::new(), AHashMap::new()),
-            |(mut pc, mut wh): (AHashMap<Pair, i64>, AHashMap<Pair, Vec<u32>>), (i, w)| {
-                for win in w.windows(2) {
+            |(mut pc, mut wh): (AHashMap<Pair, i64>, AHashMap<Pair, Vec<u32>>), &o| {
+                let c = words.count(o) as i64;
+                for win in words.ids(o).windows(2) {
                     let p = (win[0], win[1]);
-                    *pc.entry(p).or_insert(0) += counts[i] as i64;
+                    *pc.entry(p).or_insert(0) += c;
                     let v = wh.entry(p).or_default();
-                    if v.last() != Some(&(i as u32)) {
-                        v.push(i as u32);
+                    if v.last() != Some(&o) {
+                        v.push(o);
                     }
                 }
                 (pc, wh)
@@ -264,6 +394,7 @@ pub fn train_from_counts(
                 (pa, wa)
             },
         );
+    drop(offs);
     let mut heap: BinaryHeap<Merge> = where_
         .into_iter()
         .filter_map(|(pair, pos)| {
@@ -305,39 +436,39 @@ pub fn train_from_counts(
         let mut pos = top.pos;
         pos.sort_unstable();
         pos.dedup();
-        let mut apply = |pair: Pair, delta: i64, iw: u32| {
-            *pair_counts.entry(pair).or_insert(0) += delta * counts[iw as usize] as i64;
+        // `delta` is the change in occurrences within word `o`, `c` that word's count
+        let mut apply = |pair: Pair, delta: i64, c: i64, o: u32| {
+            *pair_counts.entry(pair).or_insert(0) += delta * c;
             if delta > 0 {
                 let v = where_to_update.entry(pair).or_default();
-                if v.last() != Some(&iw) {
-                    v.push(iw);
+                if v.last() != Some(&o) {
+                    v.push(o);
                 }
             }
         };
         if pos.len() < 2048 {
-            for &iw in &pos {
-                merge_word(&mut seqs[iw as usize], a, b, new, &len, max_len, |p, d| apply(p, d, iw));
+            for &o in &pos {
+                let c = words.count(o) as i64;
+                words.merge(o, a, b, new, &len, max_len, |p, d| apply(p, d, c, o));
             }
         } else {
-            let ptr = WordsPtr(seqs.as_mut_ptr());
+            let ptr = WordsPtr(words.data.as_mut_ptr());
             let len_ref = &len;
             let changes: Vec<(Pair, i64, u32)> = pos
                 .par_iter()
                 .with_min_len(256)
-                .fold(Vec::new, |mut acc, &iw| {
-                    let p = &ptr;
+                .fold(Vec::new, |mut acc, &o| {
                     // SAFETY: `pos` is deduplicated, so each word is borrowed by one thread only,
-                    // and `seqs` is neither resized nor read elsewhere during this loop.
-                    let w = unsafe { &mut *p.0.add(iw as usize) };
-                    merge_word(w, a, b, new, len_ref, max_len, |pr, d| acc.push((pr, d, iw)));
+                    // and `words` is neither resized nor read elsewhere during this loop.
+                    unsafe { ptr.merge(o, a, b, new, len_ref, max_len, |pr, d| acc.push((pr, d, o))) };
                     acc
                 })
                 .reduce(Vec::new, |mut x, mut y| {
                     x.append(&mut y);
                     x
                 });
-            for (p, d, iw) in changes {
-                apply(p, d, iw);
+            for (p, d, o) in changes {
+                apply(p, d, words.count(o) as i64, o);
             }
         }
         for (pair, pos) in where_to_update.drain() {
@@ -409,8 +540,8 @@ mod tests {
         let len = vec![1, 1, 1, 1, 2];
         let mut w = vec![0, 1, 2, 2, 3];
         let mut ch = Vec::new();
-        merge_word(&mut w, 2, 2, 4, &len, usize::MAX, |p, d| ch.push((p, d)));
-        assert_eq!(w, vec![0, 1, 4, 3]);
+        let n = merge_word(&mut w, 2, 2, 4, &len, usize::MAX, |p, d| ch.push((p, d)));
+        assert_eq!(w[..n], [0, 1, 4, 3]);
         assert_eq!(ch, vec![((1, 2), -1), ((1, 4), 1), ((2, 3), -1), ((4, 3), 1)]);
     }
 }
