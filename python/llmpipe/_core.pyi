@@ -72,6 +72,21 @@ class BpeTokenizer:
     @property
     def pattern(self) -> str: ...
 
+@final
+class BpeWordCounts:
+    """Word counts for training, fed string columns (int64 offsets, uint8 data) of documents."""
+    def __new__(cls, pattern: str = "gpt2") -> BpeWordCounts: ...
+    def add_documents(self, offsets: object, data: object) -> None: ...
+    @property
+    def bytes(self) -> int: ...
+    def train(
+        self,
+        vocab_size: int,
+        min_frequency: int = 2,
+        max_token_length: int | None = None,
+        special_tokens: list[str] = ...,
+    ) -> BpeTokenizer: ...
+
 # -- near dedup (crates/llmpipe-dedup, crates/llmpipe-py/src/dedup.rs) ---------------------------
 # String columns arrive as int64 offsets + uint8 data buffers; results are little-endian bytes
 # (np.frombuffer): signatures uint32, band keys uint64, counts uint32, group offsets uint64.

@@ -280,6 +280,36 @@ def _ids(ids: Iterable[int]) -> list[int]:
     return list(ids)
 
 
+class DocumentCounts:
+    """Word counts for :meth:`DocumentCounts.train`, fed an Arrow string column of documents at a time:
+    the same tokenizer as :meth:`Tokenizer.train` on a file holding those documents in order, each
+    followed by a newline, without writing that file. Each call counts in Rust, GIL released."""
+
+    def __init__(self, pattern: str = "gpt2") -> None:
+        self._core = _core.BpeWordCounts(pattern)
+
+    def add(self, offsets: np.ndarray, data: np.ndarray) -> None:
+        """Count the documents of a string column given as int64 offsets and its data buffer."""
+        self._core.add_documents(np.ascontiguousarray(offsets, dtype=np.int64), data)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes counted: the documents' UTF-8 and a newline each."""
+        return int(self._core.bytes)
+
+    def train(
+        self,
+        vocab_size: int,
+        *,
+        min_frequency: int = 2,
+        max_token_length: int | None = None,
+        special_tokens: Sequence[str] = (EOS,),
+    ) -> Tokenizer:
+        """Train on the words counted so far (they are used up)."""
+        _check_train_args(vocab_size, min_frequency, max_token_length, special_tokens)
+        return Tokenizer(self._core.train(vocab_size, min_frequency, max_token_length, list(special_tokens)))
+
+
 def _check_train_args(
     vocab_size: int, min_frequency: int, max_token_length: int | None, special_tokens: Sequence[str]
 ) -> None:

@@ -65,7 +65,8 @@ impl WordCounts {
         }
     }
 
-    fn merge(mut self, mut other: WordCounts) -> WordCounts {
+    /// The sum of two counts.
+    pub fn merge(mut self, mut other: WordCounts) -> WordCounts {
         if self.short.len() < other.short.len() {
             std::mem::swap(&mut self.short, &mut other.short);
         }
@@ -165,6 +166,79 @@ pub fn count_words_texts<S: AsRef<str> + Sync>(texts: &[S], pre: &PreTokenizer) 
             map
         })
         .reduce(WordCounts::default, WordCounts::merge)
+}
+
+/// Add to `acc` the words of documents given as the buffers of an Arrow string column (`offsets`,
+/// `data`), each document followed by a newline: the words [`count_words`] counts in a file of
+/// those documents one after the other, each ended by "\n" (so a caller need not write that file).
+/// Invalid UTF-8 is replaced by U+FFFD, as there (an invalid sequence never spans a newline).
+pub fn count_words_docs(
+    acc: &mut WordCounts,
+    offsets: &[i64],
+    data: &[u8],
+    pre: &PreTokenizer,
+) -> Result<(), Error> {
+    for (row, w) in offsets.windows(2).enumerate() {
+        if w[0] < 0 || w[1] < w[0] || w[1] as usize > data.len() {
+            return Err(Error::Invalid(format!(
+                "row {row}: string offsets out of range: {}..{}",
+                w[0], w[1]
+            )));
+        }
+    }
+    let n = offsets.len().saturating_sub(1);
+    if n == 0 {
+        return Ok(());
+    }
+    // One contiguous run of documents per thread, of about equal bytes; the first is counted
+    // straight into `acc` (one thread: no table to merge).
+    let parts = rayon::current_num_threads().clamp(1, n.div_ceil(64));
+    let (lo, hi) = (offsets[0], offsets[n]);
+    let mut cuts: Vec<usize> = (0..=parts)
+        .map(|k| {
+            let target = lo + (hi - lo) * k as i64 / parts as i64;
+            offsets[..n].partition_point(|&o| o < target)
+        })
+        .collect();
+    cuts[parts] = n;
+    let mut seeds = vec![WordCounts::default(); parts];
+    seeds[0] = std::mem::take(acc);
+    let counted: Vec<WordCounts> = seeds
+        .into_par_iter()
+        .enumerate()
+        .map(|(k, mut wc)| {
+            let mut line = String::new();
+            for i in cuts[k]..cuts[k + 1] {
+                let bytes = &data[offsets[i] as usize..offsets[i + 1] as usize];
+                match simdutf8::basic::from_utf8(bytes) {
+                    Ok(text) => add_document(pre, text, &mut wc, &mut line),
+                    Err(_) => add_document(pre, &String::from_utf8_lossy(bytes), &mut wc, &mut line),
+                }
+            }
+            wc
+        })
+        .collect();
+    let mut it = counted.into_iter();
+    *acc = it.next().unwrap_or_default();
+    for wc in it {
+        *acc = std::mem::take(acc).merge(wc);
+    }
+    Ok(())
+}
+
+/// The words of `text` followed by a newline; `line` is scratch space for its last line.
+fn add_document(pre: &PreTokenizer, text: &str, wc: &mut WordCounts, line: &mut String) {
+    let (body, last) = match text.rfind('\n') {
+        Some(i) => text.split_at(i + 1),
+        None => ("", text),
+    };
+    add_words(pre, body, wc);
+    if !last.is_empty() {
+        line.clear();
+        line.push_str(last);
+        line.push('\n');
+        add_words(pre, line, wc);
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]

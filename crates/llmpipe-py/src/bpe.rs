@@ -1,7 +1,9 @@
 //! Bindings for llmpipe-bpe: one class, every batch call runs with the GIL released.
 
+use crate::buffers::view;
 use crate::errors::{enter, enter_interruptible, enter_ok, CoreError};
 use llmpipe_bpe::{hfjson, pattern, tiktoken, train, Allowed, PreTokenizer, Special, Tokenizer, TrainConfig};
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
@@ -259,7 +261,62 @@ impl BpeTokenizer {
     }
 }
 
+/// Word counts for BPE training, fed an Arrow string column of documents at a time (each document
+/// followed by a newline, as in a file of them): training on a sample without writing it to disk.
+#[pyclass(module = "llmpipe._core")]
+pub struct BpeWordCounts {
+    pre: PreTokenizer,
+    counts: train::WordCounts,
+    bytes: u64,
+}
+
+#[pymethods]
+impl BpeWordCounts {
+    #[new]
+    #[pyo3(signature = (pattern="gpt2"))]
+    fn new(pattern: &str) -> PyResult<Self> {
+        let pre = pre_for(pattern).map_err(CoreError::into_py)?;
+        Ok(BpeWordCounts { pre, counts: train::WordCounts::default(), bytes: 0 })
+    }
+
+    /// Count the documents of a string column given as its int64 offsets and data buffer.
+    fn add_documents(&mut self, py: Python<'_>, offsets: PyBuffer<i64>, data: PyBuffer<u8>) -> PyResult<()> {
+        let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
+        let (pre, counts) = (&self.pre, &mut self.counts);
+        enter(py, || train::count_words_docs(counts, o, d, pre))?;
+        if let (Some(first), Some(last)) = (o.first(), o.last()) {
+            // each document and its newline
+            self.bytes += (last - first) as u64 + (o.len() - 1) as u64;
+        }
+        Ok(())
+    }
+
+    /// Bytes counted so far (documents and their newlines).
+    #[getter]
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Train on the words counted so far (which are used up).
+    #[pyo3(signature = (vocab_size, min_frequency=2, max_token_length=None, special_tokens=vec!["<|endoftext|>".to_string()]))]
+    fn train(
+        &mut self,
+        py: Python<'_>,
+        vocab_size: usize,
+        min_frequency: u64,
+        max_token_length: Option<usize>,
+        special_tokens: Vec<String>,
+    ) -> PyResult<BpeTokenizer> {
+        let cfg = TrainConfig { vocab_size, min_frequency, max_token_length, special_tokens };
+        let words = std::mem::take(&mut self.counts);
+        let pre = self.pre.clone();
+        let t = enter_interruptible(py, |stop| train::train_from_counts(words, &cfg, pre, stop))?;
+        Ok(BpeTokenizer::wrap(t))
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BpeTokenizer>()?;
+    m.add_class::<BpeWordCounts>()?;
     Ok(())
 }
