@@ -1,6 +1,7 @@
 //! The byte-level BPE model: vocabulary, ranked merges, special tokens, encode and decode.
 
 use crate::pattern::PreTokenizer;
+use crate::shorttab::{hash, Key, ShortTable};
 use crate::Error;
 use ahash::AHashMap;
 use rayon::prelude::*;
@@ -22,6 +23,15 @@ pub(crate) const SHORT: usize = 15;
 #[inline]
 fn key(a: u32, b: u32) -> u64 {
     ((a as u64) << 32) | b as u64
+}
+
+/// Pieces between the prefetch of a short piece's table slots and its lookup.
+const AHEAD: usize = 8;
+
+/// A [`short_key`] as the two words of a [`ShortTable`] key.
+#[inline(always)]
+pub(crate) fn key2(k: u128) -> Key {
+    [k as u64, (k >> 64) as u64]
 }
 
 /// The bytes of a piece of 2 to [`SHORT`] bytes (little-endian, from byte 0) and its length
@@ -98,7 +108,7 @@ struct Whole {
     /// token id -> BPE of its own bytes gives exactly that token, so a whole piece may be looked up.
     ok: Vec<bool>,
     /// short_key(bytes) -> id for the tokens of at most [`SHORT`] bytes that are `ok`.
-    short: AHashMap<u128, u32>,
+    short: ShortTable<u32>,
 }
 
 /// Idle [`EncodeState`]s (a clone of the tokenizer starts with none).
@@ -130,7 +140,7 @@ impl StatePool {
 /// or only its key (longer ones); the cache is emptied when full.
 #[derive(Debug, Default)]
 pub struct EncodeState {
-    short: AHashMap<u128, (u32, u32)>,
+    short: ShortTable<(u32, u32)>,
     long: AHashMap<Box<[u8]>, (u32, u32)>,
     ids: Vec<u32>,
 }
@@ -303,10 +313,11 @@ impl Tokenizer {
                     })
                     .collect()
             };
-            let mut short = AHashMap::with_capacity(self.token_ids.len());
+            let mut short = ShortTable::with_capacity(self.token_ids.len());
             for (t, &id) in &self.token_ids {
                 if (2..=SHORT).contains(&t.len()) && ok[id as usize] {
-                    short.insert(short_key(t), id);
+                    let k = key2(short_key(t));
+                    *short.entry(k, hash(k)) = id;
                 }
             }
             Whole { ok, short }
@@ -454,27 +465,34 @@ impl Tokenizer {
         }
     }
 
-    /// Encode one piece with the whole-token shortcut and the cache.
+    /// Encode one piece with the whole-token shortcut and the cache; `k` and `h` are the key and
+    /// hash of a piece of 2 to [`SHORT`] bytes.
     #[inline]
-    fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>, st: &mut EncodeState, whole: &Whole) {
+    fn encode_piece(
+        &self,
+        piece: &[u8],
+        (k, h): (Key, u64),
+        out: &mut Vec<u32>,
+        st: &mut EncodeState,
+        whole: &Whole,
+    ) {
         if piece.len() == 1 {
             out.push(self.byte_ids[piece[0] as usize]);
             return;
         }
         if piece.len() <= SHORT {
-            let k = short_key(piece);
-            if let Some(&id) = whole.short.get(&k) {
+            if let Some(&id) = whole.short.get(k, h) {
                 out.push(id);
                 return;
             }
-            if let Some(&r) = st.short.get(&k) {
+            if let Some(&r) = st.short.get(k, h) {
                 out.extend_from_slice(st.get(r));
                 return;
             }
             let start = out.len();
             self.bpe(piece, out);
             let r = st.push(&out[start..]);
-            st.short.insert(k, r);
+            *st.short.entry(k, h) = r;
             return;
         }
         if let Some(&id) = self.token_ids.get(piece) {
@@ -497,14 +515,44 @@ impl Tokenizer {
         st.long.insert(piece.into(), r);
     }
 
+    /// Encode the pieces of `text` in order. A short piece's slots in the whole-token table and
+    /// the cache are prefetched [`AHEAD`] pieces before it is looked up (most lookups were waits
+    /// on memory).
+    fn encode_pieces(&self, text: &str, out: &mut Vec<u32>, st: &mut EncodeState, whole: &Whole) {
+        let mut ring: [(&[u8], (Key, u64)); AHEAD] = [(&[], ([0, 0], 0)); AHEAD];
+        let mut n = 0usize;
+        self.pre.for_each_piece(text, |p| {
+            let b = p.as_bytes();
+            let kh = if (2..=SHORT).contains(&b.len()) {
+                let k = key2(short_key(b));
+                let h = hash(k);
+                whole.short.prefetch(h);
+                st.short.prefetch(h);
+                (k, h)
+            } else {
+                ([0, 0], 0)
+            };
+            let slot = &mut ring[n % AHEAD];
+            if n >= AHEAD {
+                let (piece, kh) = *slot;
+                self.encode_piece(piece, kh, out, st, whole);
+            }
+            ring[n % AHEAD] = (b, kh);
+            n += 1;
+        });
+        for i in n.saturating_sub(AHEAD)..n {
+            let (piece, kh) = ring[i % AHEAD];
+            self.encode_piece(piece, kh, out, st, whole);
+        }
+    }
+
     /// Encode text with no special tokens recognised.
     pub fn encode_ordinary_into(&self, text: &str, out: &mut Vec<u32>, st: &mut EncodeState) {
         let whole = self.whole();
         if self.add_prefix_space && !text.starts_with(' ') && !text.is_empty() {
-            let t = format!(" {text}");
-            self.pre.for_each_piece(&t, |p| self.encode_piece(p.as_bytes(), out, st, whole));
+            self.encode_pieces(&format!(" {text}"), out, st, whole);
         } else {
-            self.pre.for_each_piece(text, |p| self.encode_piece(p.as_bytes(), out, st, whole));
+            self.encode_pieces(text, out, st, whole);
         }
     }
 
