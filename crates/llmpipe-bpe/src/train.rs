@@ -261,11 +261,40 @@ fn add_document(pre: &PreTokenizer, text: &str, wc: &mut WordCounts, line: &mut 
     }
 }
 
+/// A heap entry: a pair, its count when pushed and the words it was pushed with (their list in a
+/// [`Slab`]: entries are 24 bytes, not 40, and the heap's sifting moves less).
 #[derive(Debug, PartialEq, Eq)]
 struct Merge {
     count: u64,
     pair: Pair,
-    pos: Vec<u32>,
+    pos: u32,
+}
+
+/// The word lists of the heap's entries, by slot; freed slots are reused.
+#[derive(Default)]
+struct Slab {
+    lists: Vec<Vec<u32>>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    fn put(&mut self, v: Vec<u32>) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.lists[i as usize] = v;
+                i
+            }
+            None => {
+                self.lists.push(v);
+                (self.lists.len() - 1) as u32
+            }
+        }
+    }
+
+    fn take(&mut self, i: u32) -> Vec<u32> {
+        self.free.push(i);
+        std::mem::take(&mut self.lists[i as usize])
+    }
 }
 
 impl Ord for Merge {
@@ -366,48 +395,6 @@ impl Words {
 /// Visits ahead to prefetch in the merge loop.
 const PREFETCH: usize = 8;
 
-struct WordsPtr(*mut u32);
-// SAFETY: used only to mutate distinct words from different threads (positions are deduplicated).
-unsafe impl Sync for WordsPtr {}
-unsafe impl Send for WordsPtr {}
-
-impl WordsPtr {
-    /// [`Words::count`] through a raw pointer.
-    ///
-    /// # Safety
-    /// `o` is the offset of a word of the buffer, which no one writes meanwhile.
-    unsafe fn count(&self, o: u32) -> u64 {
-        // SAFETY: per the caller, the word's header is there, in bounds.
-        unsafe {
-            let hdr = self.0.add(o as usize);
-            *hdr.add(1) as u64 | (*hdr.add(2) as u64) << 32
-        }
-    }
-
-    /// [`Words::merge`] through a raw pointer.
-    ///
-    /// # Safety
-    /// `o` is the offset of a word of the buffer, which no one else reads or writes meanwhile.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn merge(
-        &self,
-        o: u32,
-        a: u32,
-        b: u32,
-        new: u32,
-        len: &[usize],
-        max_len: usize,
-        ch: impl FnMut(Pair, i64),
-    ) {
-        // SAFETY: per the caller, `o` starts a word's header followed by its ids, ours alone.
-        unsafe {
-            let hdr = self.0.add(o as usize);
-            let w = std::slice::from_raw_parts_mut(hdr.add(HDR), *hdr as usize);
-            *hdr = merge_word(w, a, b, new, len, max_len, ch) as u32;
-        }
-    }
-}
-
 /// Train from word counts.
 pub fn train_from_counts(
     words: WordCounts,
@@ -504,11 +491,12 @@ pub fn train_from_counts(
             },
         );
     drop(offs);
+    let mut slab = Slab::default();
     let mut heap: BinaryHeap<Merge> = where_
         .into_iter()
         .filter_map(|(pair, pos)| {
             let c = pair_counts[&pair];
-            (c > 0).then_some(Merge { count: c as u64, pair, pos })
+            (c > 0).then(|| Merge { count: c as u64, pair, pos: slab.put(pos) })
         })
         .collect();
 
@@ -542,55 +530,30 @@ pub fn train_from_counts(
             }
         };
         merges.push((a, b));
-        let mut pos = top.pos;
+        let mut pos = slab.take(top.pos);
         pos.sort_unstable();
         pos.dedup();
-        // `delta`: the change in occurrences within word `o` times that word's count
-        let mut apply = |pair: Pair, delta: i64, o: u32| {
-            *pair_counts.entry(pair).or_insert(0) += delta;
-            if delta > 0 {
-                let v = where_to_update.entry(pair).or_default();
-                if v.last() != Some(&o) {
-                    v.push(o);
+        for (k, &o) in pos.iter().enumerate() {
+            // the words are far apart in memory: ask for one a few visits ahead
+            if let Some(&next) = pos.get(k + PREFETCH) {
+                crate::prefetch(words.data.as_ptr().wrapping_add(next as usize).cast());
+            }
+            let c = words.count(o) as i64;
+            words.merge(o, a, b, new, &len, max_len, |pair, d| {
+                // `d` occurrences more or fewer in a word counted `c` times
+                *pair_counts.entry(pair).or_insert(0) += d * c;
+                if d > 0 {
+                    let v = where_to_update.entry(pair).or_default();
+                    if v.last() != Some(&o) {
+                        v.push(o);
+                    }
                 }
-            }
-        };
-        if pos.len() < 2048 {
-            for (k, &o) in pos.iter().enumerate() {
-                // the words are far apart in memory: ask for one a few visits ahead
-                if let Some(&next) = pos.get(k + PREFETCH) {
-                    crate::prefetch(words.data.as_ptr().wrapping_add(next as usize).cast());
-                }
-                let c = words.count(o) as i64;
-                words.merge(o, a, b, new, &len, max_len, |p, d| apply(p, d * c, o));
-            }
-        } else {
-            let ptr = WordsPtr(words.data.as_mut_ptr());
-            let len_ref = &len;
-            let changes: Vec<(Pair, i64, u32)> = pos
-                .par_iter()
-                .with_min_len(256)
-                .fold(Vec::new, |mut acc, &o| {
-                    // SAFETY: `pos` is deduplicated, so each word is borrowed by one thread only,
-                    // and `words` is neither resized nor read elsewhere during this loop.
-                    unsafe {
-                        let c = ptr.count(o) as i64;
-                        ptr.merge(o, a, b, new, len_ref, max_len, |pr, d| acc.push((pr, d * c, o)))
-                    };
-                    acc
-                })
-                .reduce(Vec::new, |mut x, mut y| {
-                    x.append(&mut y);
-                    x
-                });
-            for (p, d, o) in changes {
-                apply(p, d, o);
-            }
+            });
         }
         for (pair, pos) in where_to_update.drain() {
             let c = pair_counts[&pair];
             if c > 0 {
-                heap.push(Merge { count: c as u64, pair, pos });
+                heap.push(Merge { count: c as u64, pair, pos: slab.put(pos) });
             }
         }
     }
