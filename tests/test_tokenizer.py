@@ -89,6 +89,13 @@ def test_ids_identical_to_hf_for_llmpipe_trained_file(
     assert ours.encode_batch(plain) == _hf_ids(hf, plain)
     # HF always treats added tokens in text as special: compare with allowed_special="all"
     assert ours.encode_batch(texts, allowed_special="all") == _hf_ids(hf, texts)
+    # an Arrow column read in place by Rust (a sliced chunk and another): the same ids
+    import pyarrow as pa
+
+    half = len(plain) // 2
+    col = pa.chunked_array([pa.array(["skipped", *plain[:half]]).slice(1), pa.array(plain[half:])])
+    ids, offsets = ours.encode_column(col)
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == _hf_ids(hf, plain)
 
 
 def test_ids_identical_to_hf_for_hf_trained_file(

@@ -16,12 +16,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 import llmpipe._core as _core
 from llmpipe.errors import ConfigError, InputError, TokenizerError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 PATTERNS = ("gpt2", "cl100k", "o200k")
 EOS = "<|endoftext|>"
@@ -242,6 +245,17 @@ class Tokenizer:
             return self._core.encode_batch(list(texts), allowed)
         except UnicodeEncodeError:
             return self._core.encode_batch([_clean(t) for t in texts], allowed)
+
+    def encode_column(
+        self, column: pa.Array | pa.ChunkedArray, *, allowed_special: AllowedSpecial = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode_batch_arrays` of an Arrow string column, read in place by Rust (no Python
+        string per text); nulls encode as empty texts."""
+        from llmpipe.buffers import string_buffers
+
+        offsets, data = string_buffers(column)
+        ids, offs = self._core.encode_arrow_flat(offsets, data, self._allowed(allowed_special))
+        return np.frombuffer(ids, dtype="<u4"), np.frombuffer(offs, dtype="<i8")
 
     def encode_batch_arrays(
         self, texts: Sequence[str], *, allowed_special: AllowedSpecial = None

@@ -1,7 +1,7 @@
 //! Bindings for llmpipe-bpe: one class, every batch call runs with the GIL released.
 
 use crate::buffers::view;
-use crate::errors::{enter, enter_interruptible, enter_ok, CoreError};
+use crate::errors::{enter, enter_interruptible, enter_ok, ConfigError, CoreError};
 use llmpipe_bpe::{hfjson, pattern, tiktoken, train, Allowed, PreTokenizer, Special, Tokenizer, TrainConfig};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
@@ -24,6 +24,28 @@ fn allowed(a: Option<Vec<String>>) -> Allowed {
         None => Allowed::None,
         Some(v) => Allowed::Some(v),
     }
+}
+
+/// (ids as little-endian u32 bytes, offsets as little-endian i64 bytes), written straight into the
+/// bytes objects (a memcpy-speed loop; no intermediate vector).
+fn flat_bytes<'py>(
+    py: Python<'py>,
+    ids: &[u32],
+    offs: &[i64],
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let ids = PyBytes::new_with(py, ids.len() * 4, |b| {
+        for (d, x) in b.chunks_exact_mut(4).zip(ids) {
+            d.copy_from_slice(&x.to_le_bytes());
+        }
+        Ok(())
+    })?;
+    let offs = PyBytes::new_with(py, offs.len() * 8, |b| {
+        for (d, x) in b.chunks_exact_mut(8).zip(offs) {
+            d.copy_from_slice(&x.to_le_bytes());
+        }
+        Ok(())
+    })?;
+    Ok((ids, offs))
 }
 
 /// Byte-level BPE tokenizer (see llmpipe.tokenizer.Tokenizer for the documented API).
@@ -183,20 +205,28 @@ impl BpeTokenizer {
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
         let a = allowed(allowed_special);
         let (ids, offs) = enter(py, || self.inner.encode_batch_flat(&texts, &a))?;
-        // written straight into the bytes objects (a memcpy-speed loop; no intermediate vector)
-        let ids = PyBytes::new_with(py, ids.len() * 4, |b| {
-            for (d, x) in b.chunks_exact_mut(4).zip(&ids) {
-                d.copy_from_slice(&x.to_le_bytes());
-            }
-            Ok(())
+        flat_bytes(py, &ids, &offs)
+    }
+
+    /// [`Self::encode_batch_flat`] of a string column given as its int64 offsets and data buffer,
+    /// read in place (no Python string per text, no UTF-8 copy of one).
+    #[pyo3(signature = (offsets, data, allowed_special=None))]
+    fn encode_arrow_flat<'py>(
+        &self,
+        py: Python<'py>,
+        offsets: PyBuffer<i64>,
+        data: PyBuffer<u8>,
+        allowed_special: Option<Vec<String>>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
+        let a = allowed(allowed_special);
+        let inner = &self.inner;
+        let (ids, offs) = enter(py, || -> PyResult<_> {
+            let texts: Vec<&str> =
+                llmpipe_text::arrow_strs(o, d).collect::<Result<_, _>>().map_err(ConfigError::new_err)?;
+            inner.encode_batch_flat(&texts, &a).map_err(CoreError::into_py)
         })?;
-        let offs = PyBytes::new_with(py, offs.len() * 8, |b| {
-            for (d, x) in b.chunks_exact_mut(8).zip(&offs) {
-                d.copy_from_slice(&x.to_le_bytes());
-            }
-            Ok(())
-        })?;
-        Ok((ids, offs))
+        flat_bytes(py, &ids, &offs)
     }
 
     #[pyo3(signature = (ids, skip_special_tokens=false))]

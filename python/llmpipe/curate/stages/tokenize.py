@@ -34,7 +34,7 @@ class Tokenize:
 
     def run(self, batch: pa.RecordBatch, counts: StageCounts) -> pa.RecordBatch:
         words = word_counts(batch)
-        ids, offsets = self.tokenizer.encode_batch_arrays(batch.column("text").to_pylist())
+        ids, offsets = self.tokenizer.encode_column(batch.column("text"))
         lengths = np.diff(offsets)
         tokens = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(ids, pa.uint32()))
         out = pa.RecordBatch.from_arrays([tokens, pa.array(words)], schema=TOKENS_SCHEMA)
