@@ -95,7 +95,7 @@ def test_ids_identical_to_hf_for_llmpipe_trained_file(
     half = len(plain) // 2
     col = pa.chunked_array([pa.array(["skipped", *plain[:half]]).slice(1), pa.array(plain[half:])])
     ids, offsets = ours.encode_column(col)
-    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == _hf_ids(hf, plain)
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == _hf_ids(hf, plain)
 
 
 def test_ids_identical_to_hf_for_hf_trained_file(
