@@ -374,21 +374,13 @@ impl Words {
         &self.data[o + HDR..o + HDR + self.data[o] as usize]
     }
 
-    /// Merge (a, b) -> new in word `o` (see [`merge_word`]).
+    /// The ids of word `o`, to change in place, and its length to set.
     #[inline]
-    fn merge(
-        &mut self,
-        o: u32,
-        a: u32,
-        b: u32,
-        new: u32,
-        len: &[usize],
-        max_len: usize,
-        ch: impl FnMut(Pair, i64),
-    ) {
+    fn ids_mut(&mut self, o: u32) -> (&mut [u32], &mut u32) {
         let o = o as usize;
         let n = self.data[o] as usize;
-        self.data[o] = merge_word(&mut self.data[o + HDR..o + HDR + n], a, b, new, len, max_len, ch) as u32;
+        let (hdr, rest) = self.data[o..].split_at_mut(HDR);
+        (&mut rest[..n], &mut hdr[0])
     }
 }
 
@@ -539,7 +531,8 @@ pub fn train_from_counts(
                 crate::prefetch(words.data.as_ptr().wrapping_add(next as usize).cast());
             }
             let c = words.count(o) as i64;
-            words.merge(o, a, b, new, &len, max_len, |pair, d| {
+            let (w, n) = words.ids_mut(o);
+            *n = merge_word(w, a, b, new, &len, max_len, |pair, d| {
                 // `d` occurrences more or fewer in a word counted `c` times
                 *pair_counts.entry(pair).or_insert(0) += d * c;
                 if d > 0 {
@@ -548,7 +541,7 @@ pub fn train_from_counts(
                         v.push(o);
                     }
                 }
-            });
+            }) as u32;
         }
         for (pair, pos) in where_to_update.drain() {
             let c = pair_counts[&pair];
