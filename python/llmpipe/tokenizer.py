@@ -246,6 +246,10 @@ class Tokenizer:
         except UnicodeEncodeError:
             return self._core.encode_batch([_clean(t) for t in texts], allowed)
 
+    def clear_cache(self) -> None:
+        """Free the piece caches that encode calls keep (per thread) to reuse in the next calls."""
+        self._core.clear_cache()
+
     def encode_column(
         self, column: pa.Array | pa.ChunkedArray, *, allowed_special: AllowedSpecial = None
     ) -> tuple[np.ndarray, np.ndarray]:

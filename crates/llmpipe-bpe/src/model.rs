@@ -340,6 +340,11 @@ impl Tokenizer {
         regex::Regex::new(&alt).map(Some).map_err(|e| Error::Invalid(format!("special tokens: {e}")))
     }
 
+    /// Drop the piece caches kept for the next calls (their memory goes back; ids do not change).
+    pub fn clear_cache(&self) {
+        self.pool.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     /// Number of ids (highest id + 1).
     pub fn vocab_size(&self) -> usize {
         self.tokens.len()

@@ -255,6 +255,11 @@ impl BpeTokenizer {
         enter(py, || self.inner.decode_batch(&seqs, skip_special_tokens))
     }
 
+    /// Drop the piece caches that encode calls keep for the next ones.
+    fn clear_cache(&self) {
+        self.inner.clear_cache();
+    }
+
     /// The pieces the pre-tokenizer cuts `text` into.
     fn pre_tokenize(&self, text: &str) -> Vec<String> {
         self.inner.pre_tokenizer().pieces(text).into_iter().map(str::to_string).collect()
