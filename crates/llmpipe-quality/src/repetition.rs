@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 use crate::pycompat::{len, strip};
+use xxhash_rust::xxh3::xxh3_64;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -116,6 +117,20 @@ impl Table {
         self.bits = bits;
     }
 
+    /// Double the table, which holds ids `0..ids`; `hash(id)` gives each one's hash again.
+    fn grow(&mut self, ids: usize, hash: impl Fn(u32) -> u64) {
+        self.reset(ids * 2);
+        let mask = (1usize << self.bits) - 1;
+        for id in 0..ids as u32 {
+            let mut s = (hash(id) >> (64 - self.bits)) as usize;
+            while self.slots[s] != 0 {
+                s = (s + 1) & mask;
+            }
+            self.slots[s] = id + 1;
+            self.used.push(s as u32);
+        }
+    }
+
     /// The id of the key of hash `h` for which `eq(id)` holds, or `None` after storing `new`.
     #[inline]
     fn get_or_insert(&mut self, h: u64, new: u32, eq: impl Fn(u32) -> bool) -> Option<u32> {
@@ -195,8 +210,11 @@ struct Scratch {
     wkey: Vec<(u64, u64, usize)>,
     /// per n-gram id of a level above 1: the ids of its two (n-1)-grams
     pairs: Vec<u64>,
+    /// the n-grams of one size numbered (`n == 0`: not yet)
     level: Level,
     next: Level,
+    /// a word has a space
+    spaced: bool,
     table: Table,
     /// per word start, a hash of the [`PREFIX`] bytes of `glued` there
     keys: Vec<u64>,
@@ -217,11 +235,24 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
     let text_len = len(text) as f64;
     let frac = |chars: usize| if text_len == 0.0 { 0.0 } else { chars as f64 / text_len };
 
+    SCRATCH.with(|cell| {
+        let sc = &mut *cell.borrow_mut();
+        rules(cfg, text, words, sc, frac)
+    })
+}
+
+/// The rules in datatrove's order: paragraphs, lines, most frequent n-grams, duplicated n-grams.
+fn rules(
+    cfg: &GopherRepetitionConfig,
+    text: &str,
+    words: &[&str],
+    sc: &mut Scratch,
+    frac: impl Fn(usize) -> f64,
+) -> Option<String> {
     let stripped = strip(text);
-    let paragraphs: Vec<&str> = split_runs(stripped, 2);
-    let (pd, pc) = find_duplicates(paragraphs.iter().copied());
+    let (np, pd, pc) = sc.duplicates(text, split_runs(stripped, 2));
     if let Some(t) = on(cfg.dup_para_frac) {
-        if pd as f64 / paragraphs.len() as f64 > t {
+        if pd as f64 / np as f64 > t {
             return Some("dup_para_frac".into());
         }
     }
@@ -230,10 +261,9 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
             return Some("dup_para_char_frac".into());
         }
     }
-    let lines: Vec<&str> = split_runs(text, 1);
-    let (ld, lc) = find_duplicates(lines.iter().copied());
+    let (nl, ld, lc) = sc.duplicates(text, split_runs(text, 1));
     if let Some(t) = on(cfg.dup_line_frac) {
-        if ld as f64 / lines.len() as f64 > t {
+        if ld as f64 / nl as f64 > t {
             return Some("dup_line_frac".into());
         }
     }
@@ -245,7 +275,7 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
     if cfg.top_n_grams.is_empty() && cfg.dup_n_grams.is_empty() {
         return None;
     }
-    SCRATCH.with(|cell| n_grams(cfg, words, &mut cell.borrow_mut(), frac))
+    n_grams(cfg, words, sc, frac)
 }
 
 /// The n-gram rules (the costly part): most frequent n-grams, then duplicated n-grams. Every
@@ -257,7 +287,7 @@ fn n_grams(
     sc: &mut Scratch,
     frac: impl Fn(usize) -> f64,
 ) -> Option<String> {
-    let spaced = sc.glue(words);
+    sc.glue(words);
     let nw = words.len();
     for &(n, t) in &cfg.top_n_grams {
         if n == 0 || nw < n {
@@ -265,7 +295,7 @@ fn n_grams(
         }
         // most_common(1): highest count, ties -> first seen; an n-gram that occurs once counts only
         // when every one does, and then the first one wins
-        let (c, f) = if spaced { top_plain(words, n) } else { sc.top(words, n) };
+        let (c, f) = sc.top(words, n);
         let ngram_chars = code_points(&sc.glued[sc.gl[f]..sc.gl[f + n]]) + (n - 1);
         if frac(ngram_chars * c) > t {
             return Some(format!("top_{n}_gram"));
@@ -296,9 +326,40 @@ fn top_plain(words: &[&str], n: usize) -> (usize, usize) {
 }
 
 impl Scratch {
-    /// Glue the words, number them (level 1: equal ids for equal words) and say whether a word has
-    /// a space (then `" ".join`ed n-grams can be equal for different words: see [`top_plain`]).
-    fn glue(&mut self, words: &[&str]) -> bool {
+    /// [`find_duplicates`] of pieces of `text`, with their number: (pieces, duplicates, their
+    /// characters). Each piece is hashed once; equal hashes are compared.
+    fn duplicates<'a>(&mut self, text: &'a str, items: impl Iterator<Item = &'a str>) -> (usize, usize, usize) {
+        let Scratch { table, spans, .. } = self;
+        spans.clear();
+        table.reset(64);
+        let base = text.as_ptr() as usize;
+        let (mut count, mut n, mut chars) = (0, 0, 0);
+        for x in items {
+            count += 1;
+            if spans.len() * 2 >= 1 << table.bits {
+                table.grow(spans.len(), |id| {
+                    let (a, b) = spans[id as usize];
+                    xxh3_64(&text.as_bytes()[a..b])
+                });
+            }
+            let at = x.as_ptr() as usize - base;
+            let eq = |id: u32| {
+                let (a, b) = spans[id as usize];
+                &text[a..b] == x
+            };
+            if table.get_or_insert(xxh3_64(x.as_bytes()), spans.len() as u32, eq).is_some() {
+                n += 1;
+                chars += len(x);
+            } else {
+                spans.push((at, at + x.len()));
+            }
+        }
+        (count, n, chars)
+    }
+
+    /// Glue the words (their n-grams are numbered only when a rule of the most frequent n-grams
+    /// runs).
+    fn glue(&mut self, words: &[&str]) {
         let total: usize = words.iter().map(|w| w.len()).sum();
         self.glued.clear();
         self.glued.reserve(total + PAD);
@@ -310,19 +371,24 @@ impl Scratch {
         }
         self.gl.push(self.glued.len());
         self.glued.extend_from_slice(&[0; PAD]);
+        self.level.n = 0;
+    }
 
-        let Scratch { glued, gl, wkey, level, table, .. } = self;
+    /// Number the words (level 1: equal ids for equal words) and note whether a word has a space
+    /// (then `" ".join`ed n-grams can be equal for different words: see [`top_plain`]).
+    fn number(&mut self, words: &[&str]) {
+        let Scratch { glued, gl, wkey, level, table, spaced, .. } = self;
         level.n = 1;
         level.ids.clear();
         level.counts.clear();
         level.first.clear();
         wkey.clear();
         table.reset(words.len());
-        let mut spaced = false;
+        *spaced = false;
         for (i, w) in words.iter().enumerate() {
             let (at, n) = (gl[i], w.len());
             let (a, b) = short_key(glued, at, n);
-            spaced |= has_byte(a, b' ') || has_byte(b, b' ') || (n > 16 && w.as_bytes().contains(&b' '));
+            *spaced |= has_byte(a, b' ') || has_byte(b, b' ') || (n > 16 && w.as_bytes().contains(&b' '));
             let h = fold(a ^ n as u64, b);
             // the first and last 8 bytes with the length are the word itself up to 16 bytes
             let eq = |id: u32| {
@@ -341,15 +407,17 @@ impl Scratch {
             level.counts[id as usize] += 1;
             level.ids.push(id);
         }
-        spaced
     }
 
     /// `most_common(1)` of the n-grams (words joined by spaces, with no space in a word: equal
     /// strings are equal words): (count, first position). Climbs the levels from the current one
     /// (an n-gram is determined by its two (n-1)-grams, and occurs twice only if both do).
     fn top(&mut self, words: &[&str], n: usize) -> (usize, usize) {
-        if self.level.n > n {
-            self.glue(words);
+        if self.level.n == 0 || self.level.n > n {
+            self.number(words);
+        }
+        if self.spaced {
+            return top_plain(words, n);
         }
         while self.level.n < n {
             self.climb(words.len());
@@ -464,27 +532,43 @@ impl Scratch {
 }
 
 /// `re.split(r"\n{k,}", s)`: split on runs of at least `k` newlines.
-fn split_runs(s: &str, k: usize) -> Vec<&str> {
-    let b = s.as_bytes();
-    let mut out = Vec::new();
-    let (mut start, mut i) = (0, 0);
-    while i < b.len() {
-        if b[i] == b'\n' {
-            let mut j = i;
+fn split_runs(s: &str, k: usize) -> SplitRuns<'_> {
+    SplitRuns { s, k, start: 0, at: 0, done: false }
+}
+
+struct SplitRuns<'a> {
+    s: &'a str,
+    k: usize,
+    /// where the current piece starts, and where to look for the next newline
+    start: usize,
+    at: usize,
+    done: bool,
+}
+
+impl<'a> Iterator for SplitRuns<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        if self.done {
+            return None;
+        }
+        let b = self.s.as_bytes();
+        while let Some(k) = memchr::memchr(b'\n', &b[self.at..]) {
+            let i = self.at + k;
+            let mut j = i + 1;
             while j < b.len() && b[j] == b'\n' {
                 j += 1;
             }
-            if j - i >= k {
-                out.push(&s[start..i]);
-                start = j;
+            self.at = j;
+            if j - i >= self.k {
+                let piece = &self.s[self.start..i];
+                self.start = j;
+                return Some(piece);
             }
-            i = j;
-        } else {
-            i += 1;
         }
+        self.done = true;
+        Some(&self.s[self.start..])
     }
-    out.push(&s[start..]);
-    out
 }
 
 #[cfg(test)]
@@ -581,7 +665,11 @@ mod tests {
 
     #[test]
     fn split_like_re() {
-        assert_eq!(split_runs("a\n\nb\nc\n\n\nd", 2), vec!["a", "b\nc", "d"]);
-        assert_eq!(split_runs("\na\nb\n", 1), vec!["", "a", "b", ""]);
+        let split = |s, k| split_runs(s, k).collect::<Vec<_>>();
+        assert_eq!(split("a\n\nb\nc\n\n\nd", 2), vec!["a", "b\nc", "d"]);
+        assert_eq!(split("\na\nb\n", 1), vec!["", "a", "b", ""]);
+        assert_eq!(split("\n\n", 2), vec!["", ""]);
+        assert_eq!(split("a\nb", 2), vec!["a\nb"]);
+        assert_eq!(split("", 1), vec![""]);
     }
 }
