@@ -1,7 +1,14 @@
 //! Gopher repetition rules, ported from datatrove's `GopherRepetitionFilter`.
 //!
-//! n-grams are compared through 64-bit polynomial hashes of their text (plus its length), computed
-//! from prefix sums, so each n-gram costs O(1) instead of a joined string.
+//! Every comparison is exact (no decision rests on a hash alone):
+//! - most frequent n-grams (`" ".join`; words have no space, so equal strings are equal words):
+//!   words get ids, and an n-gram is numbered from the ids of its two (n-1)-grams, only where both
+//!   occur twice (otherwise it occurs once): a few table lookups per word for sizes 2 to 4;
+//! - duplicated n-grams (`"".join`, where different words can glue into the same string): the words
+//!   are glued once; an n-gram of 16 bytes or more can only repeat if the 16 bytes at its start
+//!   occur at another word's start, which a table of their hashes rules out for most word starts;
+//!   the others are compared byte for byte;
+//! - duplicated lines and paragraphs: each hashed once, equal hashes compared.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -322,13 +329,21 @@ fn top_plain(words: &[&str], n: usize) -> (usize, usize) {
     for (i, g) in words.windows(n).enumerate() {
         counts.entry(g.join(" ")).or_insert((0, i)).0 += 1;
     }
-    counts.into_values().filter(|v| v.0 > 1).max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1))).unwrap_or((1, 0))
+    counts
+        .into_values()
+        .filter(|v| v.0 > 1)
+        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+        .unwrap_or((1, 0))
 }
 
 impl Scratch {
     /// [`find_duplicates`] of pieces of `text`, with their number: (pieces, duplicates, their
     /// characters). Each piece is hashed once; equal hashes are compared.
-    fn duplicates<'a>(&mut self, text: &'a str, items: impl Iterator<Item = &'a str>) -> (usize, usize, usize) {
+    fn duplicates<'a>(
+        &mut self,
+        text: &'a str,
+        items: impl Iterator<Item = &'a str>,
+    ) -> (usize, usize, usize) {
         let Scratch { table, spans, .. } = self;
         spans.clear();
         table.reset(64);
@@ -450,17 +465,18 @@ impl Scratch {
                 continue;
             }
             let key = (l as u64) << 32 | r as u64;
-            let id = match table.get_or_insert(fold(key, 0x9E37_79B9_7F4A_7C15), next.counts.len() as u32, |id| {
-                pairs[id as usize] == key
-            }) {
-                Some(id) => id,
-                None => {
-                    pairs.push(key);
-                    next.counts.push(0);
-                    next.first.push(i as u32);
-                    next.counts.len() as u32 - 1
-                }
-            };
+            let id =
+                match table.get_or_insert(fold(key, 0x9E37_79B9_7F4A_7C15), next.counts.len() as u32, |id| {
+                    pairs[id as usize] == key
+                }) {
+                    Some(id) => id,
+                    None => {
+                        pairs.push(key);
+                        next.counts.push(0);
+                        next.first.push(i as u32);
+                        next.counts.len() as u32 - 1
+                    }
+                };
             next.counts[id as usize] += 1;
             next.ids.push(id);
         }
@@ -661,6 +677,57 @@ mod tests {
             assert_eq!(gopher_repetition(&cfg, &text, &words), reference(&cfg, &text, &words));
         }
         assert!(checked > 10_000, "{checked}"); // the thresholds were crossed, not only kept
+    }
+
+    #[test]
+    fn edge_cases_match_the_plain_rules() {
+        // words with a space (the plain path of the top n-grams), words of more than 16 bytes that
+        // share their first and last 8 bytes, n-grams shorter and longer than the 16-byte prefix,
+        // the same glued bytes from different words, empty words, NUL bytes, more than one table
+        // growth of lines
+        let long = ["abcdefgh-middle1-ijklmnop", "abcdefgh-middle2-ijklmnop"];
+        let docs: Vec<Vec<&str>> = vec![
+            vec!["a b", "c", "a", "b c", "a b", "c", "a", "b c"],
+            [long[0], long[1]].repeat(6),
+            vec![long[0], long[1], long[1], long[0], long[0], long[1]],
+            ["ab", "c", "a", "bc", "abc", "", "\0", "\0\0"].repeat(5),
+            ["x"; 40].to_vec(),
+            vec![],
+        ];
+        let lines: String = (0..3000).map(|i| format!("line {}\n", i % 1700)).collect();
+        let cfgs = [(1..=10).map(|n| (n, 0.0)).collect::<Vec<_>>(), vec![(3, 0.5), (2, 0.9), (4, 2.0)]];
+        for words in &docs {
+            let text = words.join(" ");
+            for g in &cfgs {
+                let cfg = GopherRepetitionConfig {
+                    dup_line_frac: None,
+                    dup_para_frac: None,
+                    dup_line_char_frac: None,
+                    dup_para_char_frac: None,
+                    top_n_grams: g.clone(),
+                    dup_n_grams: vec![],
+                };
+                let dup =
+                    GopherRepetitionConfig { top_n_grams: vec![], dup_n_grams: g.clone(), ..cfg.clone() };
+                for c in [cfg, dup] {
+                    assert_eq!(
+                        gopher_repetition(&c, &text, words),
+                        reference(&c, &text, words),
+                        "{c:?} {words:?}"
+                    );
+                }
+            }
+        }
+        // 1,700 distinct lines of 3,000 (and an empty one after the last newline): 1,300 duplicates
+        let mut sc = Scratch::default();
+        assert_eq!(sc.duplicates(&lines, split_runs(&lines, 1)), (3001, 1300, dup_chars(&lines)));
+        assert_eq!(find_duplicates(split_runs(&lines, 1)), (1300, dup_chars(&lines)));
+    }
+
+    /// Characters of the lines of `text` seen before (the plain way).
+    fn dup_chars(text: &str) -> usize {
+        let mut seen = HashSet::new();
+        text.split('\n').filter(|l| !seen.insert(*l)).map(len).sum()
     }
 
     #[test]
