@@ -80,6 +80,18 @@ def test_cld2_codes_map_onto_iso639_3_and_script() -> None:
     assert whatlang <= set(labels), whatlang - set(labels)
 
 
+def test_control_characters_become_spaces_before_cld2(data_dir: Path) -> None:
+    # CLD2 refuses C0/C1 controls (a mis-decoded cp1252 page has them): exactly those turn into spaces
+    every = "".join(map(chr, range(0x200)))
+    controls = {*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0)}
+    assert Cld2.CONTROLS.sub(" ", every) == "".join(" " if i in controls else chr(i) for i in range(0x200))
+    english = " ".join(udhr_docs(data_dir, "English-Latin1", "cp1252", n=3))
+    texts = [english, english.replace(" ", " \x85\x01", 20), "\x00\x9f" * 10]
+    got, scores = Cld2().detect(batch_of(texts, None).column("text"))
+    assert got[:2] == ["eng_Latn", "eng_Latn"] and min(scores[:2]) >= 0.65
+    assert got[2] == "und_Zyyy" and scores[2] == 0.0
+
+
 def test_without_pycld2_one_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shim = tmp_path / "shim" / "pycld2"
     shim.mkdir(parents=True)

@@ -183,7 +183,7 @@ def normalize_batch(
 ) -> list[str]: ...
 def html_depths(pages: Sequence[str], limit: int) -> list[int]: ...
 def content_hashes(
-    texts: Sequence[str],
+    texts: _Texts,
     seed: int = 0,
     lowercase: bool = True,
     collapse_whitespace: bool = True,

@@ -3,7 +3,7 @@
 use llmpipe_text::clean::{clean_arrow, Form};
 use llmpipe_text::html::html_depth;
 use llmpipe_text::jsonl::{parse_block, Fields};
-use llmpipe_text::{content_hash, count_byte, count_words_arrow, normalize, Normalization};
+use llmpipe_text::{count_byte, count_words_arrow, normalize, Normalization};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
@@ -11,6 +11,7 @@ use pyo3::types::PyBytes;
 
 use crate::buffers::{buffer, to_bytes, view, Data, IdBuffer};
 use crate::errors::{enter, enter_ok, ConfigError};
+use crate::quality::Texts;
 
 fn how(lowercase: bool, collapse_whitespace: bool, strip_punctuation: bool, nfc: bool) -> Normalization {
     Normalization { nfc, lowercase, collapse_whitespace, strip_punctuation }
@@ -38,27 +39,23 @@ fn html_depths(py: Python<'_>, pages: Vec<PyBackedStr>, limit: usize) -> Vec<usi
     enter_ok(py, || pages.iter().map(|p| html_depth(p.as_bytes(), limit)).collect())
 }
 
-/// 128-bit content hashes of a batch, as `16 * len(texts)` little-endian bytes.
+/// 128-bit content hashes of a batch (a list of str, or an Arrow column's int64 offsets and data),
+/// as `16 * len(texts)` little-endian bytes.
 #[pyfunction]
 #[pyo3(signature = (texts, seed=0, lowercase=true, collapse_whitespace=true, strip_punctuation=false, nfc=true))]
 fn content_hashes<'py>(
     py: Python<'py>,
-    texts: Vec<PyBackedStr>,
+    texts: Texts,
     seed: u64,
     lowercase: bool,
     collapse_whitespace: bool,
     strip_punctuation: bool,
     nfc: bool,
-) -> Bound<'py, PyBytes> {
+) -> PyResult<Bound<'py, PyBytes>> {
     let h = how(lowercase, collapse_whitespace, strip_punctuation, nfc);
-    let out: Vec<u8> = enter_ok(py, || {
-        let mut out = Vec::with_capacity(texts.len() * 16);
-        for t in &texts {
-            out.extend_from_slice(&content_hash(t, h, seed).to_le_bytes());
-        }
-        out
-    });
-    PyBytes::new(py, &out)
+    let texts = texts.strs()?;
+    let out = enter_ok(py, || llmpipe_text::content_hashes(&texts, h, seed));
+    Ok(PyBytes::new(py, &out))
 }
 
 /// Words per document (`len(text.split())`) of an Arrow string column given as its int64 offsets

@@ -40,7 +40,7 @@ impl Form {
 /// The quick check of `form` run only over the non-ASCII runs of `text`. Exact: ASCII characters
 /// are always allowed and have combining class 0, which resets the check's state, so each run can
 /// be checked on its own; most web text is a few non-ASCII characters among ASCII.
-fn quick_check(text: &str, form: Form) -> IsNormalized {
+pub(crate) fn quick_check(text: &str, form: Form) -> IsNormalized {
     let b = text.as_bytes();
     let mut verdict = IsNormalized::Yes;
     let mut i = 0;

@@ -6,7 +6,7 @@ pub mod clean;
 pub mod html;
 pub mod jsonl;
 
-use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
+use unicode_normalization::{IsNormalized, UnicodeNormalization};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 /// How text is normalised before hashing or shingling.
@@ -30,39 +30,94 @@ impl Default for Normalization {
 
 /// Normalise one text.
 pub fn normalize(text: &str, how: Normalization) -> String {
-    // most texts are NFC already (the normalize stage made them so): a quick check, then the
-    // characters as they are, skips decomposing and recomposing every character
-    if how.nfc && is_nfc_quick(text.chars()) != IsNormalized::Yes {
-        normalize_chars(text.nfc(), text.len(), how)
+    let mut out = String::with_capacity(text.len());
+    normalize_into(text, how, &mut out);
+    out
+}
+
+/// [`normalize`] into `out` (emptied first), so that a caller can reuse one buffer.
+pub fn normalize_into(text: &str, how: Normalization, out: &mut String) {
+    out.clear();
+    // most texts are NFC already (the normalize stage made them so): a quick check of their
+    // non-ASCII runs, then the characters as they are, skips decomposing and recomposing them
+    if how.nfc && clean::quick_check(text, clean::Form::Nfc) != IsNormalized::Yes {
+        let mut pending_space = false;
+        for c in text.nfc() {
+            push_char(c, how, out, &mut pending_space);
+        }
     } else {
-        normalize_chars(text.chars(), text.len(), how)
+        push_text(text, how, out);
     }
 }
 
-fn normalize_chars(chars: impl Iterator<Item = char>, len: usize, how: Normalization) -> String {
-    let mut out = String::with_capacity(len);
+/// What [`push_char`] does with an ASCII byte: 0 keep, 1 whitespace (`char::is_whitespace`: tab,
+/// LF, VT, FF, CR, space), 2 punctuation.
+const ASCII_CLASS: [u8; 128] = {
+    let mut t = [0u8; 128];
+    let mut b = 0;
+    while b < 128 {
+        t[b] = match b as u8 {
+            b'\t'..=b'\r' | b' ' => 1,
+            c if c.is_ascii_punctuation() => 2,
+            _ => 0,
+        };
+        b += 1;
+    }
+    t
+};
+
+/// [`push_char`] over every character of `text`, ASCII bytes without decoding them.
+fn push_text(text: &str, how: Normalization, out: &mut String) {
+    let b = text.as_bytes();
     let mut pending_space = false;
-    for c in chars {
-        if how.strip_punctuation && (c.is_ascii_punctuation() || is_unicode_punct(c)) {
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c >= 0x80 {
+            let ch = text[i..].chars().next().expect("a character starts here");
+            i += ch.len_utf8();
+            push_char(ch, how, out, &mut pending_space);
             continue;
         }
-        if how.collapse_whitespace && c.is_whitespace() {
-            pending_space = !out.is_empty();
-            continue;
+        i += 1;
+        match ASCII_CLASS[c as usize] {
+            2 if how.strip_punctuation => continue,
+            1 if how.collapse_whitespace => {
+                pending_space = !out.is_empty();
+                continue;
+            }
+            _ => {}
         }
         if pending_space {
             out.push(' ');
             pending_space = false;
         }
-        if !how.lowercase {
-            out.push(c);
-        } else if c.is_ascii() {
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.extend(c.to_lowercase());
-        }
+        out.push(if how.lowercase { c.to_ascii_lowercase() } else { c } as char);
     }
-    out
+}
+
+/// One character of [`normalize`]: dropped (punctuation), held back (whitespace: one space is
+/// written before the next kept character, none at the start or the end), or written (lower-cased).
+#[inline]
+fn push_char(c: char, how: Normalization, out: &mut String, pending_space: &mut bool) {
+    if how.strip_punctuation && (c.is_ascii_punctuation() || is_unicode_punct(c)) {
+        return;
+    }
+    if how.collapse_whitespace && c.is_whitespace() {
+        *pending_space = !out.is_empty();
+        return;
+    }
+    if *pending_space {
+        out.push(' ');
+        *pending_space = false;
+    }
+    if !how.lowercase {
+        out.push(c);
+    } else if c.is_ascii() {
+        out.push(c.to_ascii_lowercase());
+    } else {
+        out.extend(c.to_lowercase());
+    }
 }
 
 fn is_unicode_punct(c: char) -> bool {
@@ -71,8 +126,25 @@ fn is_unicode_punct(c: char) -> bool {
 
 /// 128-bit content hash (xxh3-128) of a text, normalised first.
 pub fn content_hash(text: &str, how: Normalization, seed: u64) -> u128 {
-    let norm = normalize(text, how);
-    xxh3_128_with_seed(norm.as_bytes(), seed)
+    thread_local! {
+        static NORMED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    NORMED.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        normalize_into(text, how, &mut buf);
+        let h = xxh3_128_with_seed(buf.as_bytes(), seed);
+        if buf.capacity() > 1 << 24 {
+            *buf = String::new(); // one huge document does not keep its buffer for the thread's life
+        }
+        h
+    })
+}
+
+/// [`content_hash`] of every text, in parallel: `16 * texts.len()` little-endian bytes.
+pub fn content_hashes(texts: &[&str], how: Normalization, seed: u64) -> Vec<u8> {
+    use rayon::prelude::*;
+    let hashes: Vec<[u8; 16]> = texts.par_iter().map(|t| content_hash(t, how, seed).to_le_bytes()).collect();
+    hashes.concat()
 }
 
 /// 128-bit hash of raw bytes.
@@ -230,6 +302,48 @@ mod tests {
         assert_ne!(content_hash("cafe", how, 0), content_hash("caf\u{e9}", how, 0));
     }
 
+    /// Normalisation character by character, every character decoded: the oracle of the fast paths.
+    fn plain(chars: impl Iterator<Item = char>, how: Normalization) -> String {
+        let mut out = String::new();
+        let mut pending_space = false;
+        for c in chars {
+            push_char(c, how, &mut out, &mut pending_space);
+        }
+        out
+    }
+
+    #[test]
+    fn fast_paths_are_the_plain_loop() {
+        // random texts over ASCII of every class (all 128 bytes) and characters that change under
+        // each option (Unicode spaces and punctuation, upper case with multi-character lower case,
+        // combining marks that NFC composes), under every option
+        let pool: Vec<char> = (0u8..128)
+            .map(char::from)
+            .chain("\u{85}\u{a0}\u{3000}\u{2003}\u{ff01}\u{bf}\u{ab}\u{130}\u{c9}\u{301}\u{e9}\u{1e9e}\u{4e2d}\u{1f600}".chars())
+            .collect();
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |m: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % m as u64) as usize
+        };
+        for _ in 0..3000 {
+            let t: String = (0..next(40)).map(|_| pool[next(pool.len())]).collect();
+            for bits in 0..16u8 {
+                let how = Normalization {
+                    nfc: bits & 1 != 0,
+                    lowercase: bits & 2 != 0,
+                    collapse_whitespace: bits & 4 != 0,
+                    strip_punctuation: bits & 8 != 0,
+                };
+                let want = if how.nfc { plain(t.nfc(), how) } else { plain(t.chars(), how) };
+                assert_eq!(normalize(&t, how), want, "{t:?} {how:?}");
+                assert_eq!(content_hash(&t, how, 7), xxh3_128_with_seed(want.as_bytes(), 7));
+            }
+        }
+    }
+
     #[test]
     fn quick_nfc_path_is_the_full_one() {
         // NFC text skips the decompose/recompose pass: the result must be what that pass gives,
@@ -250,11 +364,7 @@ mod tests {
                     collapse_whitespace: bits & 4 != 0,
                     strip_punctuation: bits & 8 != 0,
                 };
-                let full = if how.nfc {
-                    normalize_chars(t.nfc(), t.len(), how)
-                } else {
-                    normalize_chars(t.chars(), t.len(), how)
-                };
+                let full = if how.nfc { plain(t.nfc(), how) } else { plain(t.chars(), how) };
                 assert_eq!(normalize(t, how), full, "{t:?} {how:?}");
             }
         }

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmpipe import _core
+from llmpipe.buffers import string_buffers
 from llmpipe.curate.executors import Executor, map_with
 from llmpipe.curate.groups import hash_words, smaller_ids
 from llmpipe.curate.shuffle import partition_files, shuffle
@@ -46,14 +47,13 @@ class ExactDedup(GlobalStage):
         return cls(cfg) if cfg.enabled else None
 
     def prepare(self, batch: pa.RecordBatch) -> pa.Table:
-        texts = batch.column("text").to_pylist()
         raw = _core.content_hashes(
-            texts,
+            string_buffers(batch.column("text")),
             seed=self.cfg.seed,
             lowercase=self.cfg.lowercase,
             collapse_whitespace=self.cfg.collapse_whitespace,
         )
-        hashes = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(texts), [None, pa.py_buffer(raw)])
+        hashes = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), batch.num_rows, [None, pa.py_buffer(raw)])
         return pa.table({"id": batch.column("id"), "hash": hashes})
 
     def resolve(

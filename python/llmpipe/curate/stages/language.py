@@ -10,6 +10,7 @@ language in the funnel (``counters``: ``lang:eng_Latn``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -39,7 +40,8 @@ class Cld2:
     #: 99.4% of the answers on whole web documents, at twice the speed (bench/bench_language.py)
     MAX_CHARS = 2048
     #: CLD2 rejects control characters (C1 ones are common in mis-decoded cp1252 text): spaces instead
-    CONTROLS = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0)], " ")
+    #: (a regex: ``str.translate`` with a table took 0.27 ms per 2 KB prefix, 2% of a curate run)
+    CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
     def __init__(self) -> None:
         try:
@@ -65,7 +67,7 @@ class Cld2:
                 reliable, _, details = detect(raw or b"", isPlainText=True, bestEffort=True)
             except error:
                 try:
-                    text = raw.decode("utf-8", "replace").translate(self.CONTROLS)
+                    text = self.CONTROLS.sub(" ", raw.decode("utf-8", "replace"))
                     reliable, _, details = detect(text, isPlainText=True, bestEffort=True)
                 except error:  # still unreadable
                     codes.append("und_Zyyy")
