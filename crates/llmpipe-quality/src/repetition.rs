@@ -404,7 +404,9 @@ impl Scratch {
             let (at, n) = (gl[i], w.len());
             let (a, b) = short_key(glued, at, n);
             *spaced |= has_byte(a, b' ') || has_byte(b, b' ') || (n > 16 && w.as_bytes().contains(&b' '));
-            let h = fold(a ^ n as u64, b);
+            // longer words are hashed whole: words that share their first and last 8 bytes would
+            // otherwise all probe the same slots
+            let h = if n <= 16 { fold(a ^ n as u64, b) } else { xxh3_64(w.as_bytes()) };
             // the first and last 8 bytes with the length are the word itself up to 16 bytes
             let eq = |id: u32| {
                 let (ka, kb, kn) = wkey[id as usize];
@@ -507,7 +509,7 @@ impl Scratch {
     /// before; a repeated one counts and skips ahead n words, a new one is remembered. Only the
     /// candidates can be seen twice (the others are visited and remembered to no effect).
     fn duplicated(&mut self, n: usize) -> usize {
-        let Scratch { glued, gl, keys, cand, table, spans, .. } = self;
+        let Scratch { glued, gl, cand, table, spans, .. } = self;
         let positions = gl.len().saturating_sub(n);
         spans.clear();
         table.reset(cand.len());
@@ -524,9 +526,10 @@ impl Scratch {
                 continue;
             }
             let s = &glued[a..b];
-            // a hash of the n-gram's own bytes: the prefix's, its last 8 and its length
-            let h = if b - a >= PREFIX {
-                fold(keys[i] ^ (b - a) as u64, load8(glued, b - 8))
+            // a hash of the n-gram's own bytes (all of them: n-grams that share their first and
+            // last bytes would otherwise all probe the same slots)
+            let h = if b - a > PREFIX {
+                xxh3_64(s)
             } else {
                 let (x, y) = short_key(glued, a, b - a);
                 fold(x ^ (b - a) as u64, y)
