@@ -1,13 +1,20 @@
 //! Gopher repetition rules, ported from datatrove's `GopherRepetitionFilter`.
 //!
-//! n-grams are compared through 64-bit polynomial hashes of their text (plus its length), computed
-//! from prefix sums, so each n-gram costs O(1) instead of a joined string.
+//! Every comparison is exact (no decision rests on a hash alone):
+//! - most frequent n-grams (`" ".join`; words have no space, so equal strings are equal words):
+//!   words get ids, and an n-gram is numbered from the ids of its two (n-1)-grams, only where both
+//!   occur twice (otherwise it occurs once): a few table lookups per word for sizes 2 to 4;
+//! - duplicated n-grams (`"".join`, where different words can glue into the same string): the words
+//!   are glued once; an n-gram of 16 bytes or more can only repeat if the 16 bytes at its start
+//!   occur at another word's start, which a table of their hashes rules out for most word starts;
+//!   the others are compared byte for byte;
+//! - duplicated lines and paragraphs: each hashed once, equal hashes compared.
 
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::HashMap;
 
 use crate::pycompat::{len, strip};
+use xxhash_rust::xxh3::xxh3_64;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -52,124 +59,108 @@ fn on(x: Option<f64>) -> Option<f64> {
     x.filter(|v| *v != 0.0)
 }
 
-/// The keys are already uniform 61-bit hashes: hash maps use them as they are.
-#[derive(Default)]
-struct IdHasher(u64);
+/// `len` of UTF-8 bytes: code points.
+#[inline]
+fn code_points(b: &[u8]) -> usize {
+    b.iter().filter(|&&c| (c & 0xC0) != 0x80).count()
+}
 
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
+/// A 64-bit mix of two words (the high and low halves of their 128-bit product, folded).
+#[inline]
+fn fold(a: u64, b: u64) -> u64 {
+    let p = (a ^ 0x243F_6A88_85A3_08D3) as u128 * (b ^ 0x1319_8A2E_0370_7344) as u128;
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// The 8 bytes of `b` at `at` (little-endian; `b` is padded, so it may read past the text).
+#[inline]
+fn load8(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The `n` bytes of `b` at `at` as their first 8 and last 8 (zero-padded; no last 8 up to 8 bytes):
+/// the bytes themselves when `n <= 16`.
+#[inline]
+fn short_key(b: &[u8], at: usize, n: usize) -> (u64, u64) {
+    let first = load8(b, at) & if n >= 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 };
+    (first, if n > 8 { load8(b, at + n - 8) } else { 0 })
+}
+
+/// Does `x` have a byte `c`? (bit tricks on 8 bytes at once)
+#[inline]
+fn has_byte(x: u64, c: u8) -> bool {
+    let y = x ^ (0x0101_0101_0101_0101u64 * c as u64);
+    (y.wrapping_sub(0x0101_0101_0101_0101) & !y & 0x8080_8080_8080_8080) != 0
+}
+
+/// Bytes of the prefix that the duplicated n-gram prefilter compares (see [`Scratch::candidates`]).
+const PREFIX: usize = 16;
+/// Zero bytes after the glued words, so that 8- and 16-byte loads never run off the end.
+const PAD: usize = 16;
+/// No id / an n-gram that occurs once.
+const NONE: u32 = u32::MAX;
+
+/// An open-addressing hash table of ids (dense, from 0): it holds no keys, the caller compares
+/// its own keys through the ids, so nothing is ever equal by hash alone. Reused from one document
+/// to the next; emptied by visiting the slots it filled.
+#[derive(Default)]
+struct Table {
+    slots: Vec<u32>,
+    bits: u32,
+    used: Vec<u32>,
+}
+
+impl Table {
+    /// Empty the table, sized for up to `cap` ids.
+    fn reset(&mut self, cap: usize) {
+        for &s in &self.used {
+            self.slots[s as usize] = 0;
+        }
+        self.used.clear();
+        let bits = (cap.max(32) * 2).next_power_of_two().trailing_zeros();
+        if self.slots.len() < 1 << bits {
+            self.slots.resize(1 << bits, 0);
+        }
+        self.bits = bits;
     }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ b as u64;
+
+    /// Double the table, which holds ids `0..ids`; `hash(id)` gives each one's hash again.
+    fn grow(&mut self, ids: usize, hash: impl Fn(u32) -> u64) {
+        self.reset(ids * 2);
+        let mask = (1usize << self.bits) - 1;
+        for id in 0..ids as u32 {
+            let mut s = (hash(id) >> (64 - self.bits)) as usize;
+            while self.slots[s] != 0 {
+                s = (s + 1) & mask;
+            }
+            self.slots[s] = id + 1;
+            self.used.push(s as u32);
         }
     }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = x;
+
+    /// The id of the key of hash `h` for which `eq(id)` holds, or `None` after storing `new`.
+    #[inline]
+    fn get_or_insert(&mut self, h: u64, new: u32, eq: impl Fn(u32) -> bool) -> Option<u32> {
+        let mask = (1usize << self.bits) - 1;
+        let mut s = (h >> (64 - self.bits)) as usize;
+        loop {
+            let v = self.slots[s];
+            if v == 0 {
+                self.slots[s] = new + 1;
+                self.used.push(s as u32);
+                return None;
+            }
+            if eq(v - 1) {
+                return Some(v - 1);
+            }
+            s = (s + 1) & mask;
+        }
     }
 }
 
-type IdBuild = BuildHasherDefault<IdHasher>;
-
-/// One 64-bit key from a substring hash and its length.
-#[inline]
-fn key((h, n): (u64, usize)) -> u64 {
-    h ^ (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-const MOD: u64 = (1 << 61) - 1;
-const BASE: u64 = 1_000_003;
-
-#[inline]
-fn mulmod(a: u64, b: u64) -> u64 {
-    reduce((a as u128) * (b as u128))
-}
-
-/// `p mod MOD` for `p < 2^122`.
-#[inline]
-fn reduce(p: u128) -> u64 {
-    let lo = (p as u64) & MOD;
-    let hi = (p >> 61) as u64;
-    let s = lo + hi;
-    if s >= MOD {
-        s - MOD
-    } else {
-        s
-    }
-}
-
-/// Extend `pw` to BASE^0 .. BASE^n (kept per thread: every document needs a prefix of it).
-fn powers(pw: &mut Vec<u64>, n: usize) {
-    if pw.is_empty() {
-        pw.push(1);
-    }
-    while pw.len() <= n {
-        let last = pw[pw.len() - 1];
-        pw.push(mulmod(last, BASE));
-    }
-}
-
-#[inline]
-fn addmod(a: u64, b: u64) -> u64 {
-    let v = a + b;
-    if v >= MOD {
-        v - MOD
-    } else {
-        v
-    }
-}
-
-/// The polynomial hash of a byte string (Horner: h = h * BASE + byte + 1). Appending `w` to a
-/// string of hash `h` gives `h * BASE^len(w) + poly(w)`, so the hash of any prefix of a joined word
-/// sequence is known at each word boundary with one step per word; the words' own hashes are
-/// independent of each other, which lets the CPU overlap them. Eight bytes take one Horner step of
-/// BASE^8 (their eight products with `pw` are independent: one multiply's latency per 8 bytes
-/// instead of per byte); `pw` holds BASE^0..=BASE^8 at least.
-#[inline]
-fn poly(bytes: &[u8], pw: &[u64]) -> u64 {
-    let mut chunks = bytes.chunks_exact(8);
-    let mut h = 0u64;
-    for c in &mut chunks {
-        let s: u128 = c.iter().zip(pw[..8].iter().rev()).map(|(&b, &p)| (b as u128 + 1) * p as u128).sum();
-        h = addmod(mulmod(h, pw[8]), reduce(s));
-    }
-    chunks.remainder().iter().fold(h, |h, &b| addmod(mulmod(h, BASE), b as u64 + 1))
-}
-
-/// The key of the substring between prefix hashes `ha` (at its start) and `hb` (at its end),
-/// `len` bytes long.
-#[inline]
-fn sub(ha: u64, hb: u64, pw: &[u64], len: usize) -> u64 {
-    let x = hb + MOD - mulmod(ha, pw[len]);
-    key((if x >= MOD { x - MOD } else { x }, len))
-}
-
-/// Buffers reused from one document to the next on a thread (allocating and zeroing them per
-/// document cost more than filling them).
-#[derive(Default)]
-struct Scratch {
-    sp_off: Vec<usize>,
-    gl_off: Vec<usize>,
-    cp: Vec<usize>,
-    pw: Vec<u64>,
-    /// prefix hashes of " ".join(words) at each word's start and end
-    hs_start: Vec<u64>,
-    hs_end: Vec<u64>,
-    /// prefix hashes of "".join(words) at each word boundary
-    hg: Vec<u64>,
-    counts: HashMap<u64, (u32, u32), IdBuild>,
-    unique: HashSet<u64, IdBuild>,
-    /// the n-gram keys of one size, and a small table of how often each key's slot was hit
-    keys: Vec<u64>,
-    seen: Seen,
-}
-
-/// A prefilter for the n-gram passes: counts (saturating at 2) per slot of a table 16 times the
-/// number of keys. A key whose slot was hit once occurs once in the document, so it can neither be
-/// found again nor be the most frequent n-gram unless every n-gram occurs once: only the others
-/// (a few percent of the n-grams of size 4 and up in prose) go through the hash set or map. The
-/// table stays in cache and is emptied by visiting the keys again.
+/// Counts saturating at 2 per slot of a table 16 times the number of keys: a key whose slot was
+/// hit once occurs once (a prefilter: equal keys always share a slot). Stays in cache; emptied by
+/// visiting the keys again.
 #[derive(Default)]
 struct Seen {
     slots: Vec<u8>,
@@ -185,47 +176,61 @@ impl Seen {
         self.shift = 64 - bits;
         let (slots, shift) = (&mut self.slots[..1 << bits], self.shift);
         for &k in keys {
-            let v = &mut slots[slot(k, shift)];
+            let v = &mut slots[(k >> shift) as usize];
             *v = (*v + 1).min(2);
         }
     }
 
-    /// The table as a test "may this key occur twice?" (false: it is the only one of its value).
+    /// May `key` occur twice? (false: it is the only one of its value)
     #[inline]
-    fn view(&self) -> impl Fn(u64) -> bool + '_ {
-        let (slots, shift) = (&self.slots[..1 << (64 - self.shift)], self.shift);
-        move |key| slots[slot(key, shift)] > 1
+    fn twice(&self, key: u64) -> bool {
+        self.slots[(key >> self.shift) as usize] > 1
     }
 
     fn clear(&mut self, keys: &[u64]) {
-        let (slots, shift) = (&mut self.slots[..1 << (64 - self.shift)], self.shift);
         for &k in keys {
-            slots[slot(k, shift)] = 0;
+            self.slots[(k >> self.shift) as usize] = 0;
         }
     }
 }
 
-#[inline]
-fn slot(key: u64, shift: u32) -> usize {
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
+/// One level of n-grams (all of one size `n`): per position the n-gram's id (ids are dense and
+/// numbered in order of first occurrence; [`NONE`] for an n-gram that certainly occurs once), and
+/// per id its count and first position.
+#[derive(Default)]
+struct Level {
+    n: usize,
+    ids: Vec<u32>,
+    counts: Vec<u32>,
+    first: Vec<u32>,
 }
 
-/// Empty a reused map; one grown far beyond `need` by a long document is shrunk, so that clearing
-/// it does not cost every later short document its old size.
-fn reset<V>(m: &mut HashMap<u64, V, IdBuild>, need: usize) {
-    m.clear();
-    if m.capacity() > 1024 && m.capacity() > 4 * need {
-        m.shrink_to(need);
-    }
-    m.reserve(need);
-}
-
-fn reset_set(m: &mut HashSet<u64, IdBuild>, need: usize) {
-    m.clear();
-    if m.capacity() > 1024 && m.capacity() > 4 * need {
-        m.shrink_to(need);
-    }
-    m.reserve(need);
+/// Buffers reused from one document to the next on a thread (allocating them per document cost
+/// more than filling them).
+#[derive(Default)]
+struct Scratch {
+    /// "".join(words), then [`PAD`] zero bytes
+    glued: Vec<u8>,
+    /// each word's start in `glued`, then its end
+    gl: Vec<usize>,
+    /// per word id: its first 8 and last 8 bytes (zero-padded) and its length
+    wkey: Vec<(u64, u64, usize)>,
+    /// per n-gram id of a level above 1: the ids of its two (n-1)-grams
+    pairs: Vec<u64>,
+    /// the n-grams of one size numbered (`n == 0`: not yet)
+    level: Level,
+    next: Level,
+    /// a word has a space
+    spaced: bool,
+    table: Table,
+    /// per word start, a hash of the [`PREFIX`] bytes of `glued` there
+    keys: Vec<u64>,
+    seen: Seen,
+    /// word starts whose n-grams may occur twice in `glued` (for the smallest n of the rules), and
+    /// whether the [`PREFIX`] bytes there may
+    cand: Vec<(usize, bool)>,
+    /// per id of the duplicated n-gram walk: its bytes in `glued`
+    spans: Vec<(usize, usize)>,
 }
 
 thread_local! {
@@ -237,11 +242,24 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
     let text_len = len(text) as f64;
     let frac = |chars: usize| if text_len == 0.0 { 0.0 } else { chars as f64 / text_len };
 
+    SCRATCH.with(|cell| {
+        let sc = &mut *cell.borrow_mut();
+        rules(cfg, text, words, sc, frac)
+    })
+}
+
+/// The rules in datatrove's order: paragraphs, lines, most frequent n-grams, duplicated n-grams.
+fn rules(
+    cfg: &GopherRepetitionConfig,
+    text: &str,
+    words: &[&str],
+    sc: &mut Scratch,
+    frac: impl Fn(usize) -> f64,
+) -> Option<String> {
     let stripped = strip(text);
-    let paragraphs: Vec<&str> = split_runs(stripped, 2);
-    let (pd, pc) = find_duplicates(paragraphs.iter().copied());
+    let (np, pd, pc) = sc.duplicates(text, split_runs(stripped, 2));
     if let Some(t) = on(cfg.dup_para_frac) {
-        if pd as f64 / paragraphs.len() as f64 > t {
+        if pd as f64 / np as f64 > t {
             return Some("dup_para_frac".into());
         }
     }
@@ -250,10 +268,9 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
             return Some("dup_para_char_frac".into());
         }
     }
-    let lines: Vec<&str> = split_runs(text, 1);
-    let (ld, lc) = find_duplicates(lines.iter().copied());
+    let (nl, ld, lc) = sc.duplicates(text, split_runs(text, 1));
     if let Some(t) = on(cfg.dup_line_frac) {
-        if ld as f64 / lines.len() as f64 > t {
+        if ld as f64 / nl as f64 > t {
             return Some("dup_line_frac".into());
         }
     }
@@ -265,142 +282,318 @@ pub fn gopher_repetition(cfg: &GopherRepetitionConfig, text: &str, words: &[&str
     if cfg.top_n_grams.is_empty() && cfg.dup_n_grams.is_empty() {
         return None;
     }
-    SCRATCH.with(|cell| n_grams(cfg, words, &mut cell.borrow_mut(), frac))
+    n_grams(cfg, words, sc, frac)
 }
 
-/// The n-gram rules (the costly part): most frequent n-grams, then duplicated n-grams.
+/// The n-gram rules (the costly part): most frequent n-grams, then duplicated n-grams. Every
+/// comparison is exact: n-grams are equal when their words are (for `" ".join`) or their bytes are
+/// (for `"".join`), never by hash alone.
 fn n_grams(
     cfg: &GopherRepetitionConfig,
     words: &[&str],
     sc: &mut Scratch,
     frac: impl Fn(usize) -> f64,
 ) -> Option<String> {
-    let Scratch { sp_off, gl_off, cp, pw, hs_start, hs_end, hg, counts, unique, keys, seen } = sc;
-    for v in [&mut *sp_off, &mut *gl_off, &mut *cp] {
-        v.clear();
-    }
-    for v in [&mut *hs_start, &mut *hs_end, &mut *hg] {
-        v.clear();
-    }
-    // " ".join(words) and "".join(words): each word's start offset and the prefix hashes at word
-    // boundaries (the strings themselves are never built), and code-point prefix sums
+    sc.glue(words);
     let nw = words.len();
-    powers(pw, words.iter().map(|w| w.len() + 1).sum::<usize>().max(8));
-    cp.push(0usize);
-    hg.push(0);
-    let (mut sp, mut gl, mut hs, mut g) = (0usize, 0usize, 0u64, 0u64);
-    for (i, w) in words.iter().enumerate() {
-        if i > 0 {
-            hs = addmod(mulmod(hs, BASE), b' ' as u64 + 1);
-            sp += 1;
-        }
-        sp_off.push(sp);
-        gl_off.push(gl);
-        hs_start.push(hs);
-        let (wh, p) = (poly(w.as_bytes(), pw), pw[w.len()]);
-        hs = addmod(mulmod(hs, p), wh);
-        g = addmod(mulmod(g, p), wh);
-        hs_end.push(hs);
-        hg.push(g);
-        sp += w.len();
-        gl += w.len();
-        cp.push(cp[i] + len(w));
-    }
-    sp_off.push(sp + 1);
-    gl_off.push(gl);
-
     for &(n, t) in &cfg.top_n_grams {
         if n == 0 || nw < n {
             continue;
         }
         // most_common(1): highest count, ties -> first seen; an n-gram that occurs once counts only
         // when every one does, and then the first one wins
-        keys.clear();
-        keys.resize(nw - n + 1, 0);
-        for (i, k) in keys.iter_mut().enumerate() {
-            *k = sub(hs_start[i], hs_end[i + n - 1], pw, sp_off[i + n] - 1 - sp_off[i]);
-        }
-        seen.fill(keys);
-        reset(counts, 64);
-        let repeated = seen.view();
-        for (i, &key) in keys.iter().enumerate() {
-            if repeated(key) {
-                let e = counts.entry(key).or_insert((0, i as u32));
-                e.0 += 1;
-            }
-        }
-        drop(repeated);
-        seen.clear(keys);
-        let (c, first) = counts
-            .values()
-            .filter(|v| v.0 > 1)
-            .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
-            .map_or((1, 0), |&(c, first)| (c, first));
-        let f = first as usize;
-        let ngram_chars = cp[f + n] - cp[f] + (n - 1);
-        if frac(ngram_chars * c as usize) > t {
+        let (c, f) = sc.top(words, n);
+        let ngram_chars = code_points(&sc.glued[sc.gl[f]..sc.gl[f + n]]) + (n - 1);
+        if frac(ngram_chars * c) > t {
             return Some(format!("top_{n}_gram"));
         }
+    }
+    if let Some(n_min) = cfg.dup_n_grams.iter().map(|g| g.0).filter(|&n| n > 0).min() {
+        sc.candidates(n_min);
     }
     for &(n, t) in &cfg.dup_n_grams {
         if n == 0 {
             continue;
         }
-        // datatrove's walk: a repeated n-gram counts its characters and skips ahead n words; only
-        // n-grams that may occur twice need the set (the others are never found again)
-        keys.clear();
-        keys.resize((nw + 1).saturating_sub(n), 0);
-        for (i, k) in keys.iter_mut().enumerate() {
-            *k = sub(hg[i], hg[i + n], pw, gl_off[i + n] - gl_off[i]);
-        }
-        seen.fill(keys);
-        reset_set(unique, 64);
-        let (mut repeated, mut idx, twice) = (0usize, 0usize, seen.view());
-        while idx < keys.len() {
-            let key = keys[idx];
-            if !twice(key) || unique.insert(key) {
-                idx += 1;
-            } else {
-                repeated += cp[idx + n] - cp[idx];
-                idx += n;
-            }
-        }
-        drop(twice);
-        seen.clear(keys);
-        if frac(repeated) > t {
+        if frac(sc.duplicated(n)) > t {
             return Some(format!("duplicated_{n}_n_grams"));
         }
     }
     None
 }
 
+/// `most_common(1)` of the n-grams as `" ".join`ed strings, the plain way: (count, first position)
+/// (only for words with a space in them, which the tokenizer never makes).
+fn top_plain(words: &[&str], n: usize) -> (usize, usize) {
+    let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
+    for (i, g) in words.windows(n).enumerate() {
+        counts.entry(g.join(" ")).or_insert((0, i)).0 += 1;
+    }
+    counts
+        .into_values()
+        .filter(|v| v.0 > 1)
+        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+        .unwrap_or((1, 0))
+}
+
+impl Scratch {
+    /// [`find_duplicates`] of pieces of `text`, with their number: (pieces, duplicates, their
+    /// characters). Each piece is hashed once; equal hashes are compared.
+    fn duplicates<'a>(
+        &mut self,
+        text: &'a str,
+        items: impl Iterator<Item = &'a str>,
+    ) -> (usize, usize, usize) {
+        let Scratch { table, spans, .. } = self;
+        spans.clear();
+        table.reset(64);
+        let base = text.as_ptr() as usize;
+        let (mut count, mut n, mut chars) = (0, 0, 0);
+        for x in items {
+            count += 1;
+            if spans.len() * 2 >= 1 << table.bits {
+                table.grow(spans.len(), |id| {
+                    let (a, b) = spans[id as usize];
+                    xxh3_64(&text.as_bytes()[a..b])
+                });
+            }
+            let at = x.as_ptr() as usize - base;
+            let eq = |id: u32| {
+                let (a, b) = spans[id as usize];
+                &text[a..b] == x
+            };
+            if table.get_or_insert(xxh3_64(x.as_bytes()), spans.len() as u32, eq).is_some() {
+                n += 1;
+                chars += len(x);
+            } else {
+                spans.push((at, at + x.len()));
+            }
+        }
+        (count, n, chars)
+    }
+
+    /// Glue the words (their n-grams are numbered only when a rule of the most frequent n-grams
+    /// runs).
+    fn glue(&mut self, words: &[&str]) {
+        let total: usize = words.iter().map(|w| w.len()).sum();
+        self.glued.clear();
+        self.glued.reserve(total + PAD);
+        self.gl.clear();
+        self.gl.reserve(words.len() + 1);
+        for w in words {
+            self.gl.push(self.glued.len());
+            self.glued.extend_from_slice(w.as_bytes());
+        }
+        self.gl.push(self.glued.len());
+        self.glued.extend_from_slice(&[0; PAD]);
+        self.level.n = 0;
+    }
+
+    /// Number the words (level 1: equal ids for equal words) and note whether a word has a space
+    /// (then `" ".join`ed n-grams can be equal for different words: see [`top_plain`]).
+    fn number(&mut self, words: &[&str]) {
+        let Scratch { glued, gl, wkey, level, table, spaced, .. } = self;
+        level.n = 1;
+        level.ids.clear();
+        level.counts.clear();
+        level.first.clear();
+        wkey.clear();
+        table.reset(words.len());
+        *spaced = false;
+        for (i, w) in words.iter().enumerate() {
+            let (at, n) = (gl[i], w.len());
+            let (a, b) = short_key(glued, at, n);
+            *spaced |= has_byte(a, b' ') || has_byte(b, b' ') || (n > 16 && w.as_bytes().contains(&b' '));
+            // longer words are hashed whole: words that share their first and last 8 bytes would
+            // otherwise all probe the same slots
+            let h = if n <= 16 { fold(a ^ n as u64, b) } else { xxh3_64(w.as_bytes()) };
+            // the first and last 8 bytes with the length are the word itself up to 16 bytes
+            let eq = |id: u32| {
+                let (ka, kb, kn) = wkey[id as usize];
+                ka == a && kb == b && kn == n && (n <= 16 || words[level.first[id as usize] as usize] == *w)
+            };
+            let id = match table.get_or_insert(h, level.counts.len() as u32, eq) {
+                Some(id) => id,
+                None => {
+                    wkey.push((a, b, n));
+                    level.counts.push(0);
+                    level.first.push(i as u32);
+                    level.counts.len() as u32 - 1
+                }
+            };
+            level.counts[id as usize] += 1;
+            level.ids.push(id);
+        }
+    }
+
+    /// `most_common(1)` of the n-grams (words joined by spaces, with no space in a word: equal
+    /// strings are equal words): (count, first position). Climbs the levels from the current one
+    /// (an n-gram is determined by its two (n-1)-grams, and occurs twice only if both do).
+    fn top(&mut self, words: &[&str], n: usize) -> (usize, usize) {
+        if self.level.n == 0 || self.level.n > n {
+            self.number(words);
+        }
+        if self.spaced {
+            return top_plain(words, n);
+        }
+        while self.level.n < n {
+            self.climb(words.len());
+        }
+        let lv = &self.level;
+        let mut best: Option<usize> = None;
+        for (id, &c) in lv.counts.iter().enumerate() {
+            if c > 1 && best.is_none_or(|b| c > lv.counts[b]) {
+                best = Some(id);
+            }
+        }
+        best.map_or((1, 0), |b| (lv.counts[b] as usize, lv.first[b] as usize))
+    }
+
+    /// Level n+1 from level n.
+    fn climb(&mut self, nw: usize) {
+        let Scratch { level, next, table, pairs, .. } = self;
+        let n = level.n + 1;
+        next.n = n;
+        next.ids.clear();
+        next.counts.clear();
+        next.first.clear();
+        pairs.clear();
+        let positions = (nw + 1).saturating_sub(n);
+        table.reset(positions);
+        for i in 0..positions {
+            let (l, r) = (level.ids[i], level.ids[i + 1]);
+            if l == NONE || r == NONE || level.counts[l as usize] < 2 || level.counts[r as usize] < 2 {
+                next.ids.push(NONE);
+                continue;
+            }
+            let key = (l as u64) << 32 | r as u64;
+            let id =
+                match table.get_or_insert(fold(key, 0x9E37_79B9_7F4A_7C15), next.counts.len() as u32, |id| {
+                    pairs[id as usize] == key
+                }) {
+                    Some(id) => id,
+                    None => {
+                        pairs.push(key);
+                        next.counts.push(0);
+                        next.first.push(i as u32);
+                        next.counts.len() as u32 - 1
+                    }
+                };
+            next.counts[id as usize] += 1;
+            next.ids.push(id);
+        }
+        std::mem::swap(level, next);
+    }
+
+    /// The prefilter of the duplicated n-gram walks: an n-gram of at least [`PREFIX`] bytes can only
+    /// occur twice if the [`PREFIX`] bytes at its start occur at another word's start, so only the
+    /// word starts where that may be (by a [`Seen`] of their hashes), or where the n-gram of the
+    /// smallest size `n_min` is shorter, are kept in `cand`.
+    fn candidates(&mut self, n_min: usize) {
+        let Scratch { glued, gl, keys, seen, cand, .. } = self;
+        let nw = gl.len() - 1;
+        keys.clear();
+        keys.extend(gl[..nw].iter().map(|&at| fold(load8(glued, at), load8(glued, at + 8))));
+        seen.fill(keys);
+        cand.clear();
+        for i in 0..(nw + 1).saturating_sub(n_min) {
+            let twice = seen.twice(keys[i]);
+            if twice || gl[i + n_min] - gl[i] < PREFIX {
+                cand.push((i, twice));
+            }
+        }
+        seen.clear(keys);
+    }
+
+    /// datatrove's duplicated n-gram walk: characters of n-grams (as `"".join`ed strings) seen
+    /// before; a repeated one counts and skips ahead n words, a new one is remembered. Only the
+    /// candidates can be seen twice (the others are visited and remembered to no effect).
+    fn duplicated(&mut self, n: usize) -> usize {
+        let Scratch { glued, gl, cand, table, spans, .. } = self;
+        let positions = gl.len().saturating_sub(n);
+        spans.clear();
+        table.reset(cand.len());
+        let (mut repeated, mut idx) = (0usize, 0usize);
+        for &(i, twice) in cand.iter() {
+            if i < idx {
+                continue;
+            }
+            if i >= positions {
+                break;
+            }
+            let (a, b) = (gl[i], gl[i + n]);
+            if b - a >= PREFIX && !twice {
+                continue;
+            }
+            let s = &glued[a..b];
+            // a hash of the n-gram's own bytes (all of them: n-grams that share their first and
+            // last bytes would otherwise all probe the same slots)
+            let h = if b - a > PREFIX {
+                xxh3_64(s)
+            } else {
+                let (x, y) = short_key(glued, a, b - a);
+                fold(x ^ (b - a) as u64, y)
+            };
+            let eq = |id: u32| {
+                let (x, y) = spans[id as usize];
+                glued[x..y] == *s
+            };
+            if table.get_or_insert(h, spans.len() as u32, eq).is_some() {
+                repeated += code_points(s);
+                idx = i + n;
+            } else {
+                spans.push((a, b));
+                idx = i + 1;
+            }
+        }
+        repeated
+    }
+}
+
 /// `re.split(r"\n{k,}", s)`: split on runs of at least `k` newlines.
-fn split_runs(s: &str, k: usize) -> Vec<&str> {
-    let b = s.as_bytes();
-    let mut out = Vec::new();
-    let (mut start, mut i) = (0, 0);
-    while i < b.len() {
-        if b[i] == b'\n' {
-            let mut j = i;
+fn split_runs(s: &str, k: usize) -> SplitRuns<'_> {
+    SplitRuns { s, k, start: 0, at: 0, done: false }
+}
+
+struct SplitRuns<'a> {
+    s: &'a str,
+    k: usize,
+    /// where the current piece starts, and where to look for the next newline
+    start: usize,
+    at: usize,
+    done: bool,
+}
+
+impl<'a> Iterator for SplitRuns<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        if self.done {
+            return None;
+        }
+        let b = self.s.as_bytes();
+        while let Some(k) = memchr::memchr(b'\n', &b[self.at..]) {
+            let i = self.at + k;
+            let mut j = i + 1;
             while j < b.len() && b[j] == b'\n' {
                 j += 1;
             }
-            if j - i >= k {
-                out.push(&s[start..i]);
-                start = j;
+            self.at = j;
+            if j - i >= self.k {
+                let piece = &self.s[self.start..i];
+                self.start = j;
+                return Some(piece);
             }
-            i = j;
-        } else {
-            i += 1;
         }
+        self.done = true;
+        Some(&self.s[self.start..])
     }
-    out.push(&s[start..]);
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     /// datatrove's n-gram rules on joined strings, the plain way: the oracle of the hashed and
     /// prefiltered passes.
@@ -490,19 +683,63 @@ mod tests {
     }
 
     #[test]
-    fn eight_bytes_at_a_time_is_horner() {
-        let mut pw = Vec::new();
-        powers(&mut pw, 64);
-        let text: Vec<u8> = (0..64u32).map(|i| (i * 37 % 256) as u8).collect();
-        for n in 0..=64 {
-            let horner = text[..n].iter().fold(0u64, |h, &b| addmod(mulmod(h, BASE), b as u64 + 1));
-            assert_eq!(poly(&text[..n], &pw), horner, "{n}");
+    fn edge_cases_match_the_plain_rules() {
+        // words with a space (the plain path of the top n-grams), words of more than 16 bytes that
+        // share their first and last 8 bytes, n-grams shorter and longer than the 16-byte prefix,
+        // the same glued bytes from different words, empty words, NUL bytes, more than one table
+        // growth of lines
+        let long = ["abcdefgh-middle1-ijklmnop", "abcdefgh-middle2-ijklmnop"];
+        let docs: Vec<Vec<&str>> = vec![
+            vec!["a b", "c", "a", "b c", "a b", "c", "a", "b c"],
+            [long[0], long[1]].repeat(6),
+            vec![long[0], long[1], long[1], long[0], long[0], long[1]],
+            ["ab", "c", "a", "bc", "abc", "", "\0", "\0\0"].repeat(5),
+            ["x"; 40].to_vec(),
+            vec![],
+        ];
+        let lines: String = (0..3000).map(|i| format!("line {}\n", i % 1700)).collect();
+        let cfgs = [(1..=10).map(|n| (n, 0.0)).collect::<Vec<_>>(), vec![(3, 0.5), (2, 0.9), (4, 2.0)]];
+        for words in &docs {
+            let text = words.join(" ");
+            for g in &cfgs {
+                let cfg = GopherRepetitionConfig {
+                    dup_line_frac: None,
+                    dup_para_frac: None,
+                    dup_line_char_frac: None,
+                    dup_para_char_frac: None,
+                    top_n_grams: g.clone(),
+                    dup_n_grams: vec![],
+                };
+                let dup =
+                    GopherRepetitionConfig { top_n_grams: vec![], dup_n_grams: g.clone(), ..cfg.clone() };
+                for c in [cfg, dup] {
+                    assert_eq!(
+                        gopher_repetition(&c, &text, words),
+                        reference(&c, &text, words),
+                        "{c:?} {words:?}"
+                    );
+                }
+            }
         }
+        // 1,700 distinct lines of 3,000 (and an empty one after the last newline): 1,300 duplicates
+        let mut sc = Scratch::default();
+        assert_eq!(sc.duplicates(&lines, split_runs(&lines, 1)), (3001, 1300, dup_chars(&lines)));
+        assert_eq!(find_duplicates(split_runs(&lines, 1)), (1300, dup_chars(&lines)));
+    }
+
+    /// Characters of the lines of `text` seen before (the plain way).
+    fn dup_chars(text: &str) -> usize {
+        let mut seen = HashSet::new();
+        text.split('\n').filter(|l| !seen.insert(*l)).map(len).sum()
     }
 
     #[test]
     fn split_like_re() {
-        assert_eq!(split_runs("a\n\nb\nc\n\n\nd", 2), vec!["a", "b\nc", "d"]);
-        assert_eq!(split_runs("\na\nb\n", 1), vec!["", "a", "b", ""]);
+        let split = |s, k| split_runs(s, k).collect::<Vec<_>>();
+        assert_eq!(split("a\n\nb\nc\n\n\nd", 2), vec!["a", "b\nc", "d"]);
+        assert_eq!(split("\na\nb\n", 1), vec!["", "a", "b", ""]);
+        assert_eq!(split("\n\n", 2), vec!["", ""]);
+        assert_eq!(split("a\nb", 2), vec!["a\nb"]);
+        assert_eq!(split("", 1), vec![""]);
     }
 }
