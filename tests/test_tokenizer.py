@@ -89,6 +89,13 @@ def test_ids_identical_to_hf_for_llmpipe_trained_file(
     assert ours.encode_batch(plain) == _hf_ids(hf, plain)
     # HF always treats added tokens in text as special: compare with allowed_special="all"
     assert ours.encode_batch(texts, allowed_special="all") == _hf_ids(hf, texts)
+    # an Arrow column read in place by Rust (a sliced chunk and another): the same ids
+    import pyarrow as pa
+
+    half = len(plain) // 2
+    col = pa.chunked_array([pa.array(["skipped", *plain[:half]]).slice(1), pa.array(plain[half:])])
+    ids, offsets = ours.encode_column(col)
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == _hf_ids(hf, plain)
 
 
 def test_ids_identical_to_hf_for_hf_trained_file(
@@ -195,8 +202,10 @@ def test_bad_files_are_clear_errors(tmp_path: Path) -> None:
 
 
 def test_curate_tokenizer_sample_is_the_first_documents_in_budget(tmp_path: Path, data_dir: Path) -> None:
-    """The curate step's training sample (written from the Arrow buffers of the kept documents) is,
-    byte for byte, each document and a newline while the budget of UTF-8 bytes lasts, in order."""
+    """The curate step trains on each kept document and a newline while the budget of UTF-8 bytes
+    lasts, in order, counting words straight from the Arrow buffers: its tokenizer.json is, byte for
+    byte, the one trained on a file of exactly that text (documents with inner, trailing and no
+    newlines, trailing blanks, CRLF, empty ones)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from llmpipe.curate.settings import TokenizerConfig
@@ -204,16 +213,18 @@ def test_curate_tokenizer_sample_is_the_first_documents_in_budget(tmp_path: Path
 
     text = (data_dir / "reference" / "books" / "notre-dame-de-paris.txt").read_text(encoding="utf-8")
     paras = [p for p in text.split("\n\n") if p.strip()][:300]  # French: multi-byte characters
+    odd = ["", "ends with a newline\n", "trailing blanks   ", "crlf line\r\nnext\r\n", "\n\n", "  lead"]
+    paras = [x for k, p in enumerate(paras) for x in ([p, odd[k // 50]] if k % 50 == 7 else [p])]
     files = []
     for k in range(3):  # several files, several row groups each
         path = tmp_path / f"docs-{k}.parquet"
+        part = paras[k * len(paras) // 3 : (k + 1) * len(paras) // 3]
         with pq.ParquetWriter(path, pa.schema([("text", pa.large_string())])) as w:
-            for j in range(0, 100, 25):
-                w.write_table(
-                    pa.table({"text": pa.array(paras[k * 100 + j : k * 100 + j + 25], pa.large_string())})
-                )
+            for j in range(0, len(part), 25):
+                w.write_table(pa.table({"text": pa.array(part[j : j + 25], pa.large_string())}))
         files.append(path)
     total = sum(len(p.encode()) + 1 for p in paras)
+    logs: list[str] = []
     for budget in (1, 5_000, 37_777, total - 1, total, 10 * total):
         want, left = bytearray(), budget
         for p in paras:
@@ -221,7 +232,13 @@ def test_curate_tokenizer_sample_is_the_first_documents_in_budget(tmp_path: Path
                 break
             want += p.encode() + b"\n"
             left -= len(p.encode()) + 1
-        cfg = TokenizerConfig(vocab_size=300, sample_bytes=budget)
-        TrainTokenizer(cfg, lambda _: None).run(files, tmp_path / "sample.txt", tmp_path / "tok.json")
-        assert (tmp_path / "sample.txt").read_bytes() == bytes(want), budget
-        assert Tokenizer.from_file(str(tmp_path / "tok.json")).vocab_size <= 300
+        cfg = TokenizerConfig(
+            vocab_size=30000, min_frequency=1, sample_bytes=budget, special_tokens=["<pad>"]
+        )
+        TrainTokenizer(cfg, logs.append).run(files, tmp_path / "tok.json")
+        (tmp_path / "sample.txt").write_bytes(want)
+        oracle = Tokenizer.train(
+            [tmp_path / "sample.txt"], 30000, min_frequency=1, special_tokens=[EOS, "<pad>"]
+        )
+        assert (tmp_path / "tok.json").read_text() == oracle.to_json(), budget
+        assert f"on {len(want):,} bytes of kept text" in logs[-1]

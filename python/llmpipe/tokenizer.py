@@ -16,12 +16,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 import llmpipe._core as _core
 from llmpipe.errors import ConfigError, InputError, TokenizerError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 PATTERNS = ("gpt2", "cl100k", "o200k")
 EOS = "<|endoftext|>"
@@ -243,6 +246,21 @@ class Tokenizer:
         except UnicodeEncodeError:
             return self._core.encode_batch([_clean(t) for t in texts], allowed)
 
+    def clear_cache(self) -> None:
+        """Free the piece caches that encode calls keep (per thread) to reuse in the next calls."""
+        self._core.clear_cache()
+
+    def encode_column(
+        self, column: pa.Array | pa.ChunkedArray, *, allowed_special: AllowedSpecial = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode_batch_arrays` of an Arrow string column, read in place by Rust (no Python
+        string per text); nulls encode as empty texts."""
+        from llmpipe.buffers import string_buffers
+
+        offsets, data = string_buffers(column)
+        ids, offs = self._core.encode_arrow_flat(offsets, data, self._allowed(allowed_special))
+        return np.frombuffer(ids, dtype="<u4"), np.frombuffer(offs, dtype="<i8")
+
     def encode_batch_arrays(
         self, texts: Sequence[str], *, allowed_special: AllowedSpecial = None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -278,6 +296,36 @@ def _ids(ids: Iterable[int]) -> list[int]:
     if isinstance(ids, np.ndarray):
         return ids.astype(np.int64, copy=False).tolist()
     return list(ids)
+
+
+class DocumentCounts:
+    """Word counts for :meth:`DocumentCounts.train`, fed an Arrow string column of documents at a time:
+    the same tokenizer as :meth:`Tokenizer.train` on a file holding those documents in order, each
+    followed by a newline, without writing that file. Each call counts in Rust, GIL released."""
+
+    def __init__(self, pattern: str = "gpt2") -> None:
+        self._core = _core.BpeWordCounts(pattern)
+
+    def add(self, offsets: np.ndarray, data: np.ndarray) -> None:
+        """Count the documents of a string column given as int64 offsets and its data buffer."""
+        self._core.add_documents(np.ascontiguousarray(offsets, dtype=np.int64), data)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes counted: the documents' UTF-8 and a newline each."""
+        return int(self._core.bytes)
+
+    def train(
+        self,
+        vocab_size: int,
+        *,
+        min_frequency: int = 2,
+        max_token_length: int | None = None,
+        special_tokens: Sequence[str] = (EOS,),
+    ) -> Tokenizer:
+        """Train on the words counted so far (they are used up)."""
+        _check_train_args(vocab_size, min_frequency, max_token_length, special_tokens)
+        return Tokenizer(self._core.train(vocab_size, min_frequency, max_token_length, list(special_tokens)))
 
 
 def _check_train_args(

@@ -4,37 +4,61 @@ use crate::bytemap::{byte_to_char, bytes_to_string, string_to_bytes};
 use crate::model::{Special, Tokenizer};
 use crate::pattern::{PreTokenizer, GPT2};
 use crate::Error;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::Invalid(msg.into())
 }
 
 /// Serialise to tokenizer.json text.
+///
+/// The bytes are those of serde_json writing the document as a `Value` (keys sorted at every
+/// level), but the vocabulary and the merges, nearly all of the file, are written straight from
+/// the token strings: building 64k JSON values and a sorted map of 32k keys first cost more than
+/// the rest of training's last step.
 pub fn to_json(t: &Tokenizer) -> String {
     let table = byte_to_char();
-    let special_ids: Vec<u32> = t.specials.iter().map(|s| s.id).collect();
-    let mut vocab = Map::new();
     let mut strings: Vec<Option<String>> = vec![None; t.tokens.len()];
     for (i, tok) in t.tokens.iter().enumerate() {
         if let Some(tok) = tok {
-            let s = match t.specials.iter().find(|s| s.id == i as u32) {
+            strings[i] = Some(match t.specials.iter().find(|s| s.id == i as u32) {
                 Some(sp) => sp.content.clone(),
                 None => bytes_to_string(tok, &table),
-            };
-            vocab.insert(s.clone(), json!(i));
-            strings[i] = Some(s);
+            });
         }
     }
-    let merges: Vec<Value> = t
-        .merge_list
-        .iter()
-        .map(|&(a, b)| {
-            let sa = strings[a as usize].as_deref().unwrap_or_default();
-            let sb = strings[b as usize].as_deref().unwrap_or_default();
-            json!(format!("{sa} {sb}"))
-        })
-        .collect();
+    // vocab: an object sorted by key; a key seen twice keeps its last id (a map's insert)
+    let mut order: Vec<(&str, usize)> =
+        strings.iter().enumerate().filter_map(|(i, s)| s.as_deref().map(|s| (s, i))).collect();
+    order.sort_by(|x, y| x.0.cmp(y.0)); // stable: equal keys stay in id order
+    let mut vocab = Vec::with_capacity(order.len() * 12);
+    vocab.push(b'{');
+    for (k, &(s, i)) in order.iter().enumerate() {
+        if order.get(k + 1).is_some_and(|n| n.0 == s) {
+            continue;
+        }
+        if vocab.len() > 1 {
+            vocab.push(b',');
+        }
+        write_str(&mut vocab, s);
+        vocab.push(b':');
+        vocab.extend_from_slice(i.to_string().as_bytes());
+    }
+    vocab.push(b'}');
+    let mut merges = Vec::with_capacity(t.merge_list.len() * 10);
+    merges.push(b'[');
+    let mut pair = String::new();
+    for (k, &(a, b)) in t.merge_list.iter().enumerate() {
+        if k > 0 {
+            merges.push(b',');
+        }
+        pair.clear();
+        pair.push_str(strings[a as usize].as_deref().unwrap_or_default());
+        pair.push(' ');
+        pair.push_str(strings[b as usize].as_deref().unwrap_or_default());
+        write_str(&mut merges, &pair);
+    }
+    merges.push(b']');
     let added: Vec<Value> = t
         .specials
         .iter()
@@ -43,7 +67,6 @@ pub fn to_json(t: &Tokenizer) -> String {
                    "rstrip": false, "normalized": false, "special": true})
         })
         .collect();
-    let _ = special_ids;
     let doc = json!({
         "version": "1.0",
         "truncation": null,
@@ -58,9 +81,28 @@ pub fn to_json(t: &Tokenizer) -> String {
         "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
         "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
                   "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
-                  "ignore_merges": t.ignore_merges, "vocab": vocab, "merges": merges}
+                  "ignore_merges": t.ignore_merges, "vocab": {}, "merges": []}
     });
-    serde_json::to_string(&doc).unwrap_or_default()
+    let skeleton = serde_json::to_string(&doc).unwrap_or_default();
+    // Each marker occurs once: outside strings (quotes inside a JSON string are escaped).
+    let out = splice(&skeleton, "\"merges\":[]", "\"merges\":", &merges);
+    splice(&out, "\"vocab\":{}", "\"vocab\":", &vocab)
+}
+
+/// A JSON string literal, escaped exactly as serde_json writes it.
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(&mut *out, s).expect("writing to a vector");
+}
+
+/// `text` with its one occurrence of `marker` replaced by `head` and `body`.
+fn splice(text: &str, marker: &str, head: &str, body: &[u8]) -> String {
+    let at = text.find(marker).expect("marker in the skeleton");
+    let mut out = String::with_capacity(text.len() + body.len());
+    out.push_str(&text[..at]);
+    out.push_str(head);
+    out.push_str(std::str::from_utf8(body).expect("JSON text is UTF-8"));
+    out.push_str(&text[at + marker.len()..]);
+    out
 }
 
 fn is_null(v: Option<&Value>) -> bool {
@@ -185,4 +227,82 @@ pub fn from_json(text: &str) -> Result<Tokenizer, Error> {
     let mut t = Tokenizer::new(tokens, merge_list, specials, pre, ignore)?;
     t.add_prefix_space = aps;
     Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::{count_words_texts, train_from_counts, TrainConfig};
+    use serde_json::Map;
+    use std::sync::atomic::AtomicBool;
+
+    /// The writer `to_json` replaced: the whole document as a serde_json `Value`.
+    fn to_json_value(t: &Tokenizer) -> String {
+        let table = byte_to_char();
+        let mut vocab = Map::new();
+        let mut strings: Vec<Option<String>> = vec![None; t.tokens.len()];
+        for (i, tok) in t.tokens.iter().enumerate() {
+            if let Some(tok) = tok {
+                let s = match t.specials.iter().find(|s| s.id == i as u32) {
+                    Some(sp) => sp.content.clone(),
+                    None => bytes_to_string(tok, &table),
+                };
+                vocab.insert(s.clone(), json!(i));
+                strings[i] = Some(s);
+            }
+        }
+        let merges: Vec<Value> = t
+            .merge_list
+            .iter()
+            .map(|&(a, b)| {
+                let sa = strings[a as usize].as_deref().unwrap_or_default();
+                let sb = strings[b as usize].as_deref().unwrap_or_default();
+                json!(format!("{sa} {sb}"))
+            })
+            .collect();
+        let added: Vec<Value> = t
+            .specials
+            .iter()
+            .map(|s| {
+                json!({"id": s.id, "content": s.content, "single_word": false, "lstrip": false,
+                       "rstrip": false, "normalized": false, "special": true})
+            })
+            .collect();
+        let doc = json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": t.pre.source()}, "behavior": "Isolated", "invert": false},
+                {"type": "ByteLevel", "add_prefix_space": t.add_prefix_space, "trim_offsets": true, "use_regex": false}
+            ]},
+            "post_processor": null,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                      "ignore_merges": t.ignore_merges, "vocab": vocab, "merges": merges}
+        });
+        serde_json::to_string(&doc).unwrap()
+    }
+
+    #[test]
+    fn to_json_writes_the_bytes_of_the_value_writer() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/pretok.rs")).unwrap();
+        // quotes, backslashes, control and non-ASCII characters in tokens and special tokens; a
+        // special token whose content is also an ordinary token's string (the byte "a": a key seen twice)
+        let text = format!("{text}\n\"q\" \\\\ \u{1}\u{7f} ünïcödé 😀 tab\there \"\\\"\n");
+        for (vocab_size, pattern) in [(600, crate::pattern::GPT2), (400, crate::pattern::O200K)] {
+            let pre = PreTokenizer::new(pattern).unwrap();
+            let words = count_words_texts(&[text.as_str()], &pre);
+            let cfg = TrainConfig {
+                vocab_size,
+                min_frequency: 2,
+                max_token_length: None,
+                special_tokens: vec!["<|endoftext|>".into(), "<\"q\\\u{1}>".into(), "a".into()],
+            };
+            let tok = train_from_counts(words, &cfg, pre, &AtomicBool::new(false)).unwrap();
+            let json = to_json(&tok);
+            assert_eq!(json, to_json_value(&tok));
+            let back = from_json(&json).unwrap();
+            assert_eq!(to_json(&back), json);
+        }
+    }
 }

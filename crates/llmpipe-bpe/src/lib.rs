@@ -6,12 +6,25 @@ pub mod hfjson;
 pub mod model;
 pub mod pattern;
 pub mod pretok;
+mod shorttab;
 pub mod tiktoken;
 pub mod train;
 
 pub use model::{Allowed, EncodeState, Special, Tokenizer};
 pub use pattern::{pattern_by_name, PreTokenizer};
 pub use train::{train_files, TrainConfig};
+
+/// Ask the CPU to bring the cache line at `p` in (a hint: never faults, whatever the address).
+#[inline(always)]
+pub(crate) fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch instruction reads nothing architecturally and cannot fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p.cast::<i8>(), std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
 
 /// Errors of this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,8 +2,9 @@
 //! a lazy max-heap (the algorithm of HF's BpeTrainer, with 64-bit counts).
 
 use crate::bytemap::byte_to_char;
-use crate::model::{Special, Tokenizer};
+use crate::model::{key2, short_key, Special, Tokenizer, SHORT};
 use crate::pattern::PreTokenizer;
+use crate::shorttab::{hash, Key, ShortTable};
 use crate::Error;
 use ahash::AHashMap;
 use rayon::prelude::*;
@@ -30,30 +31,94 @@ pub struct TrainConfig {
 }
 
 type Pair = (u32, u32);
-pub type WordCounts = AHashMap<Box<[u8]>, u64>;
 
-fn add_words(pre: &PreTokenizer, text: &str, map: &mut WordCounts) {
+/// Counts of the pre-tokenized words (pieces). A piece of one byte holds no pair and is not
+/// counted. Pieces of 2 to [`SHORT`] bytes (nearly all of them) are counted under an integer key
+/// (their bytes and length, see [`short_key`]) in a [`ShortTable`], their slots prefetched a few
+/// pieces ahead: no allocation, no key behind a pointer, no byte comparison, fewer waits on
+/// memory; longer pieces under their bytes.
+#[derive(Debug, Default, Clone)]
+pub struct WordCounts {
+    short: ShortTable<u64>,
+    long: AHashMap<Box<[u8]>, u64>,
+}
+
+/// Pieces between the prefetch of a short piece's slot and its count.
+const AHEAD: usize = 8;
+
+impl WordCounts {
+    /// Distinct words counted (of two bytes or more).
+    pub fn len(&self) -> usize {
+        self.short.len() + self.long.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The sum of two counts.
+    pub fn merge(mut self, mut other: WordCounts) -> WordCounts {
+        if self.short.len() < other.short.len() {
+            std::mem::swap(&mut self.short, &mut other.short);
+        }
+        for (k, v) in other.short.iter() {
+            *self.short.entry(k, hash(k)) += v;
+        }
+        if self.long.len() < other.long.len() {
+            std::mem::swap(&mut self.long, &mut other.long);
+        }
+        for (k, v) in other.long {
+            *self.long.entry(k).or_insert(0) += v;
+        }
+        self
+    }
+
+    /// Call `f(bytes, count)` for every word.
+    fn for_each(&self, mut f: impl FnMut(&[u8], u64)) {
+        for ([lo, hi], c) in self.short.iter() {
+            let b = (lo as u128 | (hi as u128) << 64).to_le_bytes();
+            f(&b[..b[15] as usize], c);
+        }
+        for (k, &c) in &self.long {
+            f(k, c);
+        }
+    }
+}
+
+fn add_words(pre: &PreTokenizer, text: &str, wc: &mut WordCounts) {
+    // short pieces wait in a ring for AHEAD more pieces while their slots are fetched
+    let mut ring: [(Key, u64); AHEAD] = [([0, 0], 0); AHEAD];
+    let mut n = 0usize;
     // Line by line with the line ending kept, like HF's train_from_files.
     for line in text.split_inclusive('\n') {
         pre.for_each_piece(line, |p| {
             let b = p.as_bytes();
-            if let Some(c) = map.get_mut(b) {
-                *c += 1;
-            } else {
-                map.insert(b.into(), 1);
+            if b.len() <= 1 {
+                return;
             }
+            if b.len() > SHORT {
+                if let Some(c) = wc.long.get_mut(b) {
+                    *c += 1;
+                } else {
+                    wc.long.insert(b.into(), 1);
+                }
+                return;
+            }
+            let k = key2(short_key(b));
+            let h = hash(k);
+            wc.short.prefetch(h);
+            let slot = &mut ring[n % AHEAD];
+            if n >= AHEAD {
+                *wc.short.entry(slot.0, slot.1) += 1;
+            }
+            *slot = (k, h);
+            n += 1;
         });
     }
-}
-
-fn merge_maps(mut a: WordCounts, mut b: WordCounts) -> WordCounts {
-    if a.len() < b.len() {
-        std::mem::swap(&mut a, &mut b);
+    for i in n.saturating_sub(AHEAD)..n {
+        let (k, h) = ring[i % AHEAD];
+        *wc.short.entry(k, h) += 1;
     }
-    for (k, v) in b {
-        *a.entry(k).or_insert(0) += v;
-    }
-    a
 }
 
 /// Chunks of whole lines read from the files one after the other (never a whole file in memory).
@@ -102,10 +167,14 @@ pub fn count_words(files: &[PathBuf], pre: &PreTokenizer, stop: &AtomicBool) -> 
                 return Err(Error::Interrupted);
             }
             let chunk = chunk?;
-            add_words(pre, &String::from_utf8_lossy(&chunk), &mut map);
+            // (SIMD validation first: the lossy conversion's own check is several times slower)
+            match simdutf8::basic::from_utf8(&chunk) {
+                Ok(text) => add_words(pre, text, &mut map),
+                Err(_) => add_words(pre, &String::from_utf8_lossy(&chunk), &mut map),
+            }
             Ok::<_, Error>(map)
         })
-        .try_reduce(WordCounts::default, |a, b| Ok(merge_maps(a, b)))
+        .try_reduce(WordCounts::default, |a, b| Ok(a.merge(b)))
 }
 
 /// Count the words of in-memory texts (each text is split into lines like a file).
@@ -116,14 +185,116 @@ pub fn count_words_texts<S: AsRef<str> + Sync>(texts: &[S], pre: &PreTokenizer) 
             add_words(pre, t.as_ref(), &mut map);
             map
         })
-        .reduce(WordCounts::default, merge_maps)
+        .reduce(WordCounts::default, WordCounts::merge)
 }
 
+/// Add to `acc` the words of documents given as the buffers of an Arrow string column (`offsets`,
+/// `data`), each document followed by a newline: the words [`count_words`] counts in a file of
+/// those documents one after the other, each ended by "\n" (so a caller need not write that file).
+/// Invalid UTF-8 is replaced by U+FFFD, as there (an invalid sequence never spans a newline).
+pub fn count_words_docs(
+    acc: &mut WordCounts,
+    offsets: &[i64],
+    data: &[u8],
+    pre: &PreTokenizer,
+) -> Result<(), Error> {
+    for (row, w) in offsets.windows(2).enumerate() {
+        if w[0] < 0 || w[1] < w[0] || w[1] as usize > data.len() {
+            return Err(Error::Invalid(format!(
+                "row {row}: string offsets out of range: {}..{}",
+                w[0], w[1]
+            )));
+        }
+    }
+    let n = offsets.len().saturating_sub(1);
+    if n == 0 {
+        return Ok(());
+    }
+    // One contiguous run of documents per thread, of about equal bytes; the first is counted
+    // straight into `acc` (one thread: no table to merge).
+    let parts = rayon::current_num_threads().clamp(1, n.div_ceil(64));
+    let (lo, hi) = (offsets[0], offsets[n]);
+    let mut cuts: Vec<usize> = (0..=parts)
+        .map(|k| {
+            let target = lo + (hi - lo) * k as i64 / parts as i64;
+            offsets[..n].partition_point(|&o| o < target)
+        })
+        .collect();
+    cuts[parts] = n;
+    let mut seeds = vec![WordCounts::default(); parts];
+    seeds[0] = std::mem::take(acc);
+    let counted: Vec<WordCounts> = seeds
+        .into_par_iter()
+        .enumerate()
+        .map(|(k, mut wc)| {
+            let mut line = String::new();
+            for i in cuts[k]..cuts[k + 1] {
+                let bytes = &data[offsets[i] as usize..offsets[i + 1] as usize];
+                match simdutf8::basic::from_utf8(bytes) {
+                    Ok(text) => add_document(pre, text, &mut wc, &mut line),
+                    Err(_) => add_document(pre, &String::from_utf8_lossy(bytes), &mut wc, &mut line),
+                }
+            }
+            wc
+        })
+        .collect();
+    let mut it = counted.into_iter();
+    *acc = it.next().unwrap_or_default();
+    for wc in it {
+        *acc = std::mem::take(acc).merge(wc);
+    }
+    Ok(())
+}
+
+/// The words of `text` followed by a newline; `line` is scratch space for its last line.
+fn add_document(pre: &PreTokenizer, text: &str, wc: &mut WordCounts, line: &mut String) {
+    let (body, last) = match text.rfind('\n') {
+        Some(i) => text.split_at(i + 1),
+        None => ("", text),
+    };
+    add_words(pre, body, wc);
+    if !last.is_empty() {
+        line.clear();
+        line.push_str(last);
+        line.push('\n');
+        add_words(pre, line, wc);
+    }
+}
+
+/// A heap entry: a pair, its count when pushed and the words it was pushed with (their list in a
+/// [`Slab`]: entries are 24 bytes, not 40, and the heap's sifting moves less).
 #[derive(Debug, PartialEq, Eq)]
 struct Merge {
     count: u64,
     pair: Pair,
-    pos: Vec<u32>,
+    pos: u32,
+}
+
+/// The word lists of the heap's entries, by slot; freed slots are reused.
+#[derive(Default)]
+struct Slab {
+    lists: Vec<Vec<u32>>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    fn put(&mut self, v: Vec<u32>) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.lists[i as usize] = v;
+                i
+            }
+            None => {
+                self.lists.push(v);
+                (self.lists.len() - 1) as u32
+            }
+        }
+    }
+
+    fn take(&mut self, i: u32) -> Vec<u32> {
+        self.free.push(i);
+        std::mem::take(&mut self.lists[i as usize])
+    }
 }
 
 impl Ord for Merge {
@@ -138,16 +309,17 @@ impl PartialOrd for Merge {
     }
 }
 
-/// Merge (a, b) -> new in one word, reporting pair-count changes like HF's `Word::merge`.
+/// Merge (a, b) -> new in one word, in place, reporting pair-count changes like HF's
+/// `Word::merge`; returns the word's new length.
 fn merge_word(
-    w: &mut Vec<u32>,
+    w: &mut [u32],
     a: u32,
     b: u32,
     new: u32,
     len: &[usize],
     max_len: usize,
     mut ch: impl FnMut(Pair, i64),
-) {
+) -> usize {
     let n = w.len();
     let (mut r, mut wr) = (0, 0);
     let new_len = len[new as usize];
@@ -176,13 +348,44 @@ fn merge_word(
             r += 1;
         }
     }
-    w.truncate(wr);
+    wr
 }
 
-struct WordsPtr(*mut Vec<u32>);
-// SAFETY: used only to mutate distinct words from different threads (positions are deduplicated).
-unsafe impl Sync for WordsPtr {}
-unsafe impl Send for WordsPtr {}
+/// Words of the header of a word in [`Words`]: its length and its count (low, high 32 bits).
+const HDR: usize = 3;
+
+/// All the words in one buffer, each as `[length, count low, count high, ids...]` and named by
+/// its offset: a word's count and ids are read in one place (a vector per word cost two dependent
+/// cache misses per visit, the largest cost of the merge loop). Words only shrink, in place.
+struct Words {
+    data: Vec<u32>,
+}
+
+impl Words {
+    #[inline]
+    fn count(&self, o: u32) -> u64 {
+        let o = o as usize;
+        self.data[o + 1] as u64 | (self.data[o + 2] as u64) << 32
+    }
+
+    #[inline]
+    fn ids(&self, o: u32) -> &[u32] {
+        let o = o as usize;
+        &self.data[o + HDR..o + HDR + self.data[o] as usize]
+    }
+
+    /// The ids of word `o`, to change in place, and its length to set.
+    #[inline]
+    fn ids_mut(&mut self, o: u32) -> (&mut [u32], &mut u32) {
+        let o = o as usize;
+        let n = self.data[o] as usize;
+        let (hdr, rest) = self.data[o..].split_at_mut(HDR);
+        (&mut rest[..n], &mut hdr[0])
+    }
+}
+
+/// Visits ahead to prefetch in the merge loop.
+const PREFETCH: usize = 8;
 
 /// Train from word counts.
 pub fn train_from_counts(
@@ -224,26 +427,41 @@ pub fn train_from_counts(
         len[s.id as usize] = s.content.chars().count();
     }
 
-    // 2. words as id sequences (single-byte words never hold a pair)
-    let (mut seqs, counts): (Vec<Vec<u32>>, Vec<u64>) = words
-        .into_iter()
-        .filter(|(w, _)| w.len() > 1)
-        .map(|(w, c)| (w.iter().map(|&b| byte_id[b as usize]).collect(), c))
-        .unzip();
+    // 2. words as id sequences in one buffer, the most frequent first (they take part in most
+    //    merges: a smaller, warmer part of memory), then by bytes.
+    let mut bytes_all: Vec<u8> = Vec::new();
+    let mut order: Vec<(u64, u32, u32)> = Vec::with_capacity(words.len());
+    words.for_each(|w, c| {
+        order.push((c, bytes_all.len() as u32, w.len() as u32));
+        bytes_all.extend_from_slice(w);
+    });
+    drop(words);
+    let bytes_of = |&(_, s, n): &(u64, u32, u32)| &bytes_all[s as usize..(s + n) as usize];
+    order.par_sort_unstable_by(|x, y| y.0.cmp(&x.0).then_with(|| bytes_of(x).cmp(bytes_of(y))));
+    let mut words = Words { data: Vec::with_capacity(bytes_all.len() + HDR * order.len()) };
+    let mut offs: Vec<u32> = Vec::with_capacity(order.len());
+    for e in &order {
+        let w = bytes_of(e);
+        offs.push(words.data.len() as u32);
+        words.data.extend([w.len() as u32, e.0 as u32, (e.0 >> 32) as u32]);
+        words.data.extend(w.iter().map(|&b| byte_id[b as usize]));
+    }
+    drop(order);
+    drop(bytes_all);
 
     // 3. initial pair counts and positions, in parallel
-    let (mut pair_counts, where_): (AHashMap<Pair, i64>, AHashMap<Pair, Vec<u32>>) = seqs
+    let (mut pair_counts, where_): (AHashMap<Pair, i64>, AHashMap<Pair, Vec<u32>>) = offs
         .par_iter()
-        .enumerate()
         .fold(
             || (AHashMap::new(), AHashMap::new()),
-            |(mut pc, mut wh): (AHashMap<Pair, i64>, AHashMap<Pair, Vec<u32>>), (i, w)| {
-                for win in w.windows(2) {
+            |(mut pc, mut wh): (AHashMap<Pair, i64>, AHashMap<Pair, Vec<u32>>), &o| {
+                let c = words.count(o) as i64;
+                for win in words.ids(o).windows(2) {
                     let p = (win[0], win[1]);
-                    *pc.entry(p).or_insert(0) += counts[i] as i64;
+                    *pc.entry(p).or_insert(0) += c;
                     let v = wh.entry(p).or_default();
-                    if v.last() != Some(&(i as u32)) {
-                        v.push(i as u32);
+                    if v.last() != Some(&o) {
+                        v.push(o);
                     }
                 }
                 (pc, wh)
@@ -264,11 +482,13 @@ pub fn train_from_counts(
                 (pa, wa)
             },
         );
+    drop(offs);
+    let mut slab = Slab::default();
     let mut heap: BinaryHeap<Merge> = where_
         .into_iter()
         .filter_map(|(pair, pos)| {
             let c = pair_counts[&pair];
-            (c > 0).then_some(Merge { count: c as u64, pair, pos })
+            (c > 0).then(|| Merge { count: c as u64, pair, pos: slab.put(pos) })
         })
         .collect();
 
@@ -302,48 +522,31 @@ pub fn train_from_counts(
             }
         };
         merges.push((a, b));
-        let mut pos = top.pos;
+        let mut pos = slab.take(top.pos);
         pos.sort_unstable();
         pos.dedup();
-        let mut apply = |pair: Pair, delta: i64, iw: u32| {
-            *pair_counts.entry(pair).or_insert(0) += delta * counts[iw as usize] as i64;
-            if delta > 0 {
-                let v = where_to_update.entry(pair).or_default();
-                if v.last() != Some(&iw) {
-                    v.push(iw);
+        for (k, &o) in pos.iter().enumerate() {
+            // the words are far apart in memory: ask for one a few visits ahead
+            if let Some(&next) = pos.get(k + PREFETCH) {
+                crate::prefetch(words.data.as_ptr().wrapping_add(next as usize).cast());
+            }
+            let c = words.count(o) as i64;
+            let (w, n) = words.ids_mut(o);
+            *n = merge_word(w, a, b, new, &len, max_len, |pair, d| {
+                // `d` occurrences more or fewer in a word counted `c` times
+                *pair_counts.entry(pair).or_insert(0) += d * c;
+                if d > 0 {
+                    let v = where_to_update.entry(pair).or_default();
+                    if v.last() != Some(&o) {
+                        v.push(o);
+                    }
                 }
-            }
-        };
-        if pos.len() < 2048 {
-            for &iw in &pos {
-                merge_word(&mut seqs[iw as usize], a, b, new, &len, max_len, |p, d| apply(p, d, iw));
-            }
-        } else {
-            let ptr = WordsPtr(seqs.as_mut_ptr());
-            let len_ref = &len;
-            let changes: Vec<(Pair, i64, u32)> = pos
-                .par_iter()
-                .with_min_len(256)
-                .fold(Vec::new, |mut acc, &iw| {
-                    let p = &ptr;
-                    // SAFETY: `pos` is deduplicated, so each word is borrowed by one thread only,
-                    // and `seqs` is neither resized nor read elsewhere during this loop.
-                    let w = unsafe { &mut *p.0.add(iw as usize) };
-                    merge_word(w, a, b, new, len_ref, max_len, |pr, d| acc.push((pr, d, iw)));
-                    acc
-                })
-                .reduce(Vec::new, |mut x, mut y| {
-                    x.append(&mut y);
-                    x
-                });
-            for (p, d, iw) in changes {
-                apply(p, d, iw);
-            }
+            }) as u32;
         }
         for (pair, pos) in where_to_update.drain() {
             let c = pair_counts[&pair];
             if c > 0 {
-                heap.push(Merge { count: c as u64, pair, pos });
+                heap.push(Merge { count: c as u64, pair, pos: slab.put(pos) });
             }
         }
     }
@@ -409,8 +612,8 @@ mod tests {
         let len = vec![1, 1, 1, 1, 2];
         let mut w = vec![0, 1, 2, 2, 3];
         let mut ch = Vec::new();
-        merge_word(&mut w, 2, 2, 4, &len, usize::MAX, |p, d| ch.push((p, d)));
-        assert_eq!(w, vec![0, 1, 4, 3]);
+        let n = merge_word(&mut w, 2, 2, 4, &len, usize::MAX, |p, d| ch.push((p, d)));
+        assert_eq!(w[..n], [0, 1, 4, 3]);
         assert_eq!(ch, vec![((1, 2), -1), ((1, 4), 1), ((2, 3), -1), ((4, 3), 1)]);
     }
 }

@@ -1,7 +1,9 @@
 //! Bindings for llmpipe-bpe: one class, every batch call runs with the GIL released.
 
-use crate::errors::{enter, enter_interruptible, enter_ok, CoreError};
+use crate::buffers::view;
+use crate::errors::{enter, enter_interruptible, enter_ok, ConfigError, CoreError};
 use llmpipe_bpe::{hfjson, pattern, tiktoken, train, Allowed, PreTokenizer, Special, Tokenizer, TrainConfig};
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
@@ -22,6 +24,28 @@ fn allowed(a: Option<Vec<String>>) -> Allowed {
         None => Allowed::None,
         Some(v) => Allowed::Some(v),
     }
+}
+
+/// (ids as little-endian u32 bytes, offsets as little-endian i64 bytes), written straight into the
+/// bytes objects (a memcpy-speed loop; no intermediate vector).
+fn flat_bytes<'py>(
+    py: Python<'py>,
+    ids: &[u32],
+    offs: &[i64],
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let ids = PyBytes::new_with(py, ids.len() * 4, |b| {
+        for (d, x) in b.chunks_exact_mut(4).zip(ids) {
+            d.copy_from_slice(&x.to_le_bytes());
+        }
+        Ok(())
+    })?;
+    let offs = PyBytes::new_with(py, offs.len() * 8, |b| {
+        for (d, x) in b.chunks_exact_mut(8).zip(offs) {
+            d.copy_from_slice(&x.to_le_bytes());
+        }
+        Ok(())
+    })?;
+    Ok((ids, offs))
 }
 
 /// Byte-level BPE tokenizer (see llmpipe.tokenizer.Tokenizer for the documented API).
@@ -181,20 +205,28 @@ impl BpeTokenizer {
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
         let a = allowed(allowed_special);
         let (ids, offs) = enter(py, || self.inner.encode_batch_flat(&texts, &a))?;
-        // written straight into the bytes objects (a memcpy-speed loop; no intermediate vector)
-        let ids = PyBytes::new_with(py, ids.len() * 4, |b| {
-            for (d, x) in b.chunks_exact_mut(4).zip(&ids) {
-                d.copy_from_slice(&x.to_le_bytes());
-            }
-            Ok(())
+        flat_bytes(py, &ids, &offs)
+    }
+
+    /// [`Self::encode_batch_flat`] of a string column given as its int64 offsets and data buffer,
+    /// read in place (no Python string per text, no UTF-8 copy of one).
+    #[pyo3(signature = (offsets, data, allowed_special=None))]
+    fn encode_arrow_flat<'py>(
+        &self,
+        py: Python<'py>,
+        offsets: PyBuffer<i64>,
+        data: PyBuffer<u8>,
+        allowed_special: Option<Vec<String>>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
+        let a = allowed(allowed_special);
+        let inner = &self.inner;
+        let (ids, offs) = enter(py, || -> PyResult<_> {
+            let texts: Vec<&str> =
+                llmpipe_text::arrow_strs(o, d).collect::<Result<_, _>>().map_err(ConfigError::new_err)?;
+            inner.encode_batch_flat(&texts, &a).map_err(CoreError::into_py)
         })?;
-        let offs = PyBytes::new_with(py, offs.len() * 8, |b| {
-            for (d, x) in b.chunks_exact_mut(8).zip(&offs) {
-                d.copy_from_slice(&x.to_le_bytes());
-            }
-            Ok(())
-        })?;
-        Ok((ids, offs))
+        flat_bytes(py, &ids, &offs)
     }
 
     #[pyo3(signature = (ids, skip_special_tokens=false))]
@@ -221,6 +253,11 @@ impl BpeTokenizer {
         skip_special_tokens: bool,
     ) -> PyResult<Vec<String>> {
         enter(py, || self.inner.decode_batch(&seqs, skip_special_tokens))
+    }
+
+    /// Drop the piece caches that encode calls keep for the next ones.
+    fn clear_cache(&self) {
+        self.inner.clear_cache();
     }
 
     /// The pieces the pre-tokenizer cuts `text` into.
@@ -259,7 +296,62 @@ impl BpeTokenizer {
     }
 }
 
+/// Word counts for BPE training, fed an Arrow string column of documents at a time (each document
+/// followed by a newline, as in a file of them): training on a sample without writing it to disk.
+#[pyclass(module = "llmpipe._core")]
+pub struct BpeWordCounts {
+    pre: PreTokenizer,
+    counts: train::WordCounts,
+    bytes: u64,
+}
+
+#[pymethods]
+impl BpeWordCounts {
+    #[new]
+    #[pyo3(signature = (pattern="gpt2"))]
+    fn new(pattern: &str) -> PyResult<Self> {
+        let pre = pre_for(pattern).map_err(CoreError::into_py)?;
+        Ok(BpeWordCounts { pre, counts: train::WordCounts::default(), bytes: 0 })
+    }
+
+    /// Count the documents of a string column given as its int64 offsets and data buffer.
+    fn add_documents(&mut self, py: Python<'_>, offsets: PyBuffer<i64>, data: PyBuffer<u8>) -> PyResult<()> {
+        let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
+        let (pre, counts) = (&self.pre, &mut self.counts);
+        enter(py, || train::count_words_docs(counts, o, d, pre))?;
+        if let (Some(first), Some(last)) = (o.first(), o.last()) {
+            // each document and its newline
+            self.bytes += (last - first) as u64 + (o.len() - 1) as u64;
+        }
+        Ok(())
+    }
+
+    /// Bytes counted so far (documents and their newlines).
+    #[getter]
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Train on the words counted so far (which are used up).
+    #[pyo3(signature = (vocab_size, min_frequency=2, max_token_length=None, special_tokens=vec!["<|endoftext|>".to_string()]))]
+    fn train(
+        &mut self,
+        py: Python<'_>,
+        vocab_size: usize,
+        min_frequency: u64,
+        max_token_length: Option<usize>,
+        special_tokens: Vec<String>,
+    ) -> PyResult<BpeTokenizer> {
+        let cfg = TrainConfig { vocab_size, min_frequency, max_token_length, special_tokens };
+        let words = std::mem::take(&mut self.counts);
+        let pre = self.pre.clone();
+        let t = enter_interruptible(py, |stop| train::train_from_counts(words, &cfg, pre, stop))?;
+        Ok(BpeTokenizer::wrap(t))
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BpeTokenizer>()?;
+    m.add_class::<BpeWordCounts>()?;
     Ok(())
 }

@@ -322,6 +322,7 @@ def tokenize_input(job: Job, k_last: int, i: int, tokenizer_path: str) -> dict[s
     writer = AtomicParquetWriter(work.tokens(i))
     for batch in pq.ParquetFile(work.docs(k_last, i)).iter_batches(batch_size=1000):
         writer.write(step.run(batch, counts))
+    step.tokenizer.clear_cache()  # reused across this input's batches; not held into the next phase
     writer.commit(Tokenize.schema)
     result = {"counts": [counts.to_dict()]}
     atomic_write_json(marker, result)

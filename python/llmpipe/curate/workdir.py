@@ -168,10 +168,6 @@ class WorkDir:
         return self.root / "tokenizer.json"
 
     @property
-    def tokenizer_sample(self) -> Path:
-        return self.root / "tokenizer-sample.txt"
-
-    @property
     def staging(self) -> Path:
         """Where the shards are written before they move into the output directory."""
         return self.root / "shards"

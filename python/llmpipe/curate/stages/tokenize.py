@@ -34,7 +34,7 @@ class Tokenize:
 
     def run(self, batch: pa.RecordBatch, counts: StageCounts) -> pa.RecordBatch:
         words = word_counts(batch)
-        ids, offsets = self.tokenizer.encode_batch_arrays(batch.column("text").to_pylist())
+        ids, offsets = self.tokenizer.encode_column(batch.column("text"))
         lengths = np.diff(offsets)
         tokens = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(ids, pa.uint32()))
         out = pa.RecordBatch.from_arrays([tokens, pa.array(words)], schema=TOKENS_SCHEMA)
@@ -44,42 +44,37 @@ class Tokenize:
 
 class TrainTokenizer:
     """Trains a byte-level BPE on the first ``sample_bytes`` of kept text, in input order; the special
-    tokens are <|endoftext|> (id 0) and then ``tokenizer.special_tokens`` (ids 1, 2, ...)."""
+    tokens are <|endoftext|> (id 0) and then ``tokenizer.special_tokens`` (ids 1, 2, ...). The sample is
+    each document and a newline while the budget lasts; its words are counted straight from the Arrow
+    buffers of the documents (no sample file, no Python string per document)."""
 
     def __init__(self, cfg: TokenizerConfig, log: Callable[[str], None]) -> None:
         self.cfg = cfg
         self.log = log
 
-    def run(self, docs: Sequence[Path], sample: Path, out: Path) -> None:
-        from llmpipe.tokenizer import EOS, Tokenizer
+    def run(self, docs: Sequence[Path], out: Path) -> None:
+        from llmpipe.tokenizer import EOS, DocumentCounts
 
         budget = self.cfg.sample_bytes
-        tmp = sample.with_name(".sample.tmp")
-        with open(tmp, "wb") as f:
-            for col in _text_columns(docs):
-                if budget <= 0:
-                    break
-                # each document's UTF-8 bytes and a newline while the budget lasts, straight from
-                # the Arrow buffers (no Python string per document)
-                offsets, data = string_buffers(col)
-                sizes = np.diff(offsets) + 1
-                ends = np.cumsum(sizes)
-                take = int(np.count_nonzero(ends - sizes < budget))  # written while budget > 0
-                if take:
-                    o0 = int(offsets[0])
-                    f.write(np.insert(data[o0 : offsets[take]], offsets[1 : take + 1] - o0, 10).data)
-                    budget -= int(ends[take - 1])
-        os.replace(tmp, sample)
+        counts = DocumentCounts(self.cfg.pattern)
+        for col in _text_columns(docs):
+            if budget <= 0:
+                break
+            offsets, data = string_buffers(col)
+            sizes = np.diff(offsets) + 1
+            ends = np.cumsum(sizes)
+            take = int(np.count_nonzero(ends - sizes < budget))  # counted while budget > 0
+            if take:
+                counts.add(offsets[: take + 1], data)
+                budget -= int(ends[take - 1])
         reserved = self.cfg.reserved()
         self.log(
             f"tokenizer: training byte-level BPE, vocab {self.cfg.vocab_size}, "
-            f"on {sample.stat().st_size:,} bytes of kept text"
+            f"on {counts.bytes:,} bytes of kept text"
             + (f", {len(reserved)} special tokens reserved" if reserved else "")
         )
-        tok = Tokenizer.train(
-            [str(sample)],
+        tok = counts.train(
             self.cfg.vocab_size,
-            pattern=self.cfg.pattern,
             min_frequency=self.cfg.min_frequency,
             special_tokens=[EOS, *reserved],
         )
