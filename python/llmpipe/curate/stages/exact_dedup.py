@@ -53,7 +53,9 @@ class ExactDedup(GlobalStage):
             lowercase=self.cfg.lowercase,
             collapse_whitespace=self.cfg.collapse_whitespace,
         )
-        hashes = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), batch.num_rows, [None, pa.py_buffer(raw)])
+        hashes = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(16), batch.num_rows, [None, pa.py_buffer(raw)]
+        )
         return pa.table({"id": batch.column("id"), "hash": hashes})
 
     def resolve(
