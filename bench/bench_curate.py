@@ -329,28 +329,41 @@ class TreeRun:
 
 def measure_tree(cmd: list[str]) -> TreeRun:
     """Run ``cmd``; its wall time, the CPU time of it and every process it starts, and peak RSS of
-    the largest process, of ``cmd``'s own process and of the tree (sum of RSS) while it runs."""
+    the largest process, of ``cmd``'s own process and of the tree (sum of RSS) while it runs.
+
+    ``cmd`` runs under a fresh Python process that reports its children's high-water mark
+    (``RUSAGE_CHILDREN``): this process's own would include every earlier run."""
     t = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    code = (
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     hwm: dict[int, int] = {}
     tree_kb = 0
+    driver = None
     while proc.poll() is None:
         total = 0
-        for pid in _tree(proc.pid):
+        for pid in _tree(proc.pid)[1:]:  # the wrapper itself is not counted
+            driver = driver or pid  # the wrapper's first child: ``cmd``
             s = _status_kb(pid, ("VmRSS", "VmHWM"))
             total += s.get("VmRSS", 0)
             hwm[pid] = max(hwm.get(pid, 0), s.get("VmHWM", 0))
         tree_kb = max(tree_kb, total)
         time.sleep(0.05)
+    out = proc.stdout.read().decode() if proc.stdout else ""
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.wait() != 0:
         raise RuntimeError(f"{cmd[0]} failed:\n{err[-2000:]}")
     wall = time.perf_counter() - t
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r.ru_utime + r.ru_stime) - (before.ru_utime + before.ru_stime)
-    largest = max(r.ru_maxrss, max(hwm.values(), default=0))
-    return TreeRun(wall, cpu, largest / 1024, hwm.get(proc.pid, 0) / 1024, tree_kb / 1024)
+    largest = max(int(out.split()[-1]), max(hwm.values(), default=0))
+    driver_kb = hwm.get(driver, 0) if driver is not None else 0
+    return TreeRun(wall, cpu, largest / 1024, driver_kb / 1024, tree_kb / 1024)
 
 
 def _keep_rates(stats_file: Path) -> str:
