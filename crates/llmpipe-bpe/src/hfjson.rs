@@ -59,14 +59,7 @@ pub fn to_json(t: &Tokenizer) -> String {
         write_str(&mut merges, &pair);
     }
     merges.push(b']');
-    let added: Vec<Value> = t
-        .specials
-        .iter()
-        .map(|s| {
-            json!({"id": s.id, "content": s.content, "single_word": false, "lstrip": false,
-                   "rstrip": false, "normalized": false, "special": true})
-        })
-        .collect();
+    let added = added_tokens(t);
     let doc = json!({
         "version": "1.0",
         "truncation": null,
@@ -90,6 +83,17 @@ pub fn to_json(t: &Tokenizer) -> String {
 }
 
 /// A JSON string literal, escaped exactly as serde_json writes it.
+/// The special tokens as tokenizer.json's `added_tokens` entries.
+fn added_tokens(t: &Tokenizer) -> Vec<Value> {
+    t.specials
+        .iter()
+        .map(|s| {
+            json!({"id": s.id, "content": s.content, "single_word": false, "lstrip": false,
+                   "rstrip": false, "normalized": false, "special": true})
+        })
+        .collect()
+}
+
 fn write_str(out: &mut Vec<u8>, s: &str) {
     serde_json::to_writer(&mut *out, s).expect("writing to a vector");
 }
@@ -260,14 +264,7 @@ mod tests {
                 json!(format!("{sa} {sb}"))
             })
             .collect();
-        let added: Vec<Value> = t
-            .specials
-            .iter()
-            .map(|s| {
-                json!({"id": s.id, "content": s.content, "single_word": false, "lstrip": false,
-                       "rstrip": false, "normalized": false, "special": true})
-            })
-            .collect();
+        let added = added_tokens(t);
         let doc = json!({
             "version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
             "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
