@@ -598,14 +598,18 @@ impl EnglishTokenizer {
     }
 
     fn span<'a>(&self, l: &mut Local, s: &'a str, out: &mut Vec<&'a str>) {
-        let maybe_special = self.may_be_special(s);
-        // most words: no special case, all letters
-        if !maybe_special
-            && (s.bytes().all(|b| b.is_ascii_alphabetic())
-                || !s.is_ascii() && s.chars().all(char::is_alphabetic))
-        {
-            out.push(s);
-            return;
+        if !self.may_be_special(s) {
+            // most words: no special case, all letters
+            if s.bytes().all(|b| b.is_ascii_alphabetic()) || !s.is_ascii() && s.chars().all(char::is_alphabetic) {
+                out.push(s);
+                return;
+            }
+            // the next most common: a word or a number with a closing mark (`word,` `2024.`)
+            if let Some(cut) = self.word_and_mark(s) {
+                out.push(&s[..cut]);
+                out.push(&s[cut..]);
+                return;
+            }
         }
         let base = out.len();
         if l.recent.get(s, out) {
@@ -613,6 +617,30 @@ impl EnglishTokenizer {
         }
         self.span_uncached(l, s, out);
         l.recent.put(s, &out[base..]);
+    }
+
+    /// Where spaCy's rules cut a span that is not a special case into a word and its closing mark:
+    /// ASCII letters (or digits) then one of `, ; : ! ? ) ] } " '`, or `.` after a lowercase letter
+    /// or a digit (the only places where a period is a suffix on its own), with no special case for
+    /// the word. Then the mark is a suffix rule of its own (no suffix rule spans a letter or a digit
+    /// before a mark), no prefix rule matches (the letter ones need a `$`), and the word has nothing
+    /// left to split. `None` for everything else (the rules decide).
+    #[inline]
+    fn word_and_mark(&self, s: &str) -> Option<usize> {
+        let b = s.as_bytes();
+        let (&mark, word) = b.split_last()?;
+        let &last = word.last()?;
+        let closing = match mark {
+            b',' | b';' | b':' | b'!' | b'?' | b')' | b']' | b'}' | b'"' | b'\'' => true,
+            b'.' => last.is_ascii_lowercase() || last.is_ascii_digit(),
+            _ => false,
+        };
+        let plain = if last.is_ascii_digit() {
+            word.iter().all(u8::is_ascii_digit)
+        } else {
+            word.iter().all(u8::is_ascii_alphabetic)
+        };
+        (closing && plain && !self.may_be_special(&s[..word.len()])).then_some(word.len())
     }
 
     /// [`span`](Self::span) without the small cache of recent spans.
@@ -886,6 +914,50 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(t.split(text), want.to_vec(), "{text}");
         }
+    }
+
+    /// Every span the word-and-mark shortcut takes splits as the full rules split it.
+    fn check_word_and_mark(t: &EnglishTokenizer, l: &mut Local, s: &str) -> bool {
+        if t.may_be_special(s) {
+            return false;
+        }
+        let Some(cut) = t.word_and_mark(s) else { return false };
+        let mut full = Vec::new();
+        t.span_uncached(l, s, &mut full);
+        assert_eq!(full, vec![&s[..cut], &s[cut..]], "{s:?}");
+        true
+    }
+
+    #[test]
+    fn word_and_mark_agrees_with_the_rules() {
+        // words of letters or digits, every special case's among them (as written, upper case,
+        // capitalized, without its last character), followed by every ASCII punctuation mark
+        let t = EnglishTokenizer::get();
+        let mut l = t.local();
+        let mut words: Vec<String> =
+            ["a", "I", "US", "CA", "A", "U", "C", "AB", "aB", "Ab", "word", "2024", "0", "km", "4K", "U2"]
+                .map(String::from)
+                .to_vec();
+        for key in t.specials.keys() {
+            let w: String = key.chars().filter(char::is_ascii_alphanumeric).collect();
+            if w.is_empty() {
+                continue;
+            }
+            let mut cap = w.to_lowercase();
+            cap[..1].make_ascii_uppercase();
+            words.extend([w.to_uppercase(), w[..w.len() - 1].to_string(), cap, w]);
+        }
+        words.retain(|w| !w.is_empty());
+        let (mut taken, mut seen) = (0, 0);
+        for w in &words {
+            for mark in (b'!'..=b'~').filter(u8::is_ascii_punctuation) {
+                let s = format!("{w}{}", mark as char);
+                seen += 1;
+                taken += usize::from(check_word_and_mark(t, &mut l, &s));
+            }
+        }
+        // the shortcut is taken, and not for everything
+        assert!(taken > 10_000 && taken < seen / 2, "{taken} of {seen}");
     }
 
     #[test]
