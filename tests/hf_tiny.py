@@ -36,6 +36,11 @@ def tokenizer(data_dir: Path, vocab: int = 600, max_length: int = 64):  # type: 
     tok.train_from_iterator(
         crawl_texts(data_dir), trainers.WordPieceTrainer(vocab_size=vocab, special_tokens=special)
     )
+    # the trainer picks the same tokens in every process but numbers them in an order that varies
+    # (a hash map's): number them in sorted order, so the models' embeddings are the same each run
+    trained = set(tok.get_vocab()) - set(special)
+    order = special + sorted(trained)
+    tok.model = models.WordPiece({t: i for i, t in enumerate(order)}, unk_token="[UNK]")
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
