@@ -600,7 +600,9 @@ impl EnglishTokenizer {
     fn span<'a>(&self, l: &mut Local, s: &'a str, out: &mut Vec<&'a str>) {
         if !self.may_be_special(s) {
             // most words: no special case, all letters
-            if s.bytes().all(|b| b.is_ascii_alphabetic()) || !s.is_ascii() && s.chars().all(char::is_alphabetic) {
+            if s.bytes().all(|b| b.is_ascii_alphabetic())
+                || !s.is_ascii() && s.chars().all(char::is_alphabetic)
+            {
                 out.push(s);
                 return;
             }
