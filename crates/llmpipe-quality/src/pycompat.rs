@@ -68,6 +68,18 @@ const ASCII_BREAK: [bool; 256] = {
     t
 };
 
+/// Could any of the 8 bytes of `x` start a line break? (Exact for "no": a byte below 0x1F, 0xC2
+/// or 0xE2 sets its high bit in the result: `x - 0x1F` borrows into the high bit only below 0x1F
+/// where the byte's own high bit is clear, and the zero-byte test finds the two lead bytes.)
+#[inline]
+fn may_break(x: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = x.wrapping_sub(ONES * 0x1F) & !x;
+    let zero = |y: u64| y.wrapping_sub(ONES) & !y;
+    (below | zero(x ^ (ONES * 0xC2)) | zero(x ^ (ONES * 0xE2))) & HIGH != 0
+}
+
 impl<'a> Iterator for Lines<'a> {
     type Item = &'a str;
 
@@ -80,6 +92,13 @@ impl<'a> Iterator for Lines<'a> {
         }
         let mut i = start;
         while i < b.len() {
+            // eight bytes at a time while none of them can start a break (most of a line)
+            if let Some(chunk) = b.get(i..i + 8) {
+                if !may_break(u64::from_le_bytes(chunk.try_into().expect("8 bytes"))) {
+                    i += 8;
+                    continue;
+                }
+            }
             let c = b[i];
             if ASCII_BREAK[c as usize] {
                 let n = match c {
@@ -181,6 +200,54 @@ mod tests {
         for (s, want) in [("\n", vec![""]), ("a\r", vec!["a"]), ("\r\n\r\n", vec!["", ""]), ("x", vec!["x"])]
         {
             assert_eq!(splitlines(s), want, "{s:?}");
+        }
+    }
+
+    /// `s.splitlines()` character by character (the oracle of the byte scan).
+    fn splitlines_by_char(s: &str) -> Vec<&str> {
+        let (mut out, mut start) = (Vec::new(), 0);
+        let mut it = s.char_indices().peekable();
+        while let Some((i, c)) = it.next() {
+            if matches!(
+                c,
+                '\n' | '\r' | '\x0b' | '\x0c' | '\x1c'..='\x1e' | '\u{85}' | '\u{2028}' | '\u{2029}'
+            ) {
+                out.push(&s[start..i]);
+                start = i + c.len_utf8();
+                if c == '\r' && it.peek().is_some_and(|&(_, d)| d == '\n') {
+                    it.next();
+                    start += 1;
+                }
+            }
+        }
+        if start < s.len() {
+            out.push(&s[start..]);
+        }
+        out
+    }
+
+    #[test]
+    fn splitlines_at_every_offset() {
+        // breaks, near-breaks (tab, 0x1F, U+2027, other C2/E2 characters) and plain runs, at every
+        // position of the 8-byte steps
+        let pieces = [
+            "a", "xyzw1234", "\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f", "\t",
+            "\u{85}", "\u{a0}", "\u{2028}", "\u{2029}", "\u{2027}", "\u{2019}", "é", "日本",
+        ];
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |m: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % m) as usize
+        };
+        for _ in 0..5000 {
+            let mut s = String::new();
+            for _ in 0..next(40) {
+                let k = next(100);
+                s.push_str(pieces[if k < 60 { k % 2 } else { k % pieces.len() }]);
+            }
+            assert_eq!(splitlines(&s), splitlines_by_char(&s), "{s:?}");
         }
     }
 
