@@ -104,6 +104,17 @@ fn plain_at(b: &[u8], i: usize) -> bool {
     c > 0x20 && c != 0x7f && !(c == 0xef && b.get(i + 1) == Some(&0xbb) && b.get(i + 2) == Some(&0xbf))
 }
 
+/// Are all 8 bytes of `x` spaces or bytes that [`plain_at`] keeps? (Exact for "yes": no byte below
+/// 0x20, no DEL, no 0xEF; the zero-byte tests have no false negatives.)
+#[inline]
+fn plain_or_space(x: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = x.wrapping_sub(ONES * 0x20) & !x;
+    let zero = |y: u64| y.wrapping_sub(ONES) & !y;
+    (below | zero(x ^ (ONES * 0x7F)) | zero(x ^ (ONES * 0xEF))) & HIGH == 0
+}
+
 /// Clean `text` into `out` (appended); see the module docs.
 pub fn clean_into(text: &str, form: Form, out: &mut String) {
     let text = unicode_form(text, form);
@@ -119,6 +130,18 @@ pub fn clean_into(text: &str, form: Form, out: &mut String) {
             let s = i;
             i += 1;
             loop {
+                // eight bytes at a time while all are kept bytes or spaces, then back over the
+                // spaces at the end (whether they stay depends on what follows them)
+                let from = i;
+                while let Some(chunk) = b.get(i..i + 8) {
+                    if !plain_or_space(u64::from_le_bytes(chunk.try_into().expect("8 bytes"))) {
+                        break;
+                    }
+                    i += 8;
+                }
+                while i > from && b[i - 1] == b' ' {
+                    i -= 1;
+                }
                 while i < b.len() && plain_at(b, i) {
                     i += 1;
                 }
@@ -209,6 +232,63 @@ mod tests {
         assert_eq!(clean("\r\r\n\r", f), "");
         assert_eq!(clean("a \r\nb", f), "a\nb");
         assert_eq!(clean("", f), "");
+    }
+
+    /// The module's rules one after another with plain string operations (the oracle of the scan).
+    fn by_the_rules(t: &str) -> String {
+        let t = t.replace("\r\n", "\n").replace('\r', "\n");
+        let t: String = t
+            .chars()
+            .filter(|&c| !matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{7f}' | '\u{feff}'))
+            .collect();
+        let t = t.split('\n').map(|l| l.trim_end_matches([' ', '\t'])).collect::<Vec<_>>().join("\n");
+        let (mut out, mut newlines) = (String::new(), 0);
+        for c in t.chars() {
+            newlines = if c == '\n' { newlines + 1 } else { 0 };
+            if newlines <= 2 {
+                out.push(c);
+            }
+        }
+        out.trim_matches(is_split_whitespace).to_string()
+    }
+
+    #[test]
+    fn random_texts_follow_the_rules() {
+        // long runs of words (the 8-byte steps), spaces and tabs at their ends, every removed
+        // character, the BOM next to other EF-led characters, Unicode spaces
+        let pieces = [
+            "the quick brown fox ",
+            "jumps",
+            " ",
+            "  ",
+            "\t",
+            "\n",
+            "\r",
+            "\r\n",
+            "\u{0}",
+            "\u{1}",
+            "\u{1f}",
+            "\u{7f}",
+            "\u{feff}",
+            "\u{ff0c}",
+            "\u{fffd}",
+            "é",
+            "日本語",
+            "\u{3000}",
+            "\u{a0}",
+            "x",
+        ];
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |m: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % m) as usize
+        };
+        for _ in 0..20_000 {
+            let t: String = (0..next(30)).map(|_| pieces[next(pieces.len() as u64)]).collect();
+            assert_eq!(clean(&t, Form::Nfc), by_the_rules(&t), "{t:?}");
+        }
     }
 
     #[test]
