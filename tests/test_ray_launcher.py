@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 from conftest import ROOT, run_cli
-from procs import free_port, kill_all, procs, with_descendants
+from procs import RAY_TEST_ENV, free_port, kill_all, procs, ray_agent_ports, with_descendants
 
 BIN = Path(sys.executable).parent
 SMALL = (
@@ -168,9 +168,13 @@ def test_ray_up_submit_down_over_ssh(data_dir: Path, tmp_path: Path) -> None:
             # -- the repo's cluster.yaml, pointed at 127.0.0.1
             cfg = yaml.safe_load((ROOT / "configs" / "ray" / "cluster.yaml").read_text())
             gport, dport, cport = free_port(), free_port(), free_port()
+            # the node's Ray gets the private test cluster's settings for a loaded machine (a slow
+            # raylet is waited for; fixed agent ports, so the raylet does not abort the node waiting
+            # for an agent to report the port it bound)
+            test_env = " ".join(f"{k}={v}" for k, v in RAY_TEST_ENV.items())
             activate = (
                 f"export PATH={t}/bin:{BIN}:$PATH VIRTUAL_ENV={BIN.parent} RAY_USAGE_STATS_ENABLED=0 "
-                f"LLMPIPE_REPO={ROOT}  # {mark}"
+                f"{test_env} LLMPIPE_REPO={ROOT}  # {mark}"
             )
             cfg |= {
                 "cluster_name": name,
@@ -188,7 +192,8 @@ def test_ray_up_submit_down_over_ssh(data_dir: Path, tmp_path: Path) -> None:
                     f"ray start --head --node-ip-address 127.0.0.1 --port {gport} --dashboard-port {dport} "
                     f"--ray-client-server-port {cport} --temp-dir {t}/raytmp --num-cpus 2 "
                     "--memory 1500000000 --object-store-memory 150000000 "
-                    "--autoscaling-config=~/ray_bootstrap_config.yaml --disable-usage-stats"
+                    "--autoscaling-config=~/ray_bootstrap_config.yaml --disable-usage-stats "
+                    + " ".join(ray_agent_ports())
                 ],
                 "worker_start_ray_commands": [],
             }
