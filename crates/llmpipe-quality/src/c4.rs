@@ -281,13 +281,8 @@ mod tests {
             "\t",
         ];
         let breaks = ["\n", "\r\n", "\r", "\u{2028}", "\u{85}", "\n\n", "\x0c"];
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move |m: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % m as u64) as usize
-        };
+        let mut rng = llmpipe_text::TestRng::new(0x9E37_79B9_7F4A_7C15);
+        let mut next = move |m: usize| rng.below(m);
         let mut cfgs = vec![C4Config::default(), C4Config { min_num_sentences: 1, ..Default::default() }];
         cfgs.push(C4Config { min_words_per_line: -1, filter_no_terminal_punct: false, ..Default::default() });
         cfgs.push(C4Config { max_word_length: 4, min_num_sentences: 0, ..Default::default() });

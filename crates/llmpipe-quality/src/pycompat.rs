@@ -234,17 +234,11 @@ mod tests {
             "a", "xyzw1234", "\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f", "\t",
             "\u{85}", "\u{a0}", "\u{2028}", "\u{2029}", "\u{2027}", "\u{2019}", "é", "日本",
         ];
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move |m: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % m) as usize
-        };
+        let mut rng = llmpipe_text::TestRng::new(0x2545_F491_4F6C_DD1D);
         for _ in 0..5000 {
             let mut s = String::new();
-            for _ in 0..next(40) {
-                let k = next(100);
+            for _ in 0..rng.below(40) {
+                let k = rng.below(100);
                 s.push_str(pieces[if k < 60 { k % 2 } else { k % pieces.len() }]);
             }
             assert_eq!(splitlines(&s), splitlines_by_char(&s), "{s:?}");

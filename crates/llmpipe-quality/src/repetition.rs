@@ -664,13 +664,8 @@ mod tests {
         // so that n-grams repeat at every size
         let vocab =
             ["a", "b", "ab", "c", "bc", "abc", "abcdefgh", "ijk", "abcdefghijk", "日本語のテキスト", "x"];
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move |m: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % m as u64) as usize
-        };
+        let mut rng = llmpipe_text::TestRng::new(0x2545_F491_4F6C_DD1D);
+        let mut next = move |m: usize| rng.below(m);
         let mut checked = 0;
         for doc in 0..400 {
             let nw = next(if doc % 4 == 0 { 12 } else { 400 });
@@ -711,13 +706,10 @@ mod tests {
         // rules without numbering n-grams; the same words in a short loop do not pass it
         let vocab: Vec<String> =
             (0..400).map(|i| format!("w{}", "x".repeat(i % 7) + &i.to_string())).collect();
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rng = llmpipe_text::TestRng::new(0x9E37_79B9_7F4A_7C15);
         let words: Vec<&str> = (0..3000)
             .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+                let u = (rng.bits() >> 11) as f64 / (1u64 << 53) as f64;
                 &vocab[((400f64).powf(u) as usize - 1).min(399)][..]
             })
             .collect();

@@ -278,15 +278,9 @@ mod tests {
             "\u{a0}",
             "x",
         ];
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move |m: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % m) as usize
-        };
+        let mut rng = crate::TestRng::new(0x2545_F491_4F6C_DD1D);
         for _ in 0..20_000 {
-            let t: String = (0..next(30)).map(|_| pieces[next(pieces.len() as u64)]).collect();
+            let t: String = (0..rng.below(30)).map(|_| pieces[rng.below(pieces.len())]).collect();
             assert_eq!(clean(&t, Form::Nfc), by_the_rules(&t), "{t:?}");
         }
     }

@@ -159,6 +159,33 @@ pub fn is_split_whitespace(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
+/// A deterministic xorshift64 generator for the randomized tests of the workspace's crates (their
+/// inputs, not anything that needs good randomness).
+#[derive(Clone, Debug)]
+pub struct TestRng(u64);
+
+impl TestRng {
+    /// A generator from a non-zero seed.
+    pub fn new(seed: u64) -> Self {
+        assert_ne!(seed, 0, "xorshift needs a non-zero seed");
+        TestRng(seed)
+    }
+
+    /// The next 64 bits.
+    pub fn bits(&mut self) -> u64 {
+        let x = &mut self.0;
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+
+    /// A number in `0..m`.
+    pub fn below(&mut self, m: usize) -> usize {
+        (self.bits() % m as u64) as usize
+    }
+}
+
 /// Byte classes for [`count_words`]: 0 = not whitespace (or a byte inside a character), 1 = ASCII
 /// whitespace, 2 = the first byte of a character that may be Unicode whitespace (U+0085, U+00A0,
 /// U+1680, U+2000-U+205F, U+3000 start with C2, E1, E2 or E3).
@@ -321,13 +348,8 @@ mod tests {
             .map(char::from)
             .chain("\u{85}\u{a0}\u{3000}\u{2003}\u{ff01}\u{bf}\u{ab}\u{130}\u{c9}\u{301}\u{e9}\u{1e9e}\u{4e2d}\u{1f600}".chars())
             .collect();
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move |m: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % m as u64) as usize
-        };
+        let mut rng = TestRng::new(0x9E37_79B9_7F4A_7C15);
+        let mut next = move |m: usize| rng.below(m);
         // and texts NFC skips the decompose/recompose pass for, or not (combining marks, Hangul
         // jamo, a mark after ASCII)
         let fixed = [
