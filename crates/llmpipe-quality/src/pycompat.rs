@@ -68,16 +68,11 @@ const ASCII_BREAK: [bool; 256] = {
     t
 };
 
-/// Could any of the 8 bytes of `x` start a line break? (Exact for "no": a byte below 0x1F, 0xC2
-/// or 0xE2 sets its high bit in the result: `x - 0x1F` borrows into the high bit only below 0x1F
-/// where the byte's own high bit is clear, and the zero-byte test finds the two lead bytes.)
+/// Could any of the 8 bytes of `x` start a line break? (A byte below 0x1F, or the lead byte C2 or E2.)
 #[inline]
 fn may_break(x: u64) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let below = x.wrapping_sub(ONES * 0x1F) & !x;
-    let zero = |y: u64| y.wrapping_sub(ONES) & !y;
-    (below | zero(x ^ (ONES * 0xC2)) | zero(x ^ (ONES * 0xE2))) & HIGH != 0
+    use llmpipe_text::swar::{any_below, any_eq};
+    any_below(x, 0x1f) | any_eq(x, 0xc2) | any_eq(x, 0xe2) != 0
 }
 
 impl<'a> Iterator for Lines<'a> {

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 use crate::pycompat::{len, strip};
+use llmpipe_text::swar::any_eq;
 use xxhash_rust::xxh3::xxh3_64;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -84,13 +85,6 @@ fn load8(b: &[u8], at: usize) -> u64 {
 fn short_key(b: &[u8], at: usize, n: usize) -> (u64, u64) {
     let first = load8(b, at) & if n >= 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 };
     (first, if n > 8 { load8(b, at + n - 8) } else { 0 })
-}
-
-/// Does `x` have a byte `c`? (bit tricks on 8 bytes at once)
-#[inline]
-fn has_byte(x: u64, c: u8) -> bool {
-    let y = x ^ (0x0101_0101_0101_0101u64 * c as u64);
-    (y.wrapping_sub(0x0101_0101_0101_0101) & !y & 0x8080_8080_8080_8080) != 0
 }
 
 /// Bytes of the prefix that the duplicated n-gram prefilter compares (see [`Scratch::candidates`]).
@@ -408,7 +402,7 @@ impl Scratch {
         for (i, w) in words.iter().enumerate() {
             let (at, n) = (gl[i], w.len());
             let (a, b) = short_key(glued, at, n);
-            *spaced |= has_byte(a, b' ') || has_byte(b, b' ') || (n > 16 && w.as_bytes().contains(&b' '));
+            *spaced |= any_eq(a, b' ') | any_eq(b, b' ') != 0 || (n > 16 && w.as_bytes().contains(&b' '));
             // longer words are hashed whole: words that share their first and last 8 bytes would
             // otherwise all probe the same slots
             let h = if n <= 16 { fold(a ^ n as u64, b) } else { xxh3_64(w.as_bytes()) };

@@ -104,15 +104,12 @@ fn plain_at(b: &[u8], i: usize) -> bool {
     c > 0x20 && c != 0x7f && !(c == 0xef && b.get(i + 1) == Some(&0xbb) && b.get(i + 2) == Some(&0xbf))
 }
 
-/// Are all 8 bytes of `x` spaces or bytes that [`plain_at`] keeps? (Exact for "yes": no byte below
-/// 0x20, no DEL, no 0xEF; the zero-byte tests have no false negatives.)
+/// Are all 8 bytes of `x` spaces or bytes that [`plain_at`] keeps? (No byte below 0x20, no DEL, no
+/// 0xEF.)
 #[inline]
 fn plain_or_space(x: u64) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let below = x.wrapping_sub(ONES * 0x20) & !x;
-    let zero = |y: u64| y.wrapping_sub(ONES) & !y;
-    (below | zero(x ^ (ONES * 0x7F)) | zero(x ^ (ONES * 0xEF))) & HIGH == 0
+    use crate::swar::{any_below, any_eq};
+    any_below(x, 0x20) | any_eq(x, 0x7f) | any_eq(x, 0xef) == 0
 }
 
 /// Clean `text` into `out` (appended); see the module docs.

@@ -5,6 +5,7 @@
 pub mod clean;
 pub mod html;
 pub mod jsonl;
+pub mod swar;
 
 use unicode_normalization::{IsNormalized, UnicodeNormalization};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
