@@ -68,11 +68,12 @@ const ASCII_BREAK: [bool; 256] = {
     t
 };
 
-/// Could any of the 8 bytes of `x` start a line break? (A byte below 0x1F, or the lead byte C2 or E2.)
+/// Where in the 8 bytes of `x` a line break may start (a byte below 0x1F, or the lead byte C2 or E2):
+/// the first such byte, or 8 for none.
 #[inline]
-fn may_break(x: u64) -> bool {
+fn may_break_at(x: u64) -> usize {
     use llmpipe_text::swar::{any_below, any_eq};
-    any_below(x, 0x1f) | any_eq(x, 0xc2) | any_eq(x, 0xe2) != 0
+    ((any_below(x, 0x1f) | any_eq(x, 0xc2) | any_eq(x, 0xe2)).trailing_zeros() / 8) as usize
 }
 
 impl<'a> Iterator for Lines<'a> {
@@ -87,10 +88,12 @@ impl<'a> Iterator for Lines<'a> {
         }
         let mut i = start;
         while i < b.len() {
-            // eight bytes at a time while none of them can start a break (most of a line)
+            // eight bytes at a time while none of them can start a break (most of a line), then
+            // straight to the first byte that may
             if let Some(chunk) = b.get(i..i + 8) {
-                if !may_break(u64::from_le_bytes(chunk.try_into().expect("8 bytes"))) {
-                    i += 8;
+                let at = may_break_at(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+                i += at;
+                if at == 8 {
                     continue;
                 }
             }
