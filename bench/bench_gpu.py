@@ -7,8 +7,8 @@ first row's (the same config, plain causal SDPA, no compile, no float8) measured
     python bench/bench_gpu.py --config configs/train/llama-1b.yaml --steps 30
     python bench/bench_gpu.py --quick                      # the tiny config on CPU: checks the script
 
-The step is the trainer's own: ``forward_backward`` (bf16 autocast on one device, as a single-rank run),
-gradient clipping and AdamW (fused on CUDA), the blocks compiled in place and activation checkpointing as
+The step is the trainer's own: ``forward_backward`` over ``--grad-accum`` micro-batches (bf16 autocast on
+one device, as a single-rank run), gradient clipping and AdamW (fused on CUDA), the blocks compiled in place and activation checkpointing as
 the config says. Tokens are random ids of the config's vocabulary (the step's speed does not depend on
 their values); document masking packs documents of ``--doc-len`` tokens on average (exponential lengths,
 seeded), numbered as the loader numbers them. Variants the device cannot run (float8 below compute
@@ -133,8 +133,10 @@ def run_config(
     bf16 = cfg.parallel.mixed_precision == "bf16"
     amp = functools.partial(torch.autocast, device.type, dtype=torch.bfloat16, enabled=bf16)
 
-    def step() -> None:
-        forward_backward(model, [batch], float(b * n), 1, amp=amp)  # type: ignore[arg-type]
+    accum = args.grad_accum or cfg.train.grad_accum
+
+    def step() -> None:  # one optimizer step over ``accum`` micro-batches (the same one: speed is the same)
+        forward_backward(model, [batch] * accum, float(b * n * accum), 1, amp=amp)  # type: ignore[arg-type]
         clip_grad_norm(model, cfg.optim.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -148,7 +150,7 @@ def run_config(
         step()
     sync()
     dt = time.perf_counter() - t0
-    tps = b * n * args.steps / dt
+    tps = b * n * accum * args.steps / dt
     if args.profile and variant == Variant.parse(args.profile_variant):
         profile(
             step, sync, args.profile / re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{cfg_name(cfg)}-{variant.name}")
@@ -200,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=20, help="timed steps per variant")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
     p.add_argument("--batch-size", type=int, default=0, help="sequences per step (0: the config's)")
+    p.add_argument(
+        "--grad-accum", type=int, default=1,
+        help="micro-batches per optimizer step (0: the config's train.grad_accum); AdamW runs once per step",
+    )  # fmt: skip
     p.add_argument("--doc-len", type=int, default=512, help="mean document length with document masking")
     p.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for MFU (0: by device name)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
@@ -213,7 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     configs = args.config or [ROOT / "configs/train/gpt2-124m.yaml", ROOT / "configs/train/llama-1b.yaml"]
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if cuda else "cpu")
-    print(f"device: {device_name(device)} | torch {torch.__version__} | {args.steps} timed steps per variant")
+    print(
+        f"device: {device_name(device)} | torch {torch.__version__} | {args.steps} timed steps per variant, "
+        f"{args.grad_accum or 'train.grad_accum'} micro-batch(es) per step"
+    )
     header = f"| {'config':<10} | {'seq':>5} | {'variant':<32} | {'tokens/s':>10} | {'ratio':>5} | {'MFU':>6} | {'peak MiB':>9} |"
     print(header)
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")

@@ -44,7 +44,7 @@ part environment 40 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_ver
   $PY -c 'import torch, llmpipe.train.trainer; print(\"torch\", torch.__version__, torch.version.cuda, \
   torch.cuda.get_device_name(), torch.cuda.get_device_capability())'; \
   $PY -c 'import torchao; print(\"torchao\", torchao.__version__)'"
-part cuda-tests 220 "$PY" -m pytest -q -s -p no:cacheprovider --timeout=200 tests/train/test_cuda.py \
+part cuda-tests 300 "$PY" -m pytest -q -s -p no:cacheprovider --timeout=280 tests/train/test_cuda.py \
   -k "${TESTS_K:-}"
 part bench-llama-1b 180 "$PY" bench/bench_gpu.py --config configs/train/llama-1b.yaml --steps 10 --warmup 3 \
   --variants "${LLAMA_VARIANTS:-causal,causal+compile,causal+compile-ac,flex+compile-ac,causal+compile+float8-ac}" \

@@ -72,6 +72,20 @@ def test_scores_equal_the_pipeline(models: dict[str, Path], data_dir: Path, tmp_
         # the second call reads the cache
         assert hf_models.run_model_file(m.digested(), keys, tmp_path / "cache") == path
 
+    # padded to a step of widths (what a GPU run does, GPU_WIDTH_STEP): the padding is masked, the scores stay;
+    # short documents too, so that several widths occur
+    loaded = hf_models.Loaded(
+        ClassifierModel(ClassifierModelConfig(model=str(models["clf"]), label="high", batch_size=4)).spec
+    )
+    mixed = texts[:16] + [" ".join(t.split()[:n]) for n, t in zip(range(2, 50, 3), texts[:16], strict=True)]
+    exact = loaded.run(mixed)
+    widths: list[int] = []
+    forward = loaded.model.forward
+    loaded.model.forward = lambda **kw: (widths.append(kw["input_ids"].shape[1]), forward(**kw))[1]
+    loaded.width_step = 24  # the tiny tokenizer keeps 64 tokens: widths 24, 48 and 64 (the cap)
+    assert np.abs(loaded.run(mixed) - exact).max() < 1e-5
+    assert set(widths) <= {24, 48, 64} and len(set(widths)) > 1, widths
+
 
 def _curate(inputs: list[str], out: Path, cfg: Path, *extra: str, env: dict[str, str] | None = None) -> int:
     args = ("curate", *inputs, "--out", str(out), "--config", str(cfg), "--quiet", *extra)
