@@ -86,6 +86,15 @@ def test_scores_equal_the_pipeline(models: dict[str, Path], data_dir: Path, tmp_
     assert np.abs(loaded.run(mixed) - exact).max() < 1e-5
     assert set(widths) <= {24, 48, 64} and len(set(widths)) > 1, widths
 
+    # on CPU a batch ends before it pads more than CPU_MAX_PADDING of its tokens; every document once
+    ids = loaded.encode(mixed)
+    batches = loaded.batches(ids)
+    assert sorted(int(j) for b in batches for j in b) == list(range(len(mixed)))
+    for b in batches:
+        n = [len(ids[j]) for j in b]
+        assert len(n) <= 4 and (len(n) == 1 or len(n) * max(n) - sum(n) <= hf_models.CPU_MAX_PADDING * sum(n))
+    assert any(len(b) < 4 for b in batches[:-1]) and any(len(b) == 4 for b in batches)
+
 
 def _curate(inputs: list[str], out: Path, cfg: Path, *extra: str, env: dict[str, str] | None = None) -> int:
     args = ("curate", *inputs, "--out", str(out), "--config", str(cfg), "--quiet", *extra)

@@ -39,6 +39,9 @@ WINDOW_BATCHES = 16
 #: libraries a first-call set-up (a third of a second on an H100), so the widths 1..512 of a 512-token
 #: model come as 8 shapes, not up to 512 (padding is masked: the scores are the same)
 GPU_WIDTH_STEP = 64
+#: on CPU a batch ends early rather than pad more than this share of its tokens: there the model's
+#: cost follows the tokens it is given, padding included, and a batch gains little over one document
+CPU_MAX_PADDING = 0.05
 EXTRA = "classify"
 
 
@@ -164,20 +167,36 @@ class Loaded(Checked):
         self.model = model.to(self.device, self.dtype).eval()
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.width_step = GPU_WIDTH_STEP if self.device.type == "cuda" else 1
+        self.max_padding = None if self.device.type == "cuda" else CPU_MAX_PADDING
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         enc = self.tokenizer(texts, truncation=True, max_length=self.max_length)
         return list(enc["input_ids"])
 
     def batches(self, ids: list[list[int]]) -> list[np.ndarray]:
-        """The documents of each batch (indices into ``ids``), sorted by length within each window."""
+        """The documents of each batch (indices into ``ids``), sorted by length within each window; a
+        batch of at most ``batch_size`` documents, ended early where it would pad more than
+        ``max_padding`` of its tokens (on CPU)."""
         bs = self.spec.batch_size
         window = bs * WINDOW_BATCHES
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         out = []
         for start in range(0, len(ids), window):
             order = start + np.argsort(lengths[start : start + window], kind="stable")
-            out += [order[j : j + bs] for j in range(0, len(order), bs)]
+            if self.max_padding is None:
+                out += [order[j : j + bs] for j in range(0, len(order), bs)]
+                continue
+            first, tokens = 0, 0
+            for j, doc in enumerate(order):
+                n = int(lengths[doc])  # the widest so far: the order is by length
+                if j > first and (
+                    j - first == bs or (j + 1 - first) * n - (tokens + n) > self.max_padding * (tokens + n)
+                ):
+                    out.append(order[first:j])
+                    first, tokens = j, 0
+                tokens += n
+            if first < len(order):
+                out.append(order[first:])
         return out
 
     def forward(self, ids: list[list[int]]) -> Any:
