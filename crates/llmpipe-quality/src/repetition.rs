@@ -216,8 +216,13 @@ struct Scratch {
     next: Level,
     /// a word has a space
     spaced: bool,
-    /// over the words: the largest count times byte length, and the largest count
+    /// over the words: the largest count times byte length, and the largest count (exact after
+    /// [`number`](Self::number), from above after [`sketch`](Self::sketch))
     word_mass: (usize, usize),
+    /// `word_mass` and `spaced` hold for this document's words (set by either)
+    massed: bool,
+    /// two rows of counters of a count-min sketch of the words
+    counters: Vec<u32>,
     table: Table,
     /// per word start, a hash of the [`PREFIX`] bytes of `glued` there
     keys: Vec<u64>,
@@ -386,6 +391,33 @@ impl Scratch {
         self.gl.push(self.glued.len());
         self.glued.extend_from_slice(&[0; PAD]);
         self.level.n = 0;
+        self.massed = false;
+    }
+
+    /// `word_mass` from above without numbering the words: each word's count is estimated by a
+    /// count-min sketch (two rows of counters, at least twice as many per row as words, at most
+    /// 4,096), which never counts a word fewer times than it occurs. At a word's last occurrence
+    /// both of its counters hold all its occurrences, so the largest estimate seen is at least its
+    /// count. Collisions only loosen the bound (then the words are numbered after all).
+    fn sketch(&mut self, words: &[&str]) {
+        let Scratch { glued, gl, counters, word_mass, spaced, massed, .. } = self;
+        let slots = (2 * words.len()).next_power_of_two().clamp(64, 4096);
+        counters.clear();
+        counters.resize(2 * slots, 0);
+        let (mut mass, mut most, mut sp) = (0usize, 0usize, false);
+        for (i, w) in words.iter().enumerate() {
+            let (at, n) = (gl[i], w.len());
+            let (a, b) = short_key(glued, at, n);
+            sp |= any_eq(a, b' ') | any_eq(b, b' ') != 0 || (n > 16 && w.as_bytes().contains(&b' '));
+            let h = if n <= 16 { fold(a ^ n as u64, b) } else { xxh3_64(w.as_bytes()) };
+            let (x, y) = (h as usize & (slots - 1), slots + ((h >> 32) as usize & (slots - 1)));
+            counters[x] += 1;
+            counters[y] += 1;
+            let c = counters[x].min(counters[y]) as usize;
+            mass = mass.max(c * n);
+            most = most.max(c);
+        }
+        (*word_mass, *spaced, *massed) = ((mass, most), sp, true);
     }
 
     /// Number the words (level 1: equal ids for equal words) and note whether a word has a space
@@ -428,16 +460,18 @@ impl Scratch {
             .iter()
             .zip(wkey.iter())
             .fold((0, 0), |(m, c), (&k, &(_, _, len))| (m.max(k as usize * len), c.max(k as usize)));
+        self.massed = true;
     }
 
     /// An upper bound of count times characters of any n-gram (as `" ".join`ed strings), from the
     /// words' counts alone; `None` where words have spaces. An n-gram occurs at most as often as
     /// each of its words, so `count * (len(w_1) + ... + len(w_n) + n - 1)` is at most
     /// `n * max(count(w) * len(w)) + (n - 1) * max(count(w))`. (Bytes bound characters.) Typical
-    /// text stays far below the thresholds, and then the n-grams are never numbered.
+    /// text stays far below the thresholds, and then neither the n-grams nor the words are numbered
+    /// (the counts come from [`sketch`](Self::sketch), exact ones once the words are numbered).
     fn top_bound(&mut self, words: &[&str], n: usize) -> Option<usize> {
-        if self.level.n == 0 {
-            self.number(words);
+        if !self.massed {
+            self.sketch(words);
         }
         let (mass, count) = self.word_mass;
         (!self.spaced).then(|| n * mass + (n - 1) * count)
@@ -718,6 +752,40 @@ mod tests {
             assert_eq!((b as f64 / text_len) <= 0.2, skips);
             assert_eq!(gopher_repetition(&cfg, &text, doc), reference(&cfg, &text, doc));
         }
+    }
+
+    #[test]
+    fn the_sketched_word_counts_bound_the_exact_ones() {
+        // documents of every size over vocabularies of every size (words up to and over 16 bytes),
+        // where the sketch's rows are small enough to collide: never below the exact counts
+        let mut rng = llmpipe_text::TestRng::new(0x2545_F491_4F6C_DD1D);
+        let (mut looser, mut equal) = (0, 0);
+        for _ in 0..400 {
+            let v = 1 + (rng.bits() % 3000) as usize;
+            let vocab: Vec<String> = (0..v).map(|i| format!("{}{i}", "w".repeat((i * 7) % 23))).collect();
+            let nw = (rng.bits() % 6000) as usize;
+            let skewed = rng.bits() & 1 == 0; // a tenth of the vocabulary, or all of it
+            let words: Vec<&str> = (0..nw)
+                .map(|_| {
+                    let r = rng.bits() as usize;
+                    &vocab[if skewed { r % (1 + v / 10) } else { r % v }][..]
+                })
+                .collect();
+            let mut sc = Scratch::default();
+            sc.glue(&words);
+            sc.sketch(&words);
+            let (est, est_spaced) = (sc.word_mass, sc.spaced);
+            sc.number(&words);
+            let exact = sc.word_mass;
+            assert!(est.0 >= exact.0 && est.1 >= exact.1, "{est:?} < {exact:?}");
+            assert_eq!(est_spaced, sc.spaced);
+            if est == exact {
+                equal += 1;
+            } else {
+                looser += 1;
+            }
+        }
+        assert!(equal > 200 && looser > 0, "{equal} {looser}"); // mostly exact, collisions happen
     }
 
     #[test]
