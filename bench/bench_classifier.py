@@ -11,8 +11,9 @@ what the stage runs per key file) and the pipeline (its default: one document at
 user calls it; ``--pipeline-batch`` gives it a batch size too). Prints documents/s per CPU core of
 both, the ratio, and the largest score difference (the scores must agree): the headline is the second
 pass over the texts (steady state, as over a long run), the first pass (every batch shape new to the
-kernels) is printed beside it. With ``--device cuda`` both
-sides run in bf16 on the GPU (the stage's choice there) and the rate is documents/s of the device.
+kernels) is printed beside it. With ``--device cuda`` both sides run in bf16 on the GPU (the stage's
+choice there) and the rate is documents/s of the device. ``--breakdown`` also times llmpipe's
+tokenizing, model calls and copies back.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ first row's (the same config, plain causal SDPA, no compile, no float8) measured
     python bench/bench_gpu.py --quick                      # the tiny config on CPU: checks the script
 
 The step is the trainer's own: ``forward_backward`` over ``--grad-accum`` micro-batches (bf16 autocast on
-one device, as a single-rank run), gradient clipping and AdamW (fused on CUDA), the blocks compiled in place and activation checkpointing as
-the config says. Tokens are random ids of the config's vocabulary (the step's speed does not depend on
+one device, as a single-rank run), gradient clipping and AdamW (fused on CUDA), the blocks compiled in
+place and activation checkpointing as the config says. Tokens are random ids of the config's vocabulary (the step's speed does not depend on
 their values); document masking packs documents of ``--doc-len`` tokens on average (exponential lengths,
 seeded), numbered as the loader numbers them. Variants the device cannot run (float8 below compute
 capability 8.9, FlexAttention training off CUDA) are listed as skipped with the reason.

@@ -87,6 +87,18 @@ fn short_key(b: &[u8], at: usize, n: usize) -> (u64, u64) {
     (first, if n > 8 { load8(b, at + n - 8) } else { 0 })
 }
 
+/// A word glued at `at`: its [`short_key`], a hash of it, and whether it has a space. Words of up to
+/// 16 bytes are hashed from their key; longer ones whole (words that share their first and last 8
+/// bytes would otherwise all probe the same slots).
+#[inline]
+fn word_key(glued: &[u8], at: usize, w: &str) -> (u64, u64, u64, bool) {
+    let n = w.len();
+    let (a, b) = short_key(glued, at, n);
+    let spaced = any_eq(a, b' ') | any_eq(b, b' ') != 0 || (n > 16 && w.as_bytes().contains(&b' '));
+    let h = if n <= 16 { fold(a ^ n as u64, b) } else { xxh3_64(w.as_bytes()) };
+    (a, b, h, spaced)
+}
+
 /// Bytes of the prefix that the duplicated n-gram prefilter compares (see [`Scratch::candidates`]).
 const PREFIX: usize = 16;
 /// Zero bytes after the glued words, so that 8- and 16-byte loads never run off the end.
@@ -406,10 +418,9 @@ impl Scratch {
         counters.resize(2 * slots, 0);
         let (mut mass, mut most, mut sp) = (0usize, 0usize, false);
         for (i, w) in words.iter().enumerate() {
-            let (at, n) = (gl[i], w.len());
-            let (a, b) = short_key(glued, at, n);
-            sp |= any_eq(a, b' ') | any_eq(b, b' ') != 0 || (n > 16 && w.as_bytes().contains(&b' '));
-            let h = if n <= 16 { fold(a ^ n as u64, b) } else { xxh3_64(w.as_bytes()) };
+            let (_, _, h, has_space) = word_key(glued, gl[i], w);
+            sp |= has_space;
+            let n = w.len();
             let (x, y) = (h as usize & (slots - 1), slots + ((h >> 32) as usize & (slots - 1)));
             counters[x] += 1;
             counters[y] += 1;
@@ -432,12 +443,9 @@ impl Scratch {
         table.reset(words.len());
         *spaced = false;
         for (i, w) in words.iter().enumerate() {
-            let (at, n) = (gl[i], w.len());
-            let (a, b) = short_key(glued, at, n);
-            *spaced |= any_eq(a, b' ') | any_eq(b, b' ') != 0 || (n > 16 && w.as_bytes().contains(&b' '));
-            // longer words are hashed whole: words that share their first and last 8 bytes would
-            // otherwise all probe the same slots
-            let h = if n <= 16 { fold(a ^ n as u64, b) } else { xxh3_64(w.as_bytes()) };
+            let (a, b, h, has_space) = word_key(glued, gl[i], w);
+            *spaced |= has_space;
+            let n = w.len();
             // the first and last 8 bytes with the length are the word itself up to 16 bytes
             let eq = |id: u32| {
                 let (ka, kb, kn) = wkey[id as usize];
