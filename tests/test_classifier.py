@@ -16,6 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import run_cli
 from hf_tiny import crawl_texts, save_classifier, save_encoder, tokenizer
+from llmpipe.curate.settings import CurateConfig
+from llmpipe.curate.steps import segments_of
 
 INPUTS = ("cc-main-2019-30-extracted.jsonl.gz", "cc-en-head-0091.jsonl", "cc-en-head-0174.jsonl")
 SMALL = (
@@ -152,10 +154,13 @@ def test_curate_classifier_and_semantic_dedup(
     thr = json.loads(next(work.glob("global*/thresholds.json")).read_text())["edu"]
     k = next(int(p.name[len("global") :]) for p in work.glob("global*") if (p / "thresholds.json").exists())
     scores = pa.concat_tables(
-        [pq.read_table(p) for p in sorted((work / f"seg{k}").glob("*.edu.scores.parquet"))]
+        [pq.read_table(p) for p in sorted((work / f"keys{k}").glob("*.edu.scores.parquet"))]
     )
+    # the segment that applies the classifier's drops (global stage k) first
+    segments = segments_of(CurateConfig.load(cfg).build_stages())
+    seg = next(j for j, sg in enumerate(segments) if k in [g for g, _ in sg.after])
     after = pa.concat_tables(  # a part whose documents were all dropped has the plain schema
-        [t for p in sorted((work / f"seg{k + 1}").glob("??????.parquet")) if (t := pq.read_table(p)).num_rows]
+        [t for p in sorted((work / f"seg{seg}").glob("??????.parquet")) if (t := pq.read_table(p)).num_rows]
     )
     kept = set(after.column("id").to_pylist())
     s = dict(zip(scores.column("id").to_pylist(), scores.column("score").to_pylist(), strict=True))
@@ -164,7 +169,7 @@ def test_curate_classifier_and_semantic_dedup(
     assert got == {i: s[i] for i in kept}  # the score column is each document's score
     # the regression model's fixed threshold drops what it scores below it (of what the first kept)
     reg = pa.concat_tables(
-        [pq.read_table(p) for p in sorted((work / f"seg{k}").glob("*.reg.scores.parquet"))]
+        [pq.read_table(p) for p in sorted((work / f"keys{k}").glob("*.reg.scores.parquet"))]
     )
     r = dict(zip(reg.column("id").to_pylist(), reg.column("score").to_pylist(), strict=True))
     low_reg = {i for i in r if s[i] >= thr and r[i] < reg_thr}

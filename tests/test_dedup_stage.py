@@ -24,7 +24,9 @@ def corpus(data_dir: Path) -> Corpus:
     return planted_corpus(data_dir, n_base=200, n_plain=100)
 
 
-def _run(stage: NearDedup, rows: list[tuple[str, str]], batch: int, files: int, tmp: Path) -> pa.Table:
+def _run(
+    stage: NearDedup, rows: list[tuple[str, str]], batch: int, files: int, tmp: Path, run: RunContext = NO_RUN
+) -> pa.Table:
     """prepare per batch into `files` key files (like inputs), then resolve."""
     tmp.mkdir(parents=True)
     per_file = -(-len(rows) // files)
@@ -48,7 +50,7 @@ def _run(stage: NearDedup, rows: list[tuple[str, str]], batch: int, files: int, 
         key_files.append(path)
     work = tmp / "global"
     work.mkdir()
-    return stage.resolve(key_files, work, NO_RUN)
+    return stage.resolve(key_files, work, run)
 
 
 def test_drops_are_verified_and_point_to_the_smallest_id(corpus: Corpus, tmp_path: Path) -> None:
@@ -84,6 +86,91 @@ def test_same_drops_for_any_order_batching_and_partitioning(corpus: Corpus, tmp_
     assert many.equals(base)
     kept = sorted(set(corpus.ids) - set(base.column("id").to_pylist()))
     assert kept == sorted(set(corpus.ids) - set(other.column("id").to_pylist()))
+
+
+def test_documents_dropped_before_are_left_out(corpus: Corpus, tmp_path: Path) -> None:
+    """Keys prepared before an earlier global stage's drops applied (``RunContext.dropped``) resolve as
+    if those documents had never been there: same drops as the key files without them."""
+    rows = list(zip(corpus.ids, corpus.texts, strict=True))
+    base = _run(NearDedup(NearDedup.Config()), rows, 64, 3, tmp_path / "all")
+    keepers = sorted(set(base.column("dup_of").to_pylist()))
+    # the kept document of every other cluster (its copies then regroup under the next smallest id)
+    # and some documents of no cluster, in two drop lists
+    gone = [keepers[::2], corpus.ids[::17]]
+    lists = []
+    for n, ids in enumerate(gone):
+        lists.append(tmp_path / f"drops{n}.parquet")
+        none = pa.nulls(len(ids), pa.string())
+        pq.write_table(pa.table([ids, ["exact_duplicate"] * len(ids), none], schema=DROPS_SCHEMA), lists[-1])
+    ctx = RunContext(input_words=0, dropped=tuple(lists))
+    skipped = _run(NearDedup(NearDedup.Config()), rows, 64, 3, tmp_path / "skipped", ctx)
+    absent = {i for ids in gone for i in ids}
+    without = _run(
+        NearDedup(NearDedup.Config()), [r for r in rows if r[0] not in absent], 64, 3, tmp_path / "without"
+    )
+    assert skipped.equals(without)
+    assert not skipped.equals(base) and skipped.num_rows > 20
+    assert absent.isdisjoint(skipped.column("id").to_pylist() + skipped.column("dup_of").to_pylist())
+
+
+def test_exact_and_near_dedup_share_a_pass_with_the_same_outputs(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Near dedup's keys are prepared in the pass that prepares exact dedup's (no pass over the
+    documents applies exact dedup's drops alone); the run's outputs are those of the separate passes."""
+    from llmpipe.curate import pipeline
+    from llmpipe.curate.stages.exact_dedup import ExactDedup
+    from llmpipe.curate.stages.line_dedup import LineDedup
+    from llmpipe.curate.steps import segments_of
+
+    def shape(cfg: CurateConfig) -> list[tuple[list[str], list[str], list[str]]]:
+        return [
+            (
+                [d.name for d in s.doc_stages],
+                [st.name for _, st in s.ends_with],
+                [st.name for _, st in s.after],
+            )
+            for s in segments_of(cfg.build_stages())
+        ]
+
+    default = CurateConfig.from_mapping({})
+    assert [(e, a) for _, e, a in shape(default)] == [
+        (["exact_dedup", "near_dedup"], []),
+        ([], ["exact_dedup", "near_dedup"]),
+    ]
+    # a global stage that rewrites documents, or ignores no drops, starts a pass of its own
+    lines = CurateConfig.from_mapping({"line_dedup": {"enabled": True}, "near_dedup": {"enabled": False}})
+    assert [(e, a) for _, e, a in shape(lines)] == [
+        (["exact_dedup"], []),
+        (["line_dedup"], ["exact_dedup"]),
+        ([], ["line_dedup"]),
+    ]
+    assert not LineDedup.ignores_dropped and not ExactDedup.ignores_dropped and NearDedup.ignores_dropped
+
+    # near duplicates, and exact copies under new ids, some smaller than their original's
+    inp = tmp_path / "in"
+    inp.mkdir()
+    with open(inp / "docs.jsonl", "w", encoding="utf-8") as f:
+        for i, (d, t) in enumerate(zip(corpus.ids, corpus.texts, strict=True)):
+            f.write(json.dumps({"id": d, "text": t}) + "\n")
+            if i % 7 == 0:
+                f.write(json.dumps({"id": ("0" if i % 2 else "~") + d, "text": t}) + "\n")
+    cfg = CurateConfig.from_mapping(
+        {"language": {"enabled": False}, "tokenizer": {"vocab_size": 400}, "pack": {"seq_len": 64}}
+    )
+    quiet = {"progress": False, "log": lambda m: None}
+    shared = pipeline.run_curate([str(inp)], tmp_path / "shared", cfg, **quiet)
+    monkeypatch.setattr(NearDedup, "ignores_dropped", False)
+    assert len(segments_of(cfg.build_stages())) == 3
+    apart = pipeline.run_curate([str(inp)], tmp_path / "apart", cfg, **quiet)
+    stages = {s["name"]: s for s in shared["stages"]}
+    assert stages["exact_dedup"]["dropped"]["exact_duplicate"] > 20
+    assert stages["near_dedup"]["dropped"]["near_duplicate"] > 20
+    assert shared == apart
+    files = sorted(p.name for p in (tmp_path / "apart").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "shared").iterdir())
+    for name in files:
+        assert (tmp_path / "shared" / name).read_bytes() == (tmp_path / "apart" / name).read_bytes(), name
 
 
 def test_config_is_typed_and_checked() -> None:

@@ -193,3 +193,27 @@ def test_memory_does_not_grow_with_one_large_input(data_dir: Path, tmp_path: Pat
         peaks.append(_peak_rss_mb([*cmd, "--chunk-mb", "32"]))
     print("peak RSS MB (50 MB, 400 MB input):", peaks)
     assert peaks[1] - peaks[0] < 100, peaks
+
+
+def test_in_order_hands_on_each_result_once_the_ones_before_it_are_in() -> None:
+    """The tokenize -> pack hand-over: input j is packed as soon as inputs 0..j are tokenized, in input
+    order, whatever order the workers finish them in."""
+    from llmpipe.curate.executors import InOrder, PoolExecutor
+
+    seen: list[int] = []
+    after: list[list[int]] = []
+    in_order = InOrder(seen.append)
+    for j in (2, 0, 4, 1, 3):
+        in_order(j, None)
+        after.append(list(seen))
+    assert after == [[], [0], [0], [0, 1, 2], [0, 1, 2, 3, 4]]
+    in_order.finish(6)
+    assert seen == [0, 1, 2, 3, 4, 5]
+    # through a real pool: the tasks finish out of order (later ones are quicker)
+    seen.clear()
+    pool = PoolExecutor(2, progress=False)
+    try:
+        out = pool.map(time.sleep, [(0.3 - 0.05 * j,) for j in range(6)], "sleep", InOrder(seen.append))
+    finally:
+        pool.close()
+    assert out == [None] * 6 and seen == list(range(6))

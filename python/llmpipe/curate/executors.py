@@ -24,6 +24,31 @@ from llmpipe.memory import lean_arrow_pool, release_memory
 Done = Callable[[int, Any], None]
 
 
+class InOrder:
+    """A ``Done`` that calls ``then(j)`` for j = 0, 1, 2, ... as soon as tasks 0..j have all finished,
+    whatever order they finish in (so the driver can consume results in argument order while later
+    tasks still run); ``finish(n)`` catches up to ``n`` tasks after the map returns."""
+
+    def __init__(self, then: Callable[[int], None]) -> None:
+        self.then = then
+        self.finished: set[int] = set()
+        self.next = 0
+
+    def __call__(self, j: int, _result: Any) -> None:
+        self.finished.add(j)
+        self._advance()
+
+    def finish(self, n: int) -> None:
+        self.finished.update(range(n))
+        self._advance()
+
+    def _advance(self) -> None:
+        while self.next in self.finished:
+            self.finished.discard(self.next)
+            self.next += 1  # first: a failing ``then`` is not retried by a later call
+            self.then(self.next - 1)
+
+
 class Executor(Protocol):
     """Runs ``fn(*a)`` for every ``a`` of ``args`` (here or on a cluster); results in argument order."""
 

@@ -21,12 +21,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from llmpipe import __version__
-from llmpipe.curate.executors import Executor, LocalExecutor, executor_workers
+from llmpipe.curate.executors import Executor, InOrder, LocalExecutor, executor_workers
 from llmpipe.curate.funnel import CURATE_OUT, Funnel, write_outputs
 from llmpipe.curate.progress import JobProgress
 from llmpipe.curate.remote import RemoteOut, default_staging, remove_staging
 from llmpipe.curate.settings import CurateConfig
-from llmpipe.curate.stage import RunContext
+from llmpipe.curate.stage import RunContext, StageCounts
 from llmpipe.curate.stages.pack import Pack
 from llmpipe.curate.stages.tokenize import TrainTokenizer, reserved_ids
 from llmpipe.curate.steps import (
@@ -226,10 +226,11 @@ def _curate(run: Run) -> dict[str, Any]:
                 map_segment, [(job, k, i) for i in each], f"segment {k}", read if k == 0 else None
             )
         )
-        if seg.ends_with is not None:
-            bar.phase(seg.ends_with.name)
-            context = RunContext(input_words=funnel.input_words, cache=out / CACHE)
-            resolve_global(job, k, context, run.executor)
+        for j, (g, st) in enumerate(seg.ends_with):
+            bar.phase(st.name)
+            dropped = tuple(work.drops(e) for e, _ in seg.ends_with[:j])  # keys prepared before those drops
+            context = RunContext(input_words=funnel.input_words, cache=out / CACHE, dropped=dropped)
+            resolve_global(job, g, context, run.executor)
             release_memory()
     kept = [work.docs(len(segments) - 1, i) for i in each]
 
@@ -242,11 +243,9 @@ def _curate(run: Run) -> dict[str, Any]:
         release_memory()  # the trainer's freed word and pair tables: packing does not start on top
         fault_point("tokenizer")
     bar.phase("tokenize")
-    args = [(job, len(segments) - 1, i, str(work.tokenizer)) for i in each]
-    funnel.add(run.executor.map(tokenize_input, args, "tokenize"))
-    bar.phase("pack")
 
-    # pack -> publish (shards by atomic rename, the manifest last)
+    # tokenize -> pack (here, each input as soon as it and the ones before it are tokenized) ->
+    # publish (shards by atomic rename, the manifest last)
     provenance = {
         "inputs": [{"file": k, "bytes": f.stat().st_size} for f, k in zip(run.files, run.keys, strict=True)],
         "config_sha256": config.sha256(),
@@ -254,7 +253,15 @@ def _curate(run: Run) -> dict[str, Any]:
         "llmpipe_version": __version__,
     }
     pack = Pack(config.pack, work.tokenizer, provenance, config.tokenizer.reserved())
-    manifest = pack.run([work.tokens(i) for i in each], work.staging, funnel.stage(pack.name))
+    packed = StageCounts(pack.name)
+    packing = pack.start(work.staging, packed)
+    in_order = InOrder(lambda i: packing.add(work.tokens(i)))
+    args = [(job, len(segments) - 1, i, str(work.tokenizer)) for i in each]
+    funnel.add(run.executor.map(tokenize_input, args, "tokenize", in_order))
+    bar.phase("pack")
+    in_order.finish(len(args))
+    manifest = packing.close()
+    funnel.stage(pack.name).merge(packed)
     stats = funnel.stats(manifest)
     bar.close()
     write_outputs(out, work.staging, stats, [work.quarantine(i) for i in each], log)

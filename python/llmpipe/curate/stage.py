@@ -320,6 +320,10 @@ class RunContext:
     #: a directory kept across runs of the same --out for results keyed by their content (model
     #: scores, embeddings), so a re-run or a threshold sweep does not compute them again
     cache: Path | None = None
+    #: drop lists (``DROPS_SCHEMA`` parquet files) of the global stages resolved just before this one
+    #: whose documents' keys are still in its key files (the keys were prepared in the same segment):
+    #: only given to a stage that ``ignores_dropped``, which decides as if those documents were absent
+    dropped: tuple[Path, ...] = ()
 
 
 class GlobalStage(Stage):
@@ -344,6 +348,11 @@ class GlobalStage(Stage):
         self, key_files: Sequence[Path], workdir: Path, run: RunContext, executor: Executor | None = None
     ) -> pa.Table:
         """Decide globally: the ids to drop, with reason and the id they duplicate."""
+
+    #: ``resolve`` honours ``RunContext.dropped``, so its keys may be prepared in the same segment as
+    #: the keys of the drop-only global stage before it, on the documents that stage may still drop
+    #: (saving a pass over the documents that would only apply that stage's drops)
+    ignores_dropped: ClassVar[bool] = False
 
     def annotate(self, batch: pa.RecordBatch, key_file: Path, counts: StageCounts) -> pa.RecordBatch:
         """Columns the resolve computed for the documents of ``batch`` (whose keys were ``key_file``),

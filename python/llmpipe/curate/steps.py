@@ -98,8 +98,11 @@ class Segment:
     """The document stages between two global stages."""
 
     doc_stages: list[DocStage]
-    ends_with: GlobalStage | None  # the global stage whose keys this segment prepares
-    after: GlobalStage | None  # the global stage whose drops this segment applies first
+    #: the global stages (by their number in the run) whose keys this segment prepares, resolved in
+    #: this order: several only when each later one ``ignores_dropped`` of the ones before it
+    ends_with: list[tuple[int, GlobalStage]]
+    #: the global stages whose drops (or rewrites) this segment applies first, in this order
+    after: list[tuple[int, GlobalStage]]
 
 
 #: the stages each config built in this process, by ``Job.config_key`` (the last few configs)
@@ -122,17 +125,31 @@ def before_extract(stages: Sequence[Any]) -> list[DocStage]:
 
 
 def segments_of(stages: Sequence[Any]) -> list[Segment]:
+    """The run's segments. A global stage that directly follows another (no document stage between)
+    which only drops documents joins its segment when it can ignore that one's drops at resolve
+    (``ignores_dropped``): its keys are prepared on the same pass, and no pass applies the first
+    stage's drops alone. The outputs are the same either way."""
     segs: list[Segment] = []
     current: list[DocStage] = []
-    after: GlobalStage | None = None
+    after: list[tuple[int, GlobalStage]] = []
+    g = 0
     for st in stages:
-        if isinstance(st, GlobalStage):
-            segs.append(Segment(current, st, after))
-            current, after = [], st
-        else:
+        if not isinstance(st, GlobalStage):
             current.append(st)
-    segs.append(Segment(current, None, after))
+            continue
+        if not current and segs and st.ignores_dropped and all(_drops_only(p) for _, p in segs[-1].ends_with):
+            segs[-1].ends_with.append((g, st))
+        else:
+            segs.append(Segment(current, [(g, st)], after))
+            current, after = [], segs[-1].ends_with
+        g += 1
+    segs.append(Segment(current, [], after))
     return segs
+
+
+def _drops_only(st: GlobalStage) -> bool:
+    """The stage only drops documents: it neither rewrites them nor adds columns to them."""
+    return not isinstance(st, GlobalRewrite) and type(st).annotate is GlobalStage.annotate
 
 
 class ListedDrops:
@@ -180,19 +197,23 @@ def _source_batches(
 
             yield from read_documents(as_input(path), key, cfg, on_bad, read, extract, span, pre)
         return
-    assert seg.after is not None
-    step: DocStage | ListedDrops
-    key_file = work.keys(k - 1, i)
-    if isinstance(seg.after, GlobalRewrite):  # rewrites documents (line, substring dedup)
-        step = seg.after.rewriter(work.global_dir(k - 1), key_file)
-    else:
-        step = ListedDrops(_load_drops(str(work.drops(k - 1))))
-    c = StageCounts(seg.after.name)
-    counts.append(c)
+    assert seg.after
+    steps: list[tuple[GlobalStage, DocStage | ListedDrops, Path, StageCounts]] = []
+    for g, st in seg.after:
+        key_file = work.keys(g, i)
+        if isinstance(st, GlobalRewrite):  # rewrites documents (line, substring dedup)
+            step: DocStage | ListedDrops = st.rewriter(work.global_dir(g), key_file)
+        else:
+            step = ListedDrops(_load_drops(str(work.drops(g))))
+        steps.append((st, step, key_file, StageCounts(st.name)))
+    counts += [c for *_, c in steps]
     for batch in pq.ParquetFile(work.docs(k - 1, i)).iter_batches(batch_size=1000):
-        kept = step.run(seg.after.annotate(batch, key_file, c), c)
-        if kept.num_rows:
-            yield kept
+        for st, step, key_file, c in steps:
+            batch = step.run(st.annotate(batch, key_file, c), c)
+            if not batch.num_rows:
+                break
+        else:
+            yield batch
 
 
 #: a coalesced batch holds at most this many bytes of text (and ``read.batch_size`` documents)
@@ -265,7 +286,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     doc_stages = [st for st in seg.doc_stages if k > 0 or st not in before_extract(seg.doc_stages)]
     stage_counts = [StageCounts(s.name) for s in doc_stages]
     docs_out = AtomicParquetWriter(work.docs(k, i))
-    keys_out = AtomicParquetWriter(work.keys(k, i)) if seg.ends_with is not None else None
+    keys_out = [(gs, AtomicParquetWriter(work.keys(g, i))) for g, gs in seg.ends_with]
     rows = job.config.read.batch_size
     for batch in coalesce(_source_batches(job, work, k, i, seg, counts, bad), rows, COALESCE_BYTES):
         for st, c in zip(doc_stages, stage_counts, strict=True):
@@ -275,12 +296,12 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
         if batch.num_rows == 0:
             continue
         docs_out.write(without_words(batch))
-        if keys_out is not None and seg.ends_with is not None:
-            keys_out.write(seg.ends_with.prepare(batch))
+        for gs, out in keys_out:
+            out.write(gs.prepare(batch))
     fault_point(f"segment {k}#{i} written")  # outputs complete, not yet renamed into place
     docs_out.commit(DOCS_SCHEMA)
-    if keys_out is not None:
-        keys_out.commit(pa.schema([("id", pa.string())]))
+    for _, out in keys_out:
+        out.commit(pa.schema([("id", pa.string())]))
     if k == 0:
         bad.commit()
     fault_point(f"segment {k}#{i} committed")  # outputs in place, marker not yet written
@@ -296,19 +317,23 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     return json.loads(marker.read_text())  # exactly what a resumed run reads: same bytes out
 
 
-def resolve_global(job: Job, k: int, run: RunContext, executor: Executor | None = None) -> None:
-    """Run global stage ``k``'s resolve here; its partition phases go through ``executor`` (Ray tasks)."""
+def globals_of(stages: Sequence[Any]) -> list[GlobalStage]:
+    """The run's global stages, numbered as the work directory numbers them."""
+    return [st for st in stages if isinstance(st, GlobalStage)]
+
+
+def resolve_global(job: Job, g: int, run: RunContext, executor: Executor | None = None) -> None:
+    """Run global stage ``g``'s resolve here; its partition phases go through ``executor`` (Ray tasks)."""
     work = WorkDir.open(Path(job.work_root))
-    if work.drops(k).exists():
+    if work.drops(g).exists():
         return
-    stage = segments_of(stages_of(job))[k].ends_with
-    assert stage is not None
-    shutil.rmtree(work.global_dir(k))  # leftovers of a killed resolve are not inputs to this one
-    files = [work.keys(k, i) for i in range(len(job.parts))]
+    stage = globals_of(stages_of(job))[g]
+    shutil.rmtree(work.global_dir(g))  # leftovers of a killed resolve are not inputs to this one
+    files = [work.keys(g, i) for i in range(len(job.parts))]
     drops = stage.resolve(
-        [f for f in files if pq.read_metadata(f).num_rows > 0], work.global_dir(k), run, executor
+        [f for f in files if pq.read_metadata(f).num_rows > 0], work.global_dir(g), run, executor
     )
-    write_table_atomic(work.drops(k), drops)
+    write_table_atomic(work.drops(g), drops)
 
 
 def tokenize_input(job: Job, k_last: int, i: int, tokenizer_path: str) -> dict[str, Any]:

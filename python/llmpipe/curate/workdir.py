@@ -137,8 +137,11 @@ class WorkDir:
     def docs(self, k: int, i: int) -> Path:
         return self.seg(k) / f"{i:06d}.parquet"
 
-    def keys(self, k: int, i: int) -> Path:
-        return self.seg(k) / f"{i:06d}.keys.parquet"
+    def keys(self, g: int, i: int) -> Path:
+        """Input ``i``'s keys for global stage ``g`` (written by the segment that prepares them)."""
+        d = self.root / f"keys{g}"
+        d.mkdir(exist_ok=True)
+        return d / f"{i:06d}.keys.parquet"  # a stage may keep files beside it (classifier scores)
 
     def marker(self, k: int, i: int) -> Path:
         return self.seg(k) / f"{i:06d}.done.json"

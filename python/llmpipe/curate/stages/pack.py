@@ -15,6 +15,7 @@ from llmpipe.data.format import TOKENIZER_FILE
 
 if TYPE_CHECKING:
     from llmpipe.curate.settings import PackConfig
+    from llmpipe.data.writer import ShardWriter
 
 
 #: documents per batch read back from the token files
@@ -41,6 +42,14 @@ class Pack:
         self.reserved = list(reserved)
 
     def run(self, token_files: Sequence[Path], staging: Path, counts: StageCounts) -> dict[str, Any]:
+        packing = self.start(staging, counts)
+        for path in token_files:
+            packing.add(path)
+        return packing.close()
+
+    def start(self, staging: Path, counts: StageCounts) -> Packing:
+        """A pack into ``staging`` (emptied) that takes the token files one at a time, in input order:
+        the driver packs an input while the workers still tokenize the ones after it."""
         from llmpipe.curate.stages.tokenize import reserved_ids
         from llmpipe.data.writer import ShardWriter
         from llmpipe.tokenizer import Tokenizer
@@ -64,19 +73,33 @@ class Pack:
             if self.reserved
             else None,
         )
-        # a few documents at a time (the tokenize step writes row groups of 1,000): memory does not
-        # grow with the input, nor with the size of its parts
-        for path in token_files:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_DOCS, columns=["tokens"]):
-                col = batch.column("tokens")
-                offsets = col.offsets.to_numpy().astype(np.int64)
-                flat = col.values.to_numpy(zero_copy_only=False)
-                flat = flat[offsets[0] : offsets[-1]]  # a sliced column's offsets need not start at 0
-                offsets -= offsets[0]
-                counts.docs_in += len(col)
-                counts.docs_out += len(col)
-                counts.tokens_in += len(flat)
-                writer.add_flat(flat, offsets)
-        manifest = writer.close()
-        counts.tokens_out = manifest["counts"]["tokens"]
+        return Packing(writer, counts)
+
+
+class Packing:
+    """One pack in progress: token files added in input order, then closed into the manifest."""
+
+    def __init__(self, writer: ShardWriter, counts: StageCounts) -> None:
+        self.writer = writer
+        self.counts = counts
+
+    def add(self, path: Path) -> None:
+        """Pack the documents of one token file (a few at a time: the tokenize step writes row groups
+        of 1,000, so memory does not grow with the input, nor with the size of its parts)."""
+        counts = self.counts
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_DOCS, columns=["tokens"]):
+            col = batch.column("tokens")
+            offsets = col.offsets.to_numpy().astype(np.int64)
+            flat = col.values.to_numpy(zero_copy_only=False)
+            flat = flat[offsets[0] : offsets[-1]]  # a sliced column's offsets need not start at 0
+            offsets -= offsets[0]
+            counts.docs_in += len(col)
+            counts.docs_out += len(col)
+            counts.tokens_in += len(flat)
+            self.writer.add_flat(flat, offsets)
+
+    def close(self) -> dict[str, Any]:
+        """The last sample, the shards and the manifest; returns the manifest."""
+        manifest = self.writer.close()
+        self.counts.tokens_out = manifest["counts"]["tokens"]
         return manifest

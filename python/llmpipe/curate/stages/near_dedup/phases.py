@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmpipe import _core
@@ -67,17 +68,23 @@ def num_partitions(n_docs: int, bands: int, partition_bytes: int) -> int:
     return max(1, math.ceil(n_docs * bands * ROW_BYTES / max(1, partition_bytes)))
 
 
-def shuffle_file(key_file: Path, file_no: int, base: int, parts: int, out: Path) -> None:
-    """Map step: route every (document, band) row of one key file to the partition of its bucket."""
-    shuffle(out, file_no, parts, _band_rows(key_file, base, parts))
+def shuffle_file(
+    key_file: Path, file_no: int, base: int, parts: int, out: Path, dropped: Sequence[Path] = ()
+) -> None:
+    """Map step: route every (document, band) row of one key file to the partition of its bucket;
+    documents listed in ``dropped`` (drop lists of earlier global stages) have none."""
+    gone = [read_parquet(f, columns=["id"]).column("id").combine_chunks() for f in dropped]
+    shuffle(out, file_no, parts, _band_rows(key_file, base, parts, gone))
 
 
-def _band_rows(key_file: Path, base: int, parts: int) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
-    """(bucket, idh, doc) of every band of every non-empty document, and the partition of each row."""
+def _band_rows(
+    key_file: Path, base: int, parts: int, gone: Sequence[pa.Array] = ()
+) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """(bucket, idh, doc) of every band of every non-empty document whose id is in none of ``gone``,
+    and the partition of each row."""
     row = base
-    for batch in pq.ParquetFile(key_file).iter_batches(
-        batch_size=65536, columns=["idh", "n_shingles", "bands"]
-    ):
+    columns = ["idh", "n_shingles", "bands", *(["id"] if gone else [])]
+    for batch in pq.ParquetFile(key_file).iter_batches(batch_size=65536, columns=columns):
         m = batch.num_rows
         bands_col = batch.column("bands")
         width = bands_col.type.list_size
@@ -85,6 +92,8 @@ def _band_rows(key_file: Path, base: int, parts: int) -> Iterator[tuple[pa.Recor
         docs = np.arange(row, row + m, dtype=np.uint32)
         row += m
         live = batch.column("n_shingles").to_numpy() > 0  # empty documents are never candidates
+        for ids in gone:  # nor are documents dropped before: they stay unclustered singletons
+            live &= ~pc.is_in(batch.column("id"), value_set=ids).to_numpy(zero_copy_only=False)
         bucket = bkeys[live].ravel()
         idh = np.repeat(batch.column("idh").to_numpy()[live], width)
         doc = np.repeat(docs[live], width)
@@ -188,8 +197,10 @@ def resolve(
     verify_threshold: float | None,
     partition_bytes: int,
     executor: Executor | None = None,
+    dropped: Sequence[Path] = (),
 ) -> pa.Table:
-    """Run shuffle -> groups -> edges (through ``executor``) -> cluster -> drops (here)."""
+    """Run shuffle -> groups -> edges (through ``executor``) -> cluster -> drops (here). The documents
+    of the drop lists ``dropped`` are left out: the drops are those of the key files without them."""
     key_files = [f for f in key_files if pq.read_metadata(f).num_rows > 0]
     counts = [pq.read_metadata(f).num_rows for f in key_files]
     bases = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -208,7 +219,7 @@ def resolve(
     map_with(
         executor,
         shuffle_file,
-        [(f, i, int(bases[i]), parts, shuffled) for i, f in enumerate(key_files)],
+        [(f, i, int(bases[i]), parts, shuffled, tuple(dropped)) for i, f in enumerate(key_files)],
         "near_dedup shuffle",
     )
     groups: list[Path] = map_with(

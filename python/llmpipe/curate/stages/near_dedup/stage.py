@@ -24,6 +24,7 @@ class NearDedup(GlobalStage):
     """Drops near duplicates (reason ``near_duplicate``); each records the id it duplicates."""
 
     name: ClassVar[str] = "near_dedup"
+    ignores_dropped: ClassVar[bool] = True
 
     @dataclass
     class Config:
@@ -77,5 +78,10 @@ class NearDedup(GlobalStage):
         self, key_files: Sequence[Path], workdir: Path, run: RunContext, executor: Executor | None = None
     ) -> pa.Table:
         return phases.resolve(
-            key_files, workdir, self.verify_threshold, int(self.cfg.partition_mb * 1024 * 1024), executor
+            key_files,
+            workdir,
+            self.verify_threshold,
+            int(self.cfg.partition_mb * 1024 * 1024),
+            executor,
+            run.dropped,
         )
