@@ -67,13 +67,50 @@ const ASCII_CLASS: [u8; 128] = {
     t
 };
 
-/// [`push_char`] over every character of `text`, ASCII bytes without decoding them.
+/// [`push_char`] over every character of `text`, ASCII bytes without decoding them: a run of ASCII
+/// bytes that are written as they are (lower-cased) is copied at once.
 fn push_text(text: &str, how: Normalization, out: &mut String) {
     let b = text.as_bytes();
+    // per byte: an ASCII byte written as it is (lower-cased), not dropped or held back
+    let mut plain = [false; 256];
+    for (c, p) in plain.iter_mut().enumerate().take(128) {
+        *p = match ASCII_CLASS[c] {
+            1 => !how.collapse_whitespace,
+            2 => !how.strip_punctuation,
+            _ => true,
+        };
+    }
+    out.reserve(b.len());
     let mut pending_space = false;
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
+        if plain[c as usize] {
+            let start = i;
+            i += 1;
+            loop {
+                if i < b.len() && plain[b[i] as usize] {
+                    i += 1;
+                } else if how.collapse_whitespace
+                    && b.get(i) == Some(&b' ')
+                    && b.get(i + 1).is_some_and(|&d| d != b' ' && plain[d as usize])
+                {
+                    i += 2; // one space between written bytes is written as it is
+                } else {
+                    break;
+                }
+            }
+            if pending_space {
+                out.push(' ');
+                pending_space = false;
+            }
+            let at = out.len();
+            out.push_str(&text[start..i]);
+            if how.lowercase {
+                out[at..].make_ascii_lowercase();
+            }
+            continue;
+        }
         if c >= 0x80 {
             let ch = text[i..].chars().next().expect("a character starts here");
             i += ch.len_utf8();
@@ -82,18 +119,9 @@ fn push_text(text: &str, how: Normalization, out: &mut String) {
         }
         i += 1;
         match ASCII_CLASS[c as usize] {
-            2 if how.strip_punctuation => continue,
-            1 if how.collapse_whitespace => {
-                pending_space = !out.is_empty();
-                continue;
-            }
-            _ => {}
+            2 => {} // punctuation, stripped (else plain)
+            _ => pending_space = !out.is_empty(), // whitespace, collapsed (else plain)
         }
-        if pending_space {
-            out.push(' ');
-            pending_space = false;
-        }
-        out.push(if how.lowercase { c.to_ascii_lowercase() } else { c } as char);
     }
 }
 
