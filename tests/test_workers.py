@@ -142,7 +142,12 @@ def test_automatic_chunks_are_even(inputs: tuple[Path, Path]) -> None:
     chunks: a short last chunk would leave a worker idle at the end of the run."""
     assert auto_chunk_bytes(400_000_000, 2) == 50_000_000
     assert auto_chunk_bytes(10_000_000, 8) == MIN_CHUNK_BYTES
-    assert auto_chunk_bytes(10**12, 2) == CHUNK_BYTES
+    # past CHUNK_BYTES a part, the parts are a multiple of the workers (1.2 GB on 2: 10, not 9)
+    for total, workers in [(1_200_003_935, 2), (10**12, 2), (3 * 10**9, 7), (2 * 10**9, 16)]:
+        chunk = auto_chunk_bytes(total, workers)
+        parts = -(-total // chunk)
+        assert chunk <= CHUNK_BYTES and parts % workers == 0 and parts >= 4 * workers, (total, workers)
+    assert -(-1_200_003_935 // auto_chunk_bytes(1_200_003_935, 2)) == 10
     d, _ = inputs
     jsonl, parquet = d / "web.jsonl", d / "web.parquet"
     size = jsonl.stat().st_size

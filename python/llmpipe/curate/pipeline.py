@@ -302,9 +302,14 @@ def _discover(
 
 def auto_chunk_bytes(total: int, workers: int) -> int:
     """The chunk size for ``total`` bytes of input on ``workers`` workers: ``PARTS_PER_WORKER`` parts
-    per worker, within ``[MIN_CHUNK_BYTES, CHUNK_BYTES]`` (a part's fixed costs stay small, and one
-    part's work files and dedup state stay bounded)."""
-    return max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, -(-total // (PARTS_PER_WORKER * max(1, workers)))))
+    per worker, more where a part would exceed ``CHUNK_BYTES``, their number a multiple of the workers
+    (9 parts on 2 workers left one worker alone with the last part: 18% of a 1.2 GB run's wall time),
+    and no part under ``MIN_CHUNK_BYTES`` (a part's fixed costs stay small, and one part's work files
+    and dedup state stay bounded)."""
+    w = max(1, workers)
+    parts = max(PARTS_PER_WORKER * w, -(-total // CHUNK_BYTES))
+    parts = -(-parts // w) * w
+    return max(MIN_CHUNK_BYTES, -(-total // parts))
 
 
 def plan_parts(files: Sequence[InputPath], chunk_bytes: int) -> tuple[Part, ...]:
