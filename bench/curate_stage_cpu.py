@@ -24,7 +24,7 @@ from llmpipe.cli import main
 from llmpipe.curate.stages.exact_dedup import ExactDedup
 from llmpipe.curate.stages.extract import Extract
 from llmpipe.curate.stages.near_dedup.stage import NearDedup
-from llmpipe.curate.stages.pack import Pack
+from llmpipe.curate.stages.pack import Pack, Packing
 from llmpipe.curate.stages.read import Read
 from llmpipe.curate.stages.tokenize import Tokenize, TrainTokenizer
 
@@ -89,6 +89,8 @@ def install() -> None:
     wrap(TrainTokenizer, "run", "BPE training")
     wrap(Tokenize, "run", "tokenize")
     wrap(Pack, "run", "pack")
+    wrap(Packing, "add", "pack")  # the run packs each input as soon as it is tokenized
+    wrap(Packing, "close", "pack")
     wrap(pipeline, "write_outputs", "outputs")
 
 
