@@ -118,9 +118,9 @@ fn push_text(text: &str, how: Normalization, out: &mut String) {
             continue;
         }
         i += 1;
-        match ASCII_CLASS[c as usize] {
-            2 => {} // punctuation, stripped (else plain)
-            _ => pending_space = !out.is_empty(), // whitespace, collapsed (else plain)
+        // not plain: punctuation that is stripped, or whitespace that is collapsed
+        if ASCII_CLASS[c as usize] == 1 {
+            pending_space = !out.is_empty();
         }
     }
 }
