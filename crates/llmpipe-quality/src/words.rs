@@ -302,14 +302,20 @@ impl Recent {
     #[inline]
     fn key(s: &str) -> Option<([u64; 3], usize)> {
         let b = s.as_bytes();
-        if b.is_empty() || b.len() > RECENT_KEY {
+        let n = b.len();
+        if n == 0 || n > RECENT_KEY {
             return None;
         }
-        let mut buf = [0u8; RECENT_KEY];
-        buf[..b.len()].copy_from_slice(b);
-        let k = |i: usize| u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-        let key = [k(0), k(1), k(2)];
-        let h = (key[0] ^ key[1].rotate_left(21) ^ key[2].rotate_left(42) ^ b.len() as u64)
+        // words that cover every byte (overlapping where the length is not a multiple of 8): with
+        // the length, the key is the bytes themselves
+        let key = if n <= 8 {
+            [short8(b), 0, 0]
+        } else if n <= 16 {
+            [load8(b, 0), load8(b, n - 8), 0]
+        } else {
+            [load8(b, 0), load8(b, 8), load8(b, n - 8)]
+        };
+        let h = (key[0] ^ key[1].rotate_left(21) ^ key[2].rotate_left(42) ^ n as u64)
             .wrapping_mul(0x9E37_79B9_7F4A_7C15);
         Some((key, (h >> 52) as usize % RECENT_SLOTS))
     }
@@ -391,18 +397,32 @@ const SPECIAL_BITS: u32 = 16;
 #[inline]
 fn fingerprint(s: &[u8]) -> usize {
     let n = s.len();
-    let (a, b) = if n >= 8 {
-        let a = u64::from_le_bytes(s[..8].try_into().expect("8 bytes"));
-        let b = u64::from_le_bytes(s[n - 8..].try_into().expect("8 bytes"));
-        (a, b)
-    } else {
-        let mut buf = [0u8; 8];
-        buf[..n].copy_from_slice(s);
-        (u64::from_le_bytes(buf), 0)
-    };
+    let (a, b) = if n >= 8 { (load8(s, 0), load8(s, n - 8)) } else { (short8(s), 0) };
     let h = (a ^ b.rotate_left(29) ^ (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
         .wrapping_mul(0xD6E8_FEB8_6659_FD93);
     (h >> (64 - SPECIAL_BITS)) as usize
+}
+
+/// The 8 bytes of `b` from `at` (little-endian).
+#[inline]
+fn load8(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Up to 8 bytes as one number, without a copy: two overlapping 4-byte loads from 4 bytes on, the
+/// first, middle and last byte below (with the length, every byte is in it).
+#[inline]
+fn short8(b: &[u8]) -> u64 {
+    let n = b.len();
+    if n >= 4 {
+        let lo = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
+        let hi = u32::from_le_bytes(b[n - 4..].try_into().expect("4 bytes"));
+        u64::from(lo) | u64::from(hi) << 32
+    } else if n > 0 {
+        u64::from(b[0]) | u64::from(b[n / 2]) << 8 | u64::from(b[n - 1]) << 16
+    } else {
+        0
+    }
 }
 
 /// The ASCII bytes Python's `str.isspace` accepts.
