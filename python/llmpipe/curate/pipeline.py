@@ -253,7 +253,7 @@ def _curate(run: Run) -> dict[str, Any]:
         "llmpipe_version": __version__,
     }
     pack = Pack(config.pack, work.tokenizer, provenance, config.tokenizer.reserved())
-    packed = StageCounts(pack.name)
+    packed = StageCounts(pack.name)  # joins the funnel after tokenize's counts: the funnel's order
     packing = pack.start(work.staging, packed)
     in_order = InOrder(lambda i: packing.add(work.tokens(i)))
     args = [(job, len(segments) - 1, i, str(work.tokenizer)) for i in each]

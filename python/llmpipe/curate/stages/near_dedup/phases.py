@@ -73,17 +73,22 @@ def shuffle_file(
 ) -> None:
     """Map step: route every (document, band) row of one key file to the partition of its bucket;
     documents listed in ``dropped`` (drop lists of earlier global stages) have none."""
-    gone = [read_parquet(f, columns=["id"]).column("id").combine_chunks() for f in dropped]
+    lists = [read_parquet(f, columns=["id"]).column("id") for f in dropped]
+    gone = (
+        pa.chunked_array([c for col in lists for c in col.chunks], pa.string()).combine_chunks()
+        if lists
+        else None
+    )
     shuffle(out, file_no, parts, _band_rows(key_file, base, parts, gone))
 
 
 def _band_rows(
-    key_file: Path, base: int, parts: int, gone: Sequence[pa.Array] = ()
+    key_file: Path, base: int, parts: int, gone: pa.Array | None = None
 ) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
-    """(bucket, idh, doc) of every band of every non-empty document whose id is in none of ``gone``,
+    """(bucket, idh, doc) of every band of every non-empty document whose id is not in ``gone``,
     and the partition of each row."""
     row = base
-    columns = ["idh", "n_shingles", "bands", *(["id"] if gone else [])]
+    columns = ["idh", "n_shingles", "bands", *(["id"] if gone is not None else [])]
     for batch in pq.ParquetFile(key_file).iter_batches(batch_size=65536, columns=columns):
         m = batch.num_rows
         bands_col = batch.column("bands")
@@ -92,8 +97,8 @@ def _band_rows(
         docs = np.arange(row, row + m, dtype=np.uint32)
         row += m
         live = batch.column("n_shingles").to_numpy() > 0  # empty documents are never candidates
-        for ids in gone:  # nor are documents dropped before: they stay unclustered singletons
-            live &= ~pc.is_in(batch.column("id"), value_set=ids).to_numpy(zero_copy_only=False)
+        if gone is not None:  # nor are documents dropped before: they stay unclustered singletons
+            live &= ~pc.is_in(batch.column("id"), value_set=gone).to_numpy(zero_copy_only=False)
         bucket = bkeys[live].ravel()
         idh = np.repeat(batch.column("idh").to_numpy()[live], width)
         doc = np.repeat(docs[live], width)
