@@ -11,6 +11,7 @@ import pytest
 from llmpipe.curate.workdir import (
     AtomicParquetWriter,
     atomic_path,
+    open_parquet,
     read_parquet,
     temp_path,
     write_table_atomic,
@@ -124,3 +125,28 @@ def test_work_files_read_without_pyarrow_dataset_and_dictionary_only_where_value
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_streaming_a_work_file_holds_one_row_group_not_the_file(tmp_path: Path) -> None:
+    """A part's work file is read back batch by batch (the next segment, tokenize, near dedup's
+    phases): Arrow memory stays about one row group, whatever the file's size (pyarrow's default
+    ``pre_buffer`` first read every row group into one cache: the whole 53 MB file here)."""
+    import base64
+    import random
+
+    rng = random.Random(0)
+    path = tmp_path / "docs.parquet"
+    w = AtomicParquetWriter(path)
+    for g in range(40):  # 40 row groups of ~1.3 MB that do not compress
+        texts = [base64.b64encode(rng.randbytes(10_000)).decode() for _ in range(100)]
+        w.write(pa.table({"id": [f"{g}-{j}" for j in range(100)], "text": texts}))
+    w.commit()
+    size = path.stat().st_size
+    assert pq.read_metadata(path).num_row_groups == 40 and size > 40e6
+    peak = rows = 0
+    for batch in open_parquet(path).iter_batches(batch_size=50):
+        rows += batch.num_rows
+        peak = max(peak, pa.total_allocated_bytes())
+    assert rows == 4000
+    assert peak < size / 10, (peak, size)
+    assert open_parquet(path).read(columns=["id"]).column("id")[3999].as_py() == "39-99"

@@ -43,6 +43,7 @@ from llmpipe.curate.workdir import (
     WorkDir,
     delay_point,
     fault_point,
+    open_parquet,
     read_parquet,
     write_table_atomic,
 )
@@ -207,7 +208,7 @@ def _source_batches(
             step = ListedDrops(_load_drops(str(work.drops(g))))
         steps.append((st, step, key_file, StageCounts(st.name)))
     counts += [c for *_, c in steps]
-    for batch in pq.ParquetFile(work.docs(k - 1, i)).iter_batches(batch_size=1000):
+    for batch in open_parquet(work.docs(k - 1, i)).iter_batches(batch_size=1000):
         for st, step, key_file, c in steps:
             batch = step.run(st.annotate(batch, key_file, c), c)
             if not batch.num_rows:
@@ -345,7 +346,7 @@ def tokenize_input(job: Job, k_last: int, i: int, tokenizer_path: str) -> dict[s
     step = Tokenize(_tokenizer(tokenizer_path))
     counts = StageCounts(step.name)
     writer = AtomicParquetWriter(work.tokens(i))
-    for batch in pq.ParquetFile(work.docs(k_last, i)).iter_batches(batch_size=1000):
+    for batch in open_parquet(work.docs(k_last, i)).iter_batches(batch_size=1000):
         writer.write(step.run(batch, counts))
     step.tokenizer.clear_cache()  # reused across this input's batches; not held into the next phase
     writer.commit(Tokenize.schema)

@@ -258,10 +258,20 @@ def pyarrow_without_pandas() -> None:
         sys.meta_path.remove(block)
 
 
+def open_parquet(path: Path | str) -> pq.ParquetFile:
+    """A Parquet file opened to be read a row group at a time, ``pre_buffer`` off.
+
+    With pyarrow's default (on), ``iter_batches`` first reads the column chunks of every row group
+    it will visit into one cache, which lives until the reader is done: streaming a part's work file
+    held the whole compressed file. A curate worker reading a 120 MB part's documents (55 MB of
+    Parquet) grew from 50 to 102 MB resident that way; off, it holds the row group it reads."""
+    return pq.ParquetFile(path, pre_buffer=False)
+
+
 def read_parquet(path: Path | str, columns: Sequence[str] | None = None) -> pa.Table:
     """One Parquet file as a table (``pq.read_table`` of one file without pyarrow.dataset, whose
     import costs each process ~0.4 CPU-s: it imports pandas)."""
-    with pq.ParquetFile(path) as f:
+    with open_parquet(path) as f:
         return f.read(columns=list(columns) if columns is not None else None)
 
 

@@ -34,11 +34,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from llmpipe.buffers import string_buffers
 from llmpipe.config import from_dict
 from llmpipe.curate.stage import Filter, Mapped, Mapper
+from llmpipe.curate.workdir import open_parquet
 from llmpipe.errors import ConfigError
 
 REASON_PREFIX = "contaminated_"
@@ -190,7 +190,7 @@ def eval_texts(name: str, s: EvalSet) -> Iterator[str]:
     suffixes = [x.lower() for x in path.suffixes]
     try:
         if suffixes[-1:] == [".parquet"]:
-            pf = pq.ParquetFile(path)
+            pf = open_parquet(path)
             if s.field not in pf.schema_arrow.names:
                 raise ConfigError(f"{where}: no column {s.field!r} (columns: {pf.schema_arrow.names})")
             for batch in pf.iter_batches(columns=[s.field]):

@@ -37,7 +37,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc
-import pyarrow.parquet as pq
 
 from llmpipe import _core
 from llmpipe.buffers import string_buffers
@@ -47,6 +46,7 @@ from llmpipe.curate.workdir import (
     AtomicParquetWriter,
     atomic_path,
     fault_point,
+    open_parquet,
     read_parquet,
     write_table_atomic,
 )
@@ -249,7 +249,7 @@ def sort_runs(key_file: str, f: int, out: Path, run_rows: int, block_rows: int) 
 
     pending: list[pa.Table] = []
     rows = at = 0
-    with pq.ParquetFile(key_file) as pf:
+    with open_parquet(key_file) as pf:
         # a row group at a time (one coalesced batch of a curate worker): ``iter_batches`` keeps
         # ~5 bytes a row of the id column alive until the file object goes (pyarrow 26)
         for g in range(pf.num_row_groups):

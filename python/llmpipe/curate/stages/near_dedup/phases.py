@@ -32,7 +32,7 @@ from llmpipe.curate.executors import Executor, executor_workers, map_with
 from llmpipe.curate.groups import smaller_ids
 from llmpipe.curate.shuffle import partition_files, shuffle
 from llmpipe.curate.stage import DROPS_SCHEMA
-from llmpipe.curate.workdir import read_parquet, write_table_atomic
+from llmpipe.curate.workdir import open_parquet, read_parquet, write_table_atomic
 from llmpipe.dedup import Shingling, string_buffers
 
 ROW_BYTES = 20  # one shuffled band row: bucket u64 + idh u64 + doc u32
@@ -89,7 +89,7 @@ def _band_rows(
     and the partition of each row."""
     row = base
     columns = ["idh", "n_shingles", "bands", *(["id"] if gone is not None else [])]
-    for batch in pq.ParquetFile(key_file).iter_batches(batch_size=65536, columns=columns):
+    for batch in open_parquet(key_file).iter_batches(batch_size=65536, columns=columns):
         m = batch.num_rows
         bands_col = batch.column("bands")
         width = bands_col.type.list_size
@@ -130,7 +130,7 @@ def load_shingles(key_files: Sequence[Path], bases: Sequence[int], wanted: np.nd
     store = _core.ShingleStore()
     for f, base in zip(key_files, bases, strict=True):
         row = base
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=1024, columns=["shingles"]):
+        for batch in open_parquet(f).iter_batches(batch_size=1024, columns=["shingles"]):
             m = batch.num_rows
             sel = np.flatnonzero(wanted[row : row + m])
             if sel.size:
@@ -161,7 +161,7 @@ def _ids_of(
 ) -> Iterator[tuple[pa.Array, np.ndarray]]:
     for f, base in zip(key_files, bases, strict=True):
         row = base
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=65536, columns=["id"]):
+        for batch in open_parquet(f).iter_batches(batch_size=65536, columns=["id"]):
             m = batch.num_rows
             sel = np.flatnonzero(wanted[row : row + m])
             if sel.size:
