@@ -12,6 +12,7 @@ use ahash::{AHashMap, AHashSet};
 use fancy_regex::Regex;
 use serde::Deserialize;
 use std::sync::OnceLock;
+use xxhash_rust::xxh3::xxh3_64;
 
 use crate::pycompat::{is_punct_category, is_space};
 
@@ -262,7 +263,7 @@ struct Local {
     infix: Split,
     url: Regex,
     /// span -> byte lengths of its tokens (spaCy keeps the same cache)
-    cache: AHashMap<String, Vec<u32>>,
+    cache: SpanCache,
     /// a small direct-mapped cache in front of the others (see [`Recent`])
     recent: Recent,
 }
@@ -350,7 +351,100 @@ impl Recent {
     }
 }
 
+/// The span cache is emptied when it holds this many spans ...
 const CACHE_SIZE: usize = 200_000;
+/// ... or this many bytes of spans and token lengths.
+const CACHE_BYTES: usize = 8 << 20;
+/// Slots of the span cache's table (a power of two, at least twice `CACHE_SIZE`).
+const CACHE_SLOTS: usize = (2 * CACHE_SIZE).next_power_of_two();
+
+/// The span cache: each entry (span length, token count, the span's bytes, its tokens' byte
+/// lengths) is appended to one arena, found through an open-addressing table of arena offsets and
+/// hash tags. A map of `String` to `Vec<u32>` took about 150 bytes an entry in three heap blocks:
+/// 30 MB per thread when full, most of a curate worker's growth with its part size; this takes
+/// about 40, and an insert allocates nothing. A pure cache: a hit gives the lengths it was given.
+struct SpanCache {
+    /// (arena offset + 1, high half of the hash); offset 0: an empty slot
+    slots: Vec<(u32, u32)>,
+    arena: Vec<u8>,
+    len: usize,
+}
+
+impl Default for SpanCache {
+    fn default() -> Self {
+        SpanCache { slots: vec![(0, 0); CACHE_SLOTS], arena: Vec::new(), len: 0 }
+    }
+}
+
+impl SpanCache {
+    #[inline]
+    fn read_u32(&self, at: usize) -> u32 {
+        u32::from_le_bytes(self.arena[at..at + 4].try_into().expect("4 bytes"))
+    }
+
+    /// The slot of `s`'s entry (`Ok`) or of the empty slot where it would go (`Err`).
+    #[inline]
+    fn find(&self, s: &[u8], h: u64) -> Result<usize, usize> {
+        let tag = (h >> 32) as u32;
+        let mask = CACHE_SLOTS - 1;
+        let mut i = h as usize & mask;
+        loop {
+            let (off, t) = self.slots[i];
+            if off == 0 {
+                return Err(i);
+            }
+            if t == tag {
+                let at = off as usize - 1;
+                let n = self.read_u32(at) as usize;
+                if n == s.len() && &self.arena[at + 8..at + 8 + n] == s {
+                    return Ok(i);
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Push the tokens of `s` and say true, or say false.
+    #[inline]
+    fn get<'a>(&self, s: &'a str, out: &mut Vec<&'a str>) -> bool {
+        let Ok(i) = self.find(s.as_bytes(), xxh3_64(s.as_bytes())) else { return false };
+        let at = self.slots[i].0 as usize - 1;
+        let ntok = self.read_u32(at + 4) as usize;
+        let mut lens = at + 8 + s.len();
+        let mut pos = 0;
+        for _ in 0..ntok {
+            let n = self.read_u32(lens) as usize;
+            out.push(&s[pos..pos + n]);
+            pos += n;
+            lens += 4;
+        }
+        true
+    }
+
+    /// Remember the tokens of `s` (contiguous pieces of it), emptying the cache first when full.
+    fn put(&mut self, s: &str, toks: &[&str]) {
+        let size = 8 + s.len() + 4 * toks.len();
+        if size > CACHE_BYTES {
+            return; // one enormous span would empty the cache for nothing
+        }
+        if self.len >= CACHE_SIZE || self.arena.len() + size > CACHE_BYTES {
+            self.slots.fill((0, 0));
+            self.arena.clear();
+            self.len = 0;
+        }
+        let h = xxh3_64(s.as_bytes());
+        let Err(i) = self.find(s.as_bytes(), h) else { return };
+        let at = self.arena.len();
+        self.arena.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        self.arena.extend_from_slice(&(toks.len() as u32).to_le_bytes());
+        self.arena.extend_from_slice(s.as_bytes());
+        for t in toks {
+            self.arena.extend_from_slice(&(t.len() as u32).to_le_bytes());
+        }
+        self.slots[i] = (at as u32 + 1, (h >> 32) as u32);
+        self.len += 1;
+    }
+}
 
 /// Longest match (bytes) of spaCy's English suffix rules that use lookbehind (checked in `new`).
 const SUFFIX_TAIL: usize = 16;
@@ -543,7 +637,7 @@ impl EnglishTokenizer {
             suffix: self.suffix.clone(),
             infix: self.infix.clone(),
             url: compile(&self.url),
-            cache: AHashMap::new(),
+            cache: SpanCache::default(),
             recent: Recent::default(),
         }
     }
@@ -680,12 +774,7 @@ impl EnglishTokenizer {
             return;
         }
         let base = out.len();
-        if let Some(lens) = l.cache.get(s) {
-            let mut at = 0;
-            for &n in lens {
-                out.push(&s[at..at + n as usize]);
-                at += n as usize;
-            }
+        if l.cache.get(s, out) {
             return;
         }
         self.affixes(l, s, true, out);
@@ -693,11 +782,7 @@ impl EnglishTokenizer {
             self.merge_specials(s, base, out);
         }
         // tokens of a span are contiguous pieces of it, so their lengths say everything
-        let lens: Vec<u32> = out[base..].iter().map(|t| t.len() as u32).collect();
-        if l.cache.len() >= CACHE_SIZE {
-            l.cache.clear();
-        }
-        l.cache.insert(s.to_string(), lens);
+        l.cache.put(s, &out[base..]);
     }
 
     /// spaCy's `_apply_special_cases`, within one whitespace-delimited span.
@@ -980,6 +1065,37 @@ mod tests {
         }
         // the shortcut is taken, and not for everything
         assert!(taken > 10_000 && taken < seen / 2, "{taken} of {seen}");
+    }
+
+    #[test]
+    fn span_cache_gives_back_what_it_was_given() {
+        let mut c = SpanCache::default();
+        let span = |i: usize| format!("({i}-x,{})", "y".repeat(i % 5));
+        // more spans than it holds: it empties once, then holds the later ones
+        for i in 0..CACHE_SIZE + 1000 {
+            let s = span(i);
+            let toks = [&s[..1], &s[1..s.len() - 1], &s[s.len() - 1..]];
+            c.put(&s, &toks);
+            let mut out = vec!["before"];
+            assert!(c.get(&s, &mut out), "{s}");
+            assert_eq!(out[1..], toks, "{s}");
+        }
+        let has = |c: &SpanCache, s: &str| c.get(s, &mut Vec::new());
+        assert!(!has(&c, &span(0)) && !has(&c, &span(CACHE_SIZE - 1)));
+        assert!(has(&c, &span(CACHE_SIZE + 999)));
+        assert!(!has(&c, "(1-x,") && !has(&c, ""));
+        // a span larger than its byte budget is not kept, and the others stay
+        let big = "a".repeat(CACHE_BYTES);
+        c.put(&big, &[&big]);
+        assert!(!has(&c, &big) && has(&c, &span(CACHE_SIZE)));
+        // the byte budget empties it too
+        let long = |i: usize| format!("{i}:{}", "z".repeat(1 << 16));
+        for i in 0..(CACHE_BYTES >> 16) + 1 {
+            let s = long(i);
+            c.put(&s, &[&s[..1], &s[1..]]);
+        }
+        assert!(!has(&c, &long(0)) && has(&c, &long(CACHE_BYTES >> 16)));
+        assert!(c.arena.len() <= CACHE_BYTES && c.len < CACHE_SIZE);
     }
 
     #[test]
