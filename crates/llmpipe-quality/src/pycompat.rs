@@ -178,10 +178,14 @@ pub fn is_punct_category(c: char) -> bool {
     }
 }
 
-/// Python's `str.count(sub)`: non-overlapping occurrences.
+/// Python's `str.count(sub)`: non-overlapping occurrences (memchr's SIMD search: `str::matches`
+/// took 0.9% of a curate run's CPU for Gopher's two ellipsis counts).
 #[inline]
 pub fn count(s: &str, sub: &str) -> usize {
-    s.matches(sub).count()
+    if sub.is_empty() {
+        return s.chars().count() + 1; // between every two characters and at both ends
+    }
+    memchr::memmem::find_iter(s.as_bytes(), sub.as_bytes()).count()
 }
 
 #[cfg(test)]
@@ -249,5 +253,18 @@ mod tests {
         assert!(is_space('\x1c') && is_space('\u{a0}') && !is_space('\u{200b}'));
         assert_eq!(len("héllo"), 5);
         assert_eq!(count("a...b....", "..."), 2);
+    }
+
+    #[test]
+    fn count_is_pythons_str_count() {
+        // non-overlapping, left to right, as str::matches; an empty needle as Python counts it
+        let hay = ["", "a...b....", "......", "……x…", "aaaa", "é…é...…", "ab.a..b...", "…."];
+        for h in hay {
+            for sub in ["...", "…", "aa", ".", "é…", "x"] {
+                assert_eq!(count(h, sub), h.matches(sub).count(), "{h:?} {sub:?}");
+            }
+        }
+        assert_eq!(count("héllo", ""), 6);
+        assert_eq!(count("", ""), 1);
     }
 }
