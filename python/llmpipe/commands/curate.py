@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from llmpipe.curate.executors import Executor, PoolExecutor
     from llmpipe.curate.pipeline import run_curate
     from llmpipe.curate.workdir import pyarrow_without_pandas
-    from llmpipe.memory import lean_arrow_pool
+    from llmpipe.memory import tune_allocators
 
     cfg = config_from_args(args)
     progress = False if args.quiet else None  # None: a bar on a terminal, a line now and then in a log
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         args.inputs = [x if is_url(x) else str(Path(local_or_url(x)).absolute()) for x in args.inputs]
     else:
         pyarrow_without_pandas()  # this process is the run's driver, its workers do the same
-        lean_arrow_pool()  # freed Arrow buffers' pages go back at once (the workers' too)
+        tune_allocators()  # Arrow's pool and glibc's heap as llmpipe.memory says (the workers' too)
     tokenizer = args.tokenizer or (Path(cfg.tokenizer.file) if cfg.tokenizer.file else None)
     try:
         run_curate(

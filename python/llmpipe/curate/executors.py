@@ -18,7 +18,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import Any, Protocol
 
 from llmpipe.curate.workdir import WORKER_ENV, fault_point, pyarrow_without_pandas
-from llmpipe.memory import lean_arrow_pool, release_memory
+from llmpipe.memory import release_memory, tune_allocators
 
 #: called with (index of the task, its result) as each task finishes, in completion order
 Done = Callable[[int, Any], None]
@@ -150,7 +150,7 @@ def _start_worker(threads: int, driver: int) -> None:
     os.environ[WORKER_ENV] = "1"
     _die_with_parent(driver)
     pyarrow_without_pandas()
-    lean_arrow_pool()
+    tune_allocators()
 
 
 def _nothing() -> None:
