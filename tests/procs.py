@@ -9,11 +9,20 @@ import socket
 import time
 from pathlib import Path
 
+_GIVEN: set[int] = set()
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now that this process has not handed out before: once a picked port's socket is
+    closed the kernel may give the same port to the next pick, and a Ray node given one port for two
+    agents fails to start (seen: --runtime-env-agent-port and --metrics-export-port both 53889)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def procs() -> dict[int, tuple[int, str]]:
