@@ -67,3 +67,34 @@ def test_tuned_heap_reuses_freed_pages() -> None:
     default, tuned = _faults("default"), _faults("tuned")
     assert default > 60_000, default  # 300 MB of 4 KB pages: ~77,000
     assert tuned < 15_000, tuned  # 24 MB: ~6,100 (and the import's own)
+
+
+STEPS = """
+import numpy as np
+from llmpipe.curate.executors import _run_task
+from llmpipe.memory import tune_allocators
+tune_allocators()
+def rss():
+    return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) // 1024
+def churn():  # a step that makes 64 MB of heap blocks and frees them when it returns
+    pieces = [np.ones(10_000) for _ in range(800)]
+    return len(pieces)
+def other():
+    return rss()
+before = rss()
+_run_task(churn)
+first = rss()
+_run_task(churn)
+second = rss()
+start_of_other = _run_task(other)
+print(before, first, second, start_of_other)
+"""
+
+
+def test_tasks_of_one_step_reuse_freed_memory_and_another_step_starts_without_it() -> None:
+    out = subprocess.run([sys.executable, "-c", STEPS], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, first, second, other = (int(x) for x in out.stdout.split())
+    assert first > before + 48, (before, first)  # the freed heap stays with the process...
+    assert second < first + 16, (first, second)  # ...and the next task of the step reuses it
+    assert other < second - 48, (second, other)  # a task of another step starts with it handed back

@@ -72,10 +72,11 @@ class LocalExecutor:
 
         out = []
         for j, a in enumerate(tqdm(args, desc=desc, unit="file", disable=not self.progress, leave=False)):
-            out.append(_released(fn, *a))
+            out.append(_run_task(fn, *a))
             if done is not None:
                 done(j, out[-1])
             fault_point(f"{desc}#{j}")
+        release_memory()  # what the tasks freed: the driver's next phase does not start on top
         return out
 
 
@@ -123,7 +124,7 @@ class PoolExecutor:
         for w in self._warming:  # a worker that failed to start says so here
             w.result()
         self._warming = []
-        futures: list[Future[Any]] = [pool.submit(_released, fn, *a) for a in args]
+        futures: list[Future[Any]] = [pool.submit(_run_task, fn, *a) for a in args]
         out = []
         try:
             if done is not None:
@@ -157,13 +158,22 @@ def _nothing() -> None:
     pass
 
 
-def _released(fn: Callable[..., Any], *a: Any) -> Any:
-    """``fn(*a)``, then the memory it freed goes back to the system: a worker's next task (or the
-    driver's next phase) does not start on top of this one's freed heap."""
-    try:
-        return fn(*a)
-    finally:
+#: the step (function) of the last task this process ran, for ``_run_task``
+_last_step: Callable[..., Any] | None = None
+
+
+def _run_task(fn: Callable[..., Any], *a: Any) -> Any:
+    """``fn(*a)``. When the task before it in this process ran another step, the memory that one
+    freed goes back to the system first, so that a new kind of task does not start on top of the
+    last one's freed heap. Tasks of one step (segment 0 of each part) reuse what the one before
+    freed instead: handing it back after every task made each fault its ~40 MB of freed heap in
+    again (0.4 GB, 16 files, 2 workers: 561,000 minor faults and 2.24 s of system time, against
+    384,000 and 1.87 s; the largest process within 10 MB, +18 MB at 1.2 GB in one file)."""
+    global _last_step
+    if fn is not _last_step:
         release_memory()
+        _last_step = fn
+    return fn(*a)
 
 
 def _die_with_parent(parent: int) -> None:
