@@ -11,22 +11,23 @@ with mimalloc, +41 MB with jemalloc's default decay (10 s), +36 MB with 1 s, +24
 gave every batch's buffers fresh pages, each a page fault: a whole 0.4 GB curate run took 885,000
 minor faults and 3.35 s of system time with 0, 583,000 and 2.35-2.57 s with 1 s (~3% of the run's
 CPU), with the largest process's peak within the runs' spread (it is set by other phases; between
-tasks ``release_memory`` hands the pool's free pages back whatever the decay).
+steps ``release_memory`` hands the pool's free pages back whatever the decay).
 
-glibc's heap (the Rust core's and Python's buffers) keeps what a task frees until the task ends:
-blocks up to ``HEAP_MMAP_MAX`` come from the heap, not from a mapping of their own, and up to
+glibc's heap (the Rust core's and Python's buffers) keeps what a task frees for the process's next
+task: blocks up to ``HEAP_MMAP_MAX`` come from the heap, not from a mapping of their own, and up to
 ``HEAP_KEEP`` of free memory at the top of the heap stays there. glibc's defaults map a block above
 128 KB on its own until one that size is freed (the threshold then rises, to 32 MB at most) and give
 the heap's top back past twice that threshold: a growing buffer, or a batch's buffers freed and made
 again, came back as fresh pages, each a page fault and a page the kernel zeroes. A 0.4 GB curate run
-(16 files, 2 workers): 590,000-630,000 minor faults and 2.5-3.0 s of system time with glibc's
-defaults, 540,000-550,000 and 2.4-2.5 s with these (bench/bench_curate.py, docs/benchmarks.md).
-``release_memory`` still gives all of it back between tasks.
+(16 files, 2 workers): 588,000-625,000 minor faults with glibc's defaults, 540,000-566,000 with
+these, the output bytes the same.
 
-``release_memory``: after a task, the memory it freed goes back to the system (glibc keeps freed
-heap pages in its arenas, one per thread that allocated: the Rust thread pool's threads included;
-Arrow's pool may keep freed pages too), so the next task's peak does not start on top of the last
-task's leftovers.
+``release_memory``: the memory a process freed goes back to the system (glibc keeps freed heap pages
+in its arenas, one per thread that allocated: the Rust thread pool's threads included; Arrow's pool
+may keep freed pages too), so that the next phase's peak does not start on top of the last one's
+leftovers. The executors call it when a process goes from one step to another
+(``llmpipe.curate.executors``), not after every task: tasks of one step reuse what the one before
+freed.
 """
 
 from __future__ import annotations
