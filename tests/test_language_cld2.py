@@ -109,3 +109,24 @@ def test_without_pycld2_one_error_line(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(ConfigError, match="pycld2"):
         LanguageFilter(LanguageFilter.Config())
     assert LanguageFilter(LanguageFilter.Config(backend="whatlang")).cfg.backend == "whatlang"
+
+
+def test_cld2_prefixes_are_arrows_code_point_slices(data_dir: Path) -> None:
+    """CLD2 reads the first MAX_CHARS characters of each text, cut in Rust (``utf8_prefixes``):
+    the bytes Arrow's ``utf8_slice_codeunits`` gives, on UDHR text in several scripts."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from llmpipe.buffers import string_buffers
+
+    texts: list[str | None] = []
+    for name, enc in (
+        ("Kazakh-UTF8", "utf-8"),
+        ("Maltese-UTF8", "utf-8"),
+        ("Swahili_Kiswahili-Latin1", "cp1252"),
+    ):
+        texts += udhr_docs(data_dir, name, enc, n=20)
+    texts += ["Chinese_Mandarin-UTF8 中文 " * 200, "😀" * 3000, "", None]
+    for arr in (pa.array(texts, pa.string()), pa.array(texts, pa.large_string()).slice(3)):
+        for n in (0, 1, 7, 100, Cld2.MAX_CHARS):
+            want = pc.utf8_slice_codeunits(arr, 0, n).cast(pa.large_binary()).to_pylist()
+            assert _core.utf8_prefixes(*string_buffers(arr), n) == [w or b"" for w in want], n

@@ -193,6 +193,10 @@ def parse_jsonl_block(
 def word_counts(offsets: object, data: object) -> bytes:
     """``len(text.split())`` per row of an Arrow string column (int64 offsets, data): u32 LE bytes."""
 
+def utf8_prefixes(offsets: object, data: object, max_chars: int) -> list[bytes]:
+    """The first ``max_chars`` characters of each row of an Arrow string column (int64 offsets,
+    data) as UTF-8 bytes: ``utf8_slice_codeunits(0, max_chars)`` then ``to_pylist``."""
+
 def normalize_batch(
     texts: Sequence[str],
     lowercase: bool = True,

@@ -3,11 +3,11 @@
 use llmpipe_text::clean::{clean_arrow, Form};
 use llmpipe_text::html::html_depth;
 use llmpipe_text::jsonl::{parse_block, Fields};
-use llmpipe_text::{count_byte, count_words_arrow, normalize, Normalization};
+use llmpipe_text::{count_byte, count_words_arrow, normalize, prefix_ranges, Normalization};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList};
 
 use crate::buffers::{buffer, to_bytes, view, Data, IdBuffer};
 use crate::errors::{enter, enter_ok, ConfigError};
@@ -69,6 +69,22 @@ fn word_counts<'py>(
     let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
     let counts = enter(py, || count_words_arrow(o, d))?;
     Ok(to_bytes(py, &counts))
+}
+
+/// The first `max_chars` characters of each string of an Arrow string column (int64 offsets and
+/// data buffer) as UTF-8 bytes objects, one list per batch: what Arrow's
+/// `utf8_slice_codeunits(0, max_chars)` then `to_pylist` gives, without a sliced column (Arrow's
+/// kernel steps through every code point: 0.6 CPU-s on 0.4 GB of web text).
+#[pyfunction]
+fn utf8_prefixes<'py>(
+    py: Python<'py>,
+    offsets: PyBuffer<i64>,
+    data: PyBuffer<u8>,
+    max_chars: usize,
+) -> PyResult<Bound<'py, PyList>> {
+    let (o, d) = (view(&offsets, "offsets")?, view(&data, "data")?);
+    let ranges = enter(py, || prefix_ranges(o, d, max_chars))?;
+    PyList::new(py, ranges.into_iter().map(|(s, e)| PyBytes::new(py, &d[s..e])))
 }
 
 /// The normalize stage's cleaning (llmpipe_text::clean) of an Arrow string column given as int64
@@ -145,6 +161,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(count_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(clean_texts, m)?)?;
     m.add_function(wrap_pyfunction!(word_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(utf8_prefixes, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_batch, m)?)?;
     m.add_function(wrap_pyfunction!(content_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(html_depths, m)?)?;

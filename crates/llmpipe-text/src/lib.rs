@@ -326,6 +326,52 @@ pub fn count_words_arrow(offsets: &[i64], data: &[u8]) -> Result<Vec<u32>, Strin
     arrow_strs(offsets, data).map(|t| t.map(count_words)).collect()
 }
 
+/// The byte length of the first `n` characters of `b`: where Arrow's `utf8_slice_codeunits(0, n)`
+/// ends. Characters are counted by their lead bytes (every byte but 0x80-0xBF), 64 bytes at a time
+/// while a block cannot hold the end, so any bytes give an answer (valid UTF-8 the one Arrow gives).
+pub fn prefix_len(b: &[u8], n: usize) -> usize {
+    if b.len() <= n {
+        return b.len(); // a character takes at least one byte
+    }
+    let lead = |x: &u8| (*x as i8) >= -64;
+    let (mut chars, mut i) = (0usize, 0usize);
+    while i + 64 <= b.len() {
+        let c = b[i..i + 64].iter().filter(|x| lead(x)).count();
+        if chars + c > n {
+            break;
+        }
+        chars += c;
+        i += 64;
+    }
+    while i < b.len() {
+        if lead(&b[i]) {
+            if chars == n {
+                return i; // the lead byte of character n + 1
+            }
+            chars += 1;
+        }
+        i += 1;
+    }
+    b.len()
+}
+
+/// For each string of an Arrow string column (int64 offsets and data buffer): the byte range of its
+/// first `n` characters ([`prefix_len`]). Offsets out of range are an error naming the row.
+pub fn prefix_ranges(offsets: &[i64], data: &[u8], n: usize) -> Result<Vec<(usize, usize)>, String> {
+    offsets
+        .windows(2)
+        .enumerate()
+        .map(|(row, w)| {
+            let (s, e) = (w[0], w[1]);
+            if s < 0 || e < s || e as usize > data.len() {
+                return Err(format!("row {row}: string offsets out of range: {s}..{e}"));
+            }
+            let (s, e) = (s as usize, e as usize);
+            Ok((s, s + prefix_len(&data[s..e], n)))
+        })
+        .collect()
+}
+
 /// How many bytes of `data` equal `byte` (a newline count of a file block: the compiler turns the
 /// loop into vector compares, many times `bytes.count` in Python).
 pub fn count_byte(data: &[u8], byte: u8) -> usize {
@@ -335,6 +381,23 @@ pub fn count_byte(data: &[u8], byte: u8) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefix_len_ends_where_the_nth_character_does() {
+        let mut rng = TestRng::new(7);
+        let alphabet = ["a", " ", "é", "ж", "中", "😀", "\n"];
+        for _ in 0..400 {
+            let len = rng.below(300);
+            let s: String = (0..len).map(|_| alphabet[rng.below(alphabet.len())]).collect();
+            for n in [0, 1, 2, 63, 64, 65, 100, 127, 128, 250, 400] {
+                let want = s.char_indices().nth(n).map_or(s.len(), |(i, _)| i);
+                assert_eq!(prefix_len(s.as_bytes(), n), want, "{s:?} {n}");
+            }
+        }
+        let ranges = prefix_ranges(&[0, 3, 3, 8], "abcdéfg".as_bytes(), 2).unwrap(); // "abc", "", "défg"
+        assert_eq!(ranges, vec![(0, 2), (3, 3), (3, 6)]);
+        assert!(prefix_ranges(&[0, 20], b"abc", 2).unwrap_err().contains("row 0"));
+    }
 
     #[test]
     fn count_byte_counts_across_blocks() {

@@ -19,7 +19,6 @@ from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from llmpipe import _core, langcodes
 from llmpipe.buffers import string_buffers
@@ -59,12 +58,12 @@ class Cld2:
     def detect(self, texts: pa.Array | pa.ChunkedArray) -> tuple[list[str], list[float]]:
         """Normalised label and score per text (UTF-8 bytes of each prefix straight from Arrow)."""
         detect, error = self._cld2.detect, self._cld2.error
-        prefixes = pc.utf8_slice_codeunits(texts, 0, self.MAX_CHARS).cast(pa.large_binary())
+        prefixes = _core.utf8_prefixes(*string_buffers(texts), self.MAX_CHARS)  # a null text: b""
         cache: dict[str, str] = {}
         codes, scores = [], []
-        for raw in prefixes.to_pylist():
+        for raw in prefixes:
             try:
-                reliable, _, details = detect(raw or b"", isPlainText=True, bestEffort=True)
+                reliable, _, details = detect(raw, isPlainText=True, bestEffort=True)
             except error:
                 try:
                     text = self.CONTROLS.sub(" ", raw.decode("utf-8", "replace"))
