@@ -74,7 +74,7 @@ fn word_counts<'py>(
 /// The first `max_chars` characters of each string of an Arrow string column (int64 offsets and
 /// data buffer) as UTF-8 bytes objects, one list per batch: what Arrow's
 /// `utf8_slice_codeunits(0, max_chars)` then `to_pylist` gives, without a sliced column (Arrow's
-/// kernel steps through every code point: 0.6 CPU-s on 0.4 GB of web text).
+/// way took 0.30 CPU-s against 0.13 for 104,000 web documents in batches of 2,000).
 #[pyfunction]
 fn utf8_prefixes<'py>(
     py: Python<'py>,
