@@ -40,6 +40,7 @@ def test_tuned_arrow_pool_and_release() -> None:
 HEAP = """
 import ctypes, resource, sys
 libc = ctypes.CDLL(None)
+libc.prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE: 4 KB pages whatever the machine's THP setting
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
 if sys.argv[1] == "tuned":
@@ -70,6 +71,8 @@ def test_tuned_heap_reuses_freed_pages() -> None:
 
 
 STEPS = """
+import ctypes
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE: resident sizes in 4 KB pages
 import numpy as np
 from llmpipe.curate.executors import _run_task
 from llmpipe.memory import tune_allocators
