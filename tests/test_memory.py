@@ -31,10 +31,15 @@ print("ok")
 """
 
 
-def test_tuned_arrow_pool_and_release() -> None:
-    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
+def _python(code: str, *args: str) -> str:
+    """What ``code`` prints, run in a fresh interpreter (its allocators untouched by this one's)."""
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "ok"
+    return out.stdout
+
+
+def test_tuned_arrow_pool_and_release() -> None:
+    assert _python(CODE).strip() == "ok"
 
 
 HEAP = """
@@ -55,17 +60,11 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def _faults(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", HEAP, mode], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return int(out.stdout)
-
-
 def test_tuned_heap_reuses_freed_pages() -> None:
     """glibc's defaults map each buffer above the last freed one's size on its own and unmap it when
     freed: 300 MB of fresh pages here. Tuned, the heap hands the freed pages out again and only grows
     by the difference: 24 MB."""
-    default, tuned = _faults("default"), _faults("tuned")
+    default, tuned = int(_python(HEAP, "default")), int(_python(HEAP, "tuned"))
     assert default > 60_000, default  # 300 MB of 4 KB pages: ~77,000
     assert tuned < 15_000, tuned  # 24 MB: ~6,100 (and the import's own)
 
@@ -95,9 +94,7 @@ print(before, first, second, start_of_other)
 
 
 def test_tasks_of_one_step_reuse_freed_memory_and_another_step_starts_without_it() -> None:
-    out = subprocess.run([sys.executable, "-c", STEPS], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    before, first, second, other = (int(x) for x in out.stdout.split())
+    before, first, second, other = (int(x) for x in _python(STEPS).split())
     assert first > before + 48, (before, first)  # the freed heap stays with the process...
     assert second < first + 16, (first, second)  # ...and the next task of the step reuses it
     assert other < second - 48, (second, other)  # a task of another step starts with it handed back

@@ -301,18 +301,29 @@ unsafe fn count_words_avx2(text: &str) -> u32 {
     count_span(text, i, b.len(), n, prev).1
 }
 
+/// The byte range of each string of an Arrow string column (its int64 offsets, over a data buffer of
+/// `len` bytes), in order; offsets out of range are an error naming the row.
+pub fn arrow_ranges(
+    offsets: &[i64],
+    len: usize,
+) -> impl Iterator<Item = Result<std::ops::Range<usize>, String>> + '_ {
+    offsets.windows(2).enumerate().map(move |(row, w)| {
+        let (s, e) = (w[0], w[1]);
+        if s < 0 || e < s || e as usize > len {
+            return Err(format!("row {row}: string offsets out of range: {s}..{e}"));
+        }
+        Ok(s as usize..e as usize)
+    })
+}
+
 /// The strings of an Arrow string column given as its int64 offsets and data buffer, in order.
 /// Offsets out of range, or a string that is not valid UTF-8, is an error naming the row.
 pub fn arrow_strs<'a>(
     offsets: &'a [i64],
     data: &'a [u8],
 ) -> impl Iterator<Item = Result<&'a str, String>> + 'a {
-    offsets.windows(2).enumerate().map(move |(row, w)| {
-        let (s, e) = (w[0], w[1]);
-        if s < 0 || e < s || e as usize > data.len() {
-            return Err(format!("row {row}: string offsets out of range: {s}..{e}"));
-        }
-        let bytes = &data[s as usize..e as usize];
+    arrow_ranges(offsets, data.len()).enumerate().map(move |(row, r)| {
+        let bytes = &data[r?];
         // SIMD validation; std's only to describe an error
         simdutf8::basic::from_utf8(bytes).map_err(|_| match std::str::from_utf8(bytes) {
             Err(err) => format!("row {row}: text is not valid UTF-8: {err}"),
@@ -358,17 +369,8 @@ pub fn prefix_len(b: &[u8], n: usize) -> usize {
 /// For each string of an Arrow string column (int64 offsets and data buffer): the byte range of its
 /// first `n` characters ([`prefix_len`]). Offsets out of range are an error naming the row.
 pub fn prefix_ranges(offsets: &[i64], data: &[u8], n: usize) -> Result<Vec<(usize, usize)>, String> {
-    offsets
-        .windows(2)
-        .enumerate()
-        .map(|(row, w)| {
-            let (s, e) = (w[0], w[1]);
-            if s < 0 || e < s || e as usize > data.len() {
-                return Err(format!("row {row}: string offsets out of range: {s}..{e}"));
-            }
-            let (s, e) = (s as usize, e as usize);
-            Ok((s, s + prefix_len(&data[s..e], n)))
-        })
+    arrow_ranges(offsets, data.len())
+        .map(|r| r.map(|r| (r.start, r.start + prefix_len(&data[r], n))))
         .collect()
 }
 
