@@ -10,6 +10,7 @@
 
 use ahash::{AHashMap, AHashSet};
 use fancy_regex::Regex;
+use llmpipe_text::for_each_word;
 use serde::Deserialize;
 use std::sync::OnceLock;
 use xxhash_rust::xxh3::xxh3_64;
@@ -519,50 +520,6 @@ fn short8(b: &[u8]) -> u64 {
     }
 }
 
-/// The ASCII bytes Python's `str.isspace` accepts.
-const ASCII_SPACE: [bool; 128] = {
-    let mut t = [false; 128];
-    let mut c = 0;
-    while c < 128 {
-        t[c] = matches!(c as u8, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | 0x1c..=0x1f);
-        c += 1;
-    }
-    t
-};
-
-/// `f` for each non-empty run of non-whitespace (`text.split(is_space)` without the empty pieces);
-/// ASCII bytes are classified by table, other characters by [`is_space`].
-#[inline]
-pub fn for_each_span<'a>(text: &'a str, mut f: impl FnMut(&'a str)) {
-    let b = text.as_bytes();
-    let (mut i, mut start) = (0, 0);
-    while i < b.len() {
-        let c = b[i];
-        if c < 0x80 {
-            if ASCII_SPACE[c as usize] {
-                if i > start {
-                    f(&text[start..i]);
-                }
-                start = i + 1;
-            }
-            i += 1;
-        } else {
-            let ch = text[i..].chars().next().expect("a character starts here");
-            let n = ch.len_utf8();
-            if is_space(ch) {
-                if i > start {
-                    f(&text[start..i]);
-                }
-                start = i + n;
-            }
-            i += n;
-        }
-    }
-    if start < b.len() {
-        f(&text[start..]);
-    }
-}
-
 fn compile(pattern: &str) -> Regex {
     Regex::new(pattern).unwrap_or_else(|e| panic!("spaCy rule does not compile: {e}"))
 }
@@ -647,7 +604,7 @@ impl EnglishTokenizer {
         LOCAL.with(|cell| {
             let mut slot = cell.borrow_mut();
             let local = slot.get_or_insert_with(|| self.local());
-            for_each_span(text, |span| self.span(local, span, out));
+            for_each_word(text, |span, letters| self.span(local, span, letters, out));
         })
     }
 
@@ -711,12 +668,11 @@ impl EnglishTokenizer {
         }
     }
 
-    fn span<'a>(&self, l: &mut Local, s: &'a str, out: &mut Vec<&'a str>) {
+    /// The tokens of one whitespace-delimited span; `letters`: it is all ASCII letters.
+    fn span<'a>(&self, l: &mut Local, s: &'a str, letters: bool, out: &mut Vec<&'a str>) {
         if !self.may_be_special(s) {
             // most words: no special case, all letters
-            if s.bytes().all(|b| b.is_ascii_alphabetic())
-                || !s.is_ascii() && s.chars().all(char::is_alphabetic)
-            {
+            if letters || !s.is_ascii() && s.chars().all(char::is_alphabetic) {
                 out.push(s);
                 return;
             }

@@ -301,6 +301,128 @@ unsafe fn count_words_avx2(text: &str) -> u32 {
     count_span(text, i, b.len(), n, prev).1
 }
 
+/// Where [`for_each_word`] is: the current word's start, whether it is in one, and whether the word
+/// has a byte other than an ASCII letter so far.
+struct WordScan {
+    start: usize,
+    in_word: bool,
+    other: bool,
+}
+
+/// `f(word, letters)` for each piece of Python's `text.split()`, in order (runs of characters that
+/// are not [`is_split_whitespace`]); `letters` says the word is all ASCII letters, which most words
+/// of English are and which callers test first.
+#[inline]
+pub fn for_each_word<'a>(text: &'a str, mut f: impl FnMut(&'a str, bool)) {
+    let mut st = WordScan { start: 0, in_word: false, other: false };
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    if text.len() >= 32 && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available (checked just above).
+        i = unsafe { words_avx2(text, &mut st, &mut f) };
+    }
+    scan_words(text, i, text.len(), &mut st, &mut f);
+    if st.in_word {
+        f(&text[st.start..], !st.other);
+    }
+}
+
+/// [`for_each_word`] over `text[i..end]` one byte (or one possibly-whitespace character) at a time;
+/// returns where it stopped, past `end` when a character crosses it. `i` may be inside a character.
+#[inline]
+fn scan_words<'a>(
+    text: &'a str,
+    mut i: usize,
+    end: usize,
+    st: &mut WordScan,
+    f: &mut impl FnMut(&'a str, bool),
+) -> usize {
+    let b = text.as_bytes();
+    while i < end {
+        let c = b[i];
+        let (space, step) = match WORD_CLASS[c as usize] {
+            1 => (true, 1),
+            // a lead byte, so a character boundary
+            2 => text[i..].chars().next().map_or((false, 1), |ch| (is_split_whitespace(ch), ch.len_utf8())),
+            _ => (false, 1),
+        };
+        if space {
+            if st.in_word {
+                f(&text[st.start..i], !st.other);
+                st.in_word = false;
+            }
+        } else {
+            let other = !c.is_ascii_alphabetic();
+            if st.in_word {
+                st.other |= other;
+            } else {
+                *st = WordScan { start: i, in_word: true, other };
+            }
+        }
+        i += step;
+    }
+    i
+}
+
+/// [`for_each_word`] 32 bytes at a time: in a block without a byte that may start a Unicode
+/// whitespace character, three compares give the whitespace bits and two the ASCII letters; the
+/// words' ends are found with bit scans. Other blocks go through [`scan_words`]. Returns where the
+/// blocks ended (fewer than 32 bytes before the end).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn words_avx2<'a>(text: &'a str, st: &mut WordScan, f: &mut impl FnMut(&'a str, bool)) -> usize {
+    use std::arch::x86_64::*;
+    let b = text.as_bytes();
+    let mut i = 0usize;
+    let splat = |x: u8| _mm256_set1_epi8(x as i8);
+    let in_range = |v: __m256i, lo: u8, hi: u8| {
+        _mm256_and_si256(
+            _mm256_cmpeq_epi8(_mm256_max_epu8(v, splat(lo)), v),
+            _mm256_cmpeq_epi8(_mm256_min_epu8(v, splat(hi)), v),
+        )
+    };
+    while i + 32 <= b.len() {
+        // SAFETY: i + 32 <= len, unaligned load.
+        let v = unsafe { _mm256_loadu_si256(b.as_ptr().add(i).cast()) };
+        let lead = _mm256_or_si256(_mm256_cmpeq_epi8(v, splat(0xc2)), in_range(v, 0xe1, 0xe3));
+        if _mm256_movemask_epi8(lead) != 0 {
+            i = scan_words(text, i, i + 32, st, f);
+            continue;
+        }
+        let space = _mm256_or_si256(
+            _mm256_cmpeq_epi8(v, splat(b' ')),
+            _mm256_or_si256(in_range(v, b'\t', b'\r'), in_range(v, 0x1c, 0x1f)),
+        );
+        let letter = in_range(_mm256_or_si256(v, splat(0x20)), b'a', b'z');
+        let m = _mm256_movemask_epi8(space) as u32 as u64;
+        let other = !(_mm256_movemask_epi8(letter) as u32 as u64 | m) & 0xFFFF_FFFF;
+        let mut p = 0u32; // the next bit of the block to look at
+        loop {
+            if st.in_word {
+                let ends = m >> p << p;
+                if ends == 0 {
+                    st.other |= other >> p != 0;
+                    break;
+                }
+                let e = ends.trailing_zeros();
+                st.other |= (other & ((1 << e) - 1)) >> p != 0;
+                f(&text[st.start..i + e as usize], !st.other);
+                st.in_word = false;
+                p = e;
+            } else {
+                let starts = (!m & 0xFFFF_FFFF) >> p << p;
+                if starts == 0 {
+                    break;
+                }
+                p = starts.trailing_zeros();
+                *st = WordScan { start: i + p as usize, in_word: true, other: false };
+            }
+        }
+        i += 32;
+    }
+    i
+}
+
 /// The byte range of each string of an Arrow string column (its int64 offsets, over a data buffer of
 /// `len` bytes), in order; offsets out of range are an error naming the row.
 pub fn arrow_ranges(
@@ -527,6 +649,76 @@ mod tests {
                     assert_eq!(count_span(&s, 0, s.len(), 0, 1).1, want, "{s:?}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn words_are_the_pieces_of_split_with_their_letters() {
+        let python_split = |s: &str| -> Vec<(String, bool)> {
+            s.split(is_split_whitespace)
+                .filter(|w| !w.is_empty())
+                .map(|w| (w.to_string(), w.bytes().all(|c| c.is_ascii_alphabetic())))
+                .collect()
+        };
+        let words = |s: &str| {
+            let mut out = Vec::new();
+            for_each_word(s, |w, letters| out.push((w.to_string(), letters)));
+            // the same from the byte-at-a-time path alone
+            let mut one = Vec::new();
+            let mut st = WordScan { start: 0, in_word: false, other: false };
+            scan_words(s, 0, s.len(), &mut st, &mut |w, letters| one.push((w.to_string(), letters)));
+            if st.in_word {
+                one.push((s[st.start..].to_string(), !st.other));
+            }
+            assert_eq!(out, one, "{s:?}");
+            out
+        };
+        let pieces = [
+            " ",
+            "\t",
+            "\n",
+            "\r",
+            "\u{b}",
+            "\u{1c}",
+            "\u{1f}",
+            "\u{85}",
+            "\u{a0}",
+            "\u{1680}",
+            "\u{2003}",
+            "\u{202f}",
+            "\u{3000}",
+            "\u{200b}",
+            "\u{e9}",
+            "\u{4e2d}",
+            "\u{1F600}",
+            "ab",
+            "Zz",
+            "@",
+            "[",
+            "`",
+            "{",
+            "7",
+            "-",
+        ];
+        let mut rng = TestRng::new(7);
+        for a in pieces {
+            for b in pieces {
+                for at in 0..70 {
+                    let mut s = "x".repeat(at);
+                    s.push_str(a);
+                    s.push_str(&"y ".repeat(at % 7));
+                    s.push_str(b);
+                    s.push_str(&"z".repeat(40 + at % 3));
+                    assert_eq!(words(&s), python_split(&s), "{s:?}");
+                    assert_eq!(words(&s[at.min(s.len())..]).len(), python_split(&s[at.min(s.len())..]).len());
+                }
+            }
+        }
+        // random mixtures of every piece, long enough for many blocks
+        for _ in 0..2000 {
+            let n = rng.below(200);
+            let s: String = (0..n).map(|_| pieces[rng.below(pieces.len())]).collect();
+            assert_eq!(words(&s), python_split(&s), "{s:?}");
         }
     }
 
