@@ -18,6 +18,8 @@ from typing import Any
 
 import llmpipe.curate.pipeline as pipeline
 import llmpipe.curate.stage as stage
+import llmpipe.curate.stages.pack as pack
+import llmpipe.curate.stages.tokenize as tokenize
 import llmpipe.curate.steps as steps
 import llmpipe.curate.workdir as workdir
 from llmpipe.cli import main
@@ -80,8 +82,11 @@ def install() -> None:
     wrap(stage.Mapper, "run", lambda a: a[0].name)
     wrap(Extract, "run", "extract")
     wrap_iter(Read, "batches", "read")
-    wrap(workdir.AtomicParquetWriter, "write", "parquet work files")
-    wrap(workdir.AtomicParquetWriter, "commit", "parquet work files")
+    for writer in (workdir.AtomicParquetWriter, workdir.AtomicArrowWriter):
+        wrap(writer, "write", "work files: write")
+        wrap(writer, "commit", "work files: write")
+    for module in (steps, tokenize, pack):  # each imported the reader by name
+        wrap_iter(module, "iter_arrow", "work files: read")
     wrap(ExactDedup, "prepare", "exact_dedup hashes")
     wrap(NearDedup, "prepare", "near_dedup MinHash")
     wrap(steps.ListedDrops, "run", "global drops")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.ipc
 import pyarrow.parquet as pq
 import pytest
 from conftest import run_cli
@@ -160,7 +161,11 @@ def test_curate_classifier_and_semantic_dedup(
     segments = segments_of(CurateConfig.load(cfg).build_stages())
     seg = next(j for j, sg in enumerate(segments) if k in [g for g, _ in sg.after])
     after = pa.concat_tables(  # a part whose documents were all dropped has the plain schema
-        [t for p in sorted((work / f"seg{seg}").glob("??????.parquet")) if (t := pq.read_table(p)).num_rows]
+        [
+            t
+            for p in sorted((work / f"seg{seg}").glob("??????.arrow"))
+            if (t := pa.ipc.open_file(p).read_all()).num_rows
+        ]
     )
     kept = set(after.column("id").to_pylist())
     s = dict(zip(scores.column("id").to_pylist(), scores.column("score").to_pylist(), strict=True))

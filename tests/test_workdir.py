@@ -1,5 +1,6 @@
-"""The work directory's one way of writing a Parquet output: a hidden temporary file beside it, renamed
-into place whole, and gone when the write fails (no half-written output, no temporary file left)."""
+"""The work directory's one way of writing an output (Parquet, or Arrow IPC for documents and token ids):
+a hidden temporary file beside it, renamed into place whole, and gone when the write fails (no
+half-written output, no temporary file left)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from llmpipe.curate.workdir import (
+    AtomicArrowWriter,
     AtomicParquetWriter,
     atomic_path,
+    iter_arrow,
     open_parquet,
     read_parquet,
     temp_path,
@@ -18,6 +21,11 @@ from llmpipe.curate.workdir import (
 )
 
 TABLE = pa.table({"id": ["a", "b", "c"], "n": [1, 2, 3]})
+#: each writer and what reads its files back
+WRITERS = {
+    "parquet": (AtomicParquetWriter, pq.read_table),
+    "arrow": (AtomicArrowWriter, lambda p: pa.ipc.open_file(p).read_all()),
+}
 
 
 def _listing(d: Path) -> list[str]:
@@ -59,35 +67,71 @@ def test_atomic_path_renames_only_on_success(tmp_path: Path) -> None:
     assert out.read_bytes() == b"whole" and _listing(tmp_path) == ["x.bin"]
 
 
-def test_writer_commit_and_abort(tmp_path: Path) -> None:
-    out = tmp_path / "w.parquet"
-    with pytest.raises(ValueError, match="stage failed"), AtomicParquetWriter(out) as w:
+@pytest.mark.parametrize("kind", WRITERS)
+def test_writer_commit_and_abort(tmp_path: Path, kind: str) -> None:
+    writer, read = WRITERS[kind]
+    out = tmp_path / f"w.{kind}"
+    with pytest.raises(ValueError, match="stage failed"), writer(out) as w:
         w.write(TABLE.to_batches()[0])
         assert w.tmp.exists() and not out.exists()
         raise ValueError("stage failed")
     assert _listing(tmp_path) == []  # aborted: the temporary file is gone
 
-    w = AtomicParquetWriter(out)
+    w = writer(out)
     for b in TABLE.to_batches(max_chunksize=1):
         w.write(b)
     w.commit()
-    assert pq.read_table(out).equals(TABLE) and _listing(tmp_path) == ["w.parquet"]
+    assert read(out).equals(TABLE) and _listing(tmp_path) == [f"w.{kind}"]
 
 
-def test_writer_casts_to_its_schema_and_commits_empty(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", WRITERS)
+def test_writer_casts_to_its_schema_and_commits_empty(tmp_path: Path, kind: str) -> None:
+    writer, read = WRITERS[kind]
     schema = pa.schema([("id", pa.large_string()), ("n", pa.int64())])
-    out = tmp_path / "cast.parquet"
-    w = AtomicParquetWriter(out, schema)
+    out = tmp_path / f"cast.{kind}"
+    w = writer(out, schema)
     w.write(TABLE)
     w.commit()
-    assert pq.read_schema(out) == schema
+    assert read(out).schema == schema and read(out).column("id").to_pylist() == ["a", "b", "c"]
 
-    empty = tmp_path / "empty.parquet"
-    AtomicParquetWriter(empty, schema).commit()  # nothing written: an empty file of the schema
-    assert pq.read_table(empty).num_rows == 0 and pq.read_schema(empty) == schema
+    empty = tmp_path / f"empty.{kind}"
+    writer(empty, schema).commit()  # nothing written: an empty file of the schema
+    assert read(empty).num_rows == 0 and read(empty).schema == schema
     with pytest.raises(ValueError, match="no schema"):
-        AtomicParquetWriter(tmp_path / "none.parquet").commit()
-    assert _listing(tmp_path) == ["cast.parquet", "empty.parquet"]
+        writer(tmp_path / f"none.{kind}").commit()
+    assert _listing(tmp_path) == [f"cast.{kind}", f"empty.{kind}"]
+
+
+def test_arrow_work_files_stream_in_slices_of_the_asked_columns(tmp_path: Path) -> None:
+    """Documents and token ids come back batch by batch: at most ``batch_size`` rows, only the asked
+    columns, every row once and in order, with field metadata kept (a classifier's score column);
+    Arrow memory stays about one written batch, whatever the file's size."""
+    import base64
+    import random
+
+    rng = random.Random(0)
+    path = tmp_path / "docs.arrow"
+    field = pa.field("score", pa.float32(), metadata={b"llmpipe.classifier": b"1"})
+    schema = pa.schema([("id", pa.string()), ("text", pa.string()), field])
+    with AtomicArrowWriter(path, schema) as w:
+        for g in range(40):  # 40 batches of ~1.3 MB
+            texts = [base64.b64encode(rng.randbytes(10_000)).decode() for _ in range(100)]
+            ids = [f"{g}-{j}" for j in range(100)]
+            w.write(pa.table({"id": ids, "text": texts, "score": pa.array([0.5] * 100, pa.float32())}))
+            if g == 3:
+                w.write(schema.empty_table())  # an empty batch comes back as nothing
+        w.commit()
+    size = path.stat().st_size
+    assert size > 40e6
+    ids, peak = [], 0
+    for batch in iter_arrow(path, batch_size=30, columns=["id", "score"]):
+        assert batch.num_rows <= 30 and batch.schema.names == ["id", "score"]
+        assert batch.schema.field("score").metadata == {b"llmpipe.classifier": b"1"}
+        ids += batch.column("id").to_pylist()
+        peak = max(peak, pa.total_allocated_bytes())
+    assert ids == [f"{g}-{j}" for g in range(40) for j in range(100)]
+    assert peak < size / 10, (peak, size)
+    assert sum(b.num_rows for b in iter_arrow(path)) == 4000  # whole batches by default
 
 
 def test_work_files_read_without_pyarrow_dataset_and_dictionary_only_where_values_repeat(

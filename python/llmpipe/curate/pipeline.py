@@ -40,7 +40,7 @@ from llmpipe.curate.steps import (
     stages_of,
     tokenize_input,
 )
-from llmpipe.curate.workdir import CACHE, WorkDir, fault_point, fingerprint
+from llmpipe.curate.workdir import CACHE, WORK_LAYOUT, WorkDir, fault_point, fingerprint
 from llmpipe.data.format import MANIFEST, atomic_write_json, sha256_file
 from llmpipe.errors import InputError
 from llmpipe.io.chunks import Span, split
@@ -148,7 +148,10 @@ def _fingerprint(
         reserved_ids(Path(tokenizer_file), config.tokenizer.reserved(), f"--tokenizer {tokenizer_file}")
     tok_sha = sha256_file(tokenizer_file) if tokenizer_file else None
     return fingerprint(
-        files, keys, config.to_dict(), {"tokenizer": tok_sha, "strict": strict, "v": __version__}
+        files,
+        keys,
+        config.to_dict(),
+        {"tokenizer": tok_sha, "strict": strict, "v": __version__, "work": WORK_LAYOUT},
     )
 
 

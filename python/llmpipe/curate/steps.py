@@ -39,11 +39,12 @@ from llmpipe.curate.stages.extract import Extract
 from llmpipe.curate.stages.read import Read
 from llmpipe.curate.stages.tokenize import Tokenize
 from llmpipe.curate.workdir import (
+    AtomicArrowWriter,
     AtomicParquetWriter,
     WorkDir,
     delay_point,
     fault_point,
-    open_parquet,
+    iter_arrow,
     read_parquet,
     write_table_atomic,
 )
@@ -208,7 +209,7 @@ def _source_batches(
             step = ListedDrops(_load_drops(str(work.drops(g))))
         steps.append((st, step, key_file, StageCounts(st.name)))
     counts += [c for *_, c in steps]
-    for batch in open_parquet(work.docs(k - 1, i)).iter_batches(batch_size=1000):
+    for batch in iter_arrow(work.docs(k - 1, i), batch_size=1000):
         for st, step, key_file, c in steps:
             batch = step.run(st.annotate(batch, key_file, c), c)
             if not batch.num_rows:
@@ -286,7 +287,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     bad = QuarantineWriter(work.quarantine(i), job.keys[job.parts[i].file])  # source: set per piece
     doc_stages = [st for st in seg.doc_stages if k > 0 or st not in before_extract(seg.doc_stages)]
     stage_counts = [StageCounts(s.name) for s in doc_stages]
-    docs_out = AtomicParquetWriter(work.docs(k, i))
+    docs_out = AtomicArrowWriter(work.docs(k, i))
     keys_out = [(gs, AtomicParquetWriter(work.keys(g, i))) for g, gs in seg.ends_with]
     rows = job.config.read.batch_size
     for batch in coalesce(_source_batches(job, work, k, i, seg, counts, bad), rows, COALESCE_BYTES):
@@ -345,8 +346,8 @@ def tokenize_input(job: Job, k_last: int, i: int, tokenizer_path: str) -> dict[s
         return json.loads(marker.read_text())
     step = Tokenize(_tokenizer(tokenizer_path))
     counts = StageCounts(step.name)
-    writer = AtomicParquetWriter(work.tokens(i))
-    for batch in open_parquet(work.docs(k_last, i)).iter_batches(batch_size=1000):
+    writer = AtomicArrowWriter(work.tokens(i))
+    for batch in iter_arrow(work.docs(k_last, i), batch_size=1000):
         writer.write(step.run(batch, counts))
     step.tokenizer.clear_cache()  # reused across this input's batches; not held into the next phase
     writer.commit(Tokenize.schema)

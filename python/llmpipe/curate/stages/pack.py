@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from llmpipe.curate.stage import StageCounts
-from llmpipe.curate.workdir import open_parquet
+from llmpipe.curate.workdir import iter_arrow
 from llmpipe.data.format import TOKENIZER_FILE
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class Packing:
         """Pack the documents of one token file (a few at a time: the tokenize step writes row groups
         of 1,000, so memory does not grow with the input, nor with the size of its parts)."""
         counts = self.counts
-        for batch in open_parquet(path).iter_batches(batch_size=BATCH_DOCS, columns=["tokens"]):
+        for batch in iter_arrow(path, batch_size=BATCH_DOCS, columns=["tokens"]):
             col = batch.column("tokens")
             offsets = col.offsets.to_numpy().astype(np.int64)
             flat = col.values.to_numpy(zero_copy_only=False)

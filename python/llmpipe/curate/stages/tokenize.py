@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from llmpipe.buffers import string_buffers
 from llmpipe.curate.stage import StageCounts, apply_reasons, word_counts
-from llmpipe.curate.workdir import open_parquet
+from llmpipe.curate.workdir import iter_arrow
 
 if TYPE_CHECKING:
     from llmpipe.curate.settings import TokenizerConfig
@@ -102,5 +102,5 @@ def reserved_ids(tokenizer_file: Path, names: Sequence[str], where: str) -> dict
 
 def _text_columns(docs: Sequence[Path]) -> Iterator[pa.ChunkedArray | pa.Array]:
     for path in docs:
-        for batch in open_parquet(path).iter_batches(batch_size=1000, columns=["text"]):
+        for batch in iter_arrow(path, batch_size=1000, columns=["text"]):
             yield batch.column("text")
