@@ -207,21 +207,22 @@ def test_curate_tokenizer_sample_is_the_first_documents_in_budget(tmp_path: Path
     byte, the one trained on a file of exactly that text (documents with inner, trailing and no
     newlines, trailing blanks, CRLF, empty ones)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
     from llmpipe.curate.settings import TokenizerConfig
     from llmpipe.curate.stages.tokenize import TrainTokenizer
+    from llmpipe.curate.workdir import AtomicArrowWriter
 
     text = (data_dir / "reference" / "books" / "notre-dame-de-paris.txt").read_text(encoding="utf-8")
     paras = [p for p in text.split("\n\n") if p.strip()][:300]  # French: multi-byte characters
     odd = ["", "ends with a newline\n", "trailing blanks   ", "crlf line\r\nnext\r\n", "\n\n", "  lead"]
     paras = [x for k, p in enumerate(paras) for x in ([p, odd[k // 50]] if k % 50 == 7 else [p])]
     files = []
-    for k in range(3):  # several files, several row groups each
-        path = tmp_path / f"docs-{k}.parquet"
+    for k in range(3):  # several work files (documents as a segment writes them), several batches each
+        path = tmp_path / f"docs-{k}.arrow"
         part = paras[k * len(paras) // 3 : (k + 1) * len(paras) // 3]
-        with pq.ParquetWriter(path, pa.schema([("text", pa.large_string())])) as w:
-            for j in range(0, len(part), 25):
-                w.write_table(pa.table({"text": pa.array(part[j : j + 25], pa.large_string())}))
+        w = AtomicArrowWriter(path, pa.schema([("text", pa.large_string())]))
+        for j in range(0, len(part), 25):
+            w.write(pa.table({"text": pa.array(part[j : j + 25], pa.large_string())}))
+        w.commit()
         files.append(path)
     total = sum(len(p.encode()) + 1 for p in paras)
     logs: list[str] = []
