@@ -4,6 +4,7 @@ half-written output, no temporary file left)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -30,6 +31,19 @@ WRITERS = {
 
 def _listing(d: Path) -> list[str]:
     return sorted(p.name for p in d.rglob("*"))
+
+
+def _open_in(d: Path) -> list[str]:
+    """The files under ``d`` this process holds open."""
+    held = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        if target.startswith(str(d)):
+            held.append(target)
+    return held
 
 
 def test_write_table_atomic_writes_whole_file(tmp_path: Path) -> None:
@@ -80,7 +94,9 @@ def test_writer_commit_and_abort(tmp_path: Path, kind: str) -> None:
     w = writer(out)
     for b in TABLE.to_batches(max_chunksize=1):
         w.write(b)
+    assert _open_in(tmp_path) == [str(w.tmp)]
     w.commit()
+    assert _open_in(tmp_path) == []  # closed when committed, not when collected
     assert read(out).equals(TABLE) and _listing(tmp_path) == [f"w.{kind}"]
 
 
