@@ -210,3 +210,31 @@ def test_streaming_a_work_file_holds_one_row_group_not_the_file(tmp_path: Path) 
     assert rows == 4000
     assert peak < size / 10, (peak, size)
     assert open_parquet(path).read(columns=["id"]).column("id")[3999].as_py() == "39-99"
+
+
+def test_a_damaged_arrow_work_file_is_one_clear_error(tmp_path: Path) -> None:
+    """Work files are data: offsets that run past their buffer (or a cut file) are found before any
+    use, as one line naming the file, not a crash or garbage later."""
+    import numpy as np
+    from llmpipe.errors import InputError
+
+    path = tmp_path / "bad.arrow"
+    with AtomicArrowWriter(path) as w:
+        w.write(pa.table({"text": ["abc", "def"]}))
+        w.commit()
+    raw = path.read_bytes()
+    offsets = np.array([0, 3, 6], dtype=np.int32).tobytes()
+    assert raw.count(offsets) == 1
+    path.write_bytes(raw.replace(offsets, np.array([0, 3, 60], dtype=np.int32).tobytes()))  # past the data
+    with pytest.raises(InputError, match="bad.arrow: a damaged work file") as err:
+        list(iter_arrow(path))
+    assert "\n" not in str(err.value)
+
+    good = tmp_path / "good.arrow"
+    with AtomicArrowWriter(good) as w:
+        w.write(TABLE)
+        w.commit()
+    cut = tmp_path / "cut.arrow"
+    cut.write_bytes(good.read_bytes()[:-20])
+    with pytest.raises(InputError, match="cut.arrow: a damaged work file"):
+        list(iter_arrow(cut))

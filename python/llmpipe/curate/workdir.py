@@ -25,6 +25,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from llmpipe.data.format import atomic_write_json, sha256_file
+from llmpipe.errors import InputError
 from llmpipe.io.fs import InputPath
 
 WORK = ".llmpipe-work"
@@ -388,13 +389,28 @@ def iter_arrow(
 ) -> Iterator[pa.RecordBatch]:
     """The batches of an Arrow IPC work file, one written batch read at a time (not memory-mapped:
     a mapped file's pages would count in the reader's memory until it closed), sliced to at most
-    ``batch_size`` rows, with only ``columns`` (default: all)."""
-    with pa.OSFile(str(path)) as f:
-        reader = ipc.open_file(f)
-        for i in range(reader.num_record_batches):
-            batch = reader.get_batch(i)
-            if columns is not None:
-                batch = batch.select(list(columns))
-            step = batch_size or max(batch.num_rows, 1)
-            for at in range(0, batch.num_rows, step):
-                yield batch.slice(at, step)
+    ``batch_size`` rows, with only ``columns`` (default: all).
+
+    A work file is read as data: each batch is checked whole (offsets within their buffers, UTF-8;
+    ~0.1 ms per MB) before anything uses it, and a damaged one is an :class:`InputError`."""
+    try:
+        with pa.OSFile(str(path)) as f:
+            reader = ipc.open_file(f)
+            for i in range(reader.num_record_batches):
+                batch = reader.get_batch(i)
+                batch.validate(full=True)
+                yield from _slices(batch, batch_size, columns)
+    except pa.ArrowInvalid as e:
+        raise InputError(
+            f"{path}: a damaged work file ({e}); remove {WORK} under --out to start over"
+        ) from None
+
+
+def _slices(
+    batch: pa.RecordBatch, batch_size: int | None, columns: Sequence[str] | None
+) -> Iterator[pa.RecordBatch]:
+    if columns is not None:
+        batch = batch.select(list(columns))
+    step = batch_size or max(batch.num_rows, 1)
+    for at in range(0, batch.num_rows, step):
+        yield batch.slice(at, step)
