@@ -364,8 +364,9 @@ class AtomicArrowWriter(_AtomicWriter):
     """An Arrow IPC file written whole or not at all: the documents between segments and the token
     ids between tokenize and pack, the largest work files. They are written and read back as Arrow's
     own buffers, with no Parquet encoding either way. Replaying a 0.4 GB run's traffic of them,
-    Parquet took 2.9x the CPU (1.14 against 0.39 CPU-s, ``bench/bench_work_files.py``); the whole
-    run took ~6% less CPU and ~25% fewer page faults with Arrow IPC."""
+    Parquet took 2.5x the CPU of these files read with :func:`iter_arrow`'s validation (1.43 against
+    0.58 CPU-s, ``bench/bench_work_files.py``); the whole run took ~6% less CPU and ~25% fewer page
+    faults with Arrow IPC."""
 
     def _open(self, schema: pa.Schema) -> None:
         # the file is opened here and closed in _close: pyarrow's writer leaves a file it opened
