@@ -177,8 +177,8 @@ class LanguageFilter(Filter):
         return d
 
     def reasons(self, batch: pa.RecordBatch) -> Sequence[str | None]:
-        # one decision per distinct code, then numpy over the documents (a batch has a few dozen
-        # codes; a loop over its documents cost ~3% of a curate run's CPU)
+        # one decision per distinct code (a batch has a few dozen), then numpy over the documents,
+        # not a Python loop over them
         langs = pc.dictionary_encode(batch.column("lang"))
         decisions = [self.decision(c) for c in langs.dictionary.to_pylist()]
         idx = langs.indices.to_numpy(zero_copy_only=False)
