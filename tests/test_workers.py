@@ -222,3 +222,60 @@ def test_in_order_hands_on_each_result_once_the_ones_before_it_are_in() -> None:
     finally:
         pool.close()
     assert out == [None] * 6 and seen == list(range(6))
+
+
+FORK_SCRIPT = """
+import json, sys
+import llmpipe.curate.workdir as marked
+from llmpipe import _core
+from llmpipe.curate.executors import PoolExecutor
+from llmpipe.curate.pipeline import run_curate
+from llmpipe.curate.settings import CurateConfig
+
+def probe(n):
+    # a parallel Rust call (on the worker's thread pool), and what this process inherited
+    hashes = _core.content_hashes(["one text", "another text"] * 5000)
+    return n, getattr(marked, "MARK", None), len(hashes) == 16 * 10000
+
+def main():
+    marked.MARK = "set before the workers started"
+    if sys.argv[1] == "pool-made":
+        assert _core.claim_thread_pool(2)  # this process's Rust pool exists before the workers start
+    pool = PoolExecutor(2, progress=False, fork=True)
+    try:
+        if sys.argv[1] == "curate":  # the run starts the workers (then they run the probes too)
+            run_curate([sys.argv[2]], sys.argv[3], CurateConfig.load(sys.argv[4]), executor=pool,
+                       chunk_bytes=500_000, progress=False, log=lambda m: None)
+        out = pool.map(probe, [(j,) for j in range(4)], "probe")
+    finally:
+        pool.close()
+    print(json.dumps({"start": pool.start_method, "out": out}))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("case", ["fresh", "pool-made", "curate"])
+def test_forked_workers_share_the_imports_or_start_spawned(
+    case: str, inputs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``PoolExecutor(fork=True)``: workers forked from a process that has not made its Rust thread pool
+    see what it imported and set, and run parallel Rust work; from a process whose pool is made (its
+    threads would be missing in a child), the pool starts spawned workers instead, which work too. A
+    curate run forks its workers (the driver makes no Rust pool before they start)."""
+    d, cfg = inputs
+    script = tmp_path / "fork_probe.py"
+    script.write_text(FORK_SCRIPT)
+    args = [sys.executable, str(script), case, str(d), str(tmp_path / "out"), str(cfg)]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    forked = case != "pool-made"
+    assert got["start"] == ("fork" if forked else "spawn")
+    mark = "set before the workers started" if forked else None
+    assert got["out"] == [[j, mark, True] for j in range(4)]
+    if case == "curate":
+        _curate(d, tmp_path / "one", cfg, "--workers", "1", "--chunk-mb", "1000")
+        assert _tree(tmp_path / "out") == _tree(tmp_path / "one")

@@ -164,6 +164,9 @@ class UnionFind:
 def clean_texts(offsets: object, data: object, form: str = "NFC") -> tuple[IdBuffer, IdBuffer, int]:
     """The normalize stage's cleaning of an Arrow string column: new (int64 offsets, data), rows changed."""
 
+def claim_thread_pool(threads: int) -> bool:
+    """Make this process's Rust thread pool with ``threads`` threads; False when it exists already."""
+
 def count_bytes(data: object, byte: int) -> int:
     """How many bytes of a buffer (bytes, memoryview, numpy uint8) equal ``byte``."""
 

@@ -156,7 +156,15 @@ fn count_bytes(py: Python<'_>, data: PyBuffer<u8>, byte: u8) -> PyResult<usize> 
     Ok(enter_ok(py, || count_byte(d, byte)))
 }
 
+/// Make this process's Rust thread pool with `threads` threads, before anything else uses it; False
+/// when it exists already (made here, or inherited through fork: see `llmpipe_text::threads`).
+#[pyfunction]
+fn claim_thread_pool(threads: usize) -> bool {
+    llmpipe_text::threads::claim_global_pool(threads)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(claim_thread_pool, m)?)?;
     m.add_function(wrap_pyfunction!(parse_jsonl_block, m)?)?;
     m.add_function(wrap_pyfunction!(count_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(clean_texts, m)?)?;

@@ -6,6 +6,7 @@ pub mod clean;
 pub mod html;
 pub mod jsonl;
 pub mod swar;
+pub mod threads;
 
 use unicode_normalization::{IsNormalized, UnicodeNormalization};
 use xxhash_rust::xxh3::xxh3_128_with_seed;

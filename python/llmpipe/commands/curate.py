@@ -131,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
     out: Path | str = args.out if is_url(args.out) else Path(local_or_url(args.out))
     if args.work_dir is not None and not is_url(args.out):
         raise ConfigError("--work-dir is for a URL --out (a local --out holds its own work directory)")
-    pool = PoolExecutor(args.workers, progress=False)  # the run reports its own progress
+    # forked workers share the imports of this process (PoolExecutor: spawned where that cannot be)
+    pool = PoolExecutor(args.workers, progress=False, fork=True)  # the run reports its own progress
     executor: Executor = pool
     if args.ray:
         from llmpipe.distributed.executor import RayExecutor
