@@ -115,9 +115,13 @@ def test_frozen_weight_gets_no_gradient() -> None:
 
 
 @pytest.mark.parametrize("divisor", [1.0, 4.0])
-def test_bf16_autocast_is_the_unfused_autocast_path_within_bf16(divisor: float) -> None:
+def test_bf16_autocast_is_the_unfused_autocast_path_within_bf16(
+    divisor: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Under autocast (one rank): the matmuls in bf16, the softmax in fp32, like ``nn.Linear`` + ``.float()``;
-    with bf16 hidden states and weight and no autocast (FSDP2's bf16 parameters): the same."""
+    with bf16 hidden states and weight and no autocast (FSDP2's bf16 parameters): the same. The weight's
+    gradient is summed in fp32 from blocks of 128 of the 300 rows (the last one shorter)."""
+    monkeypatch.setattr("llmpipe.train.loss.VOCAB_BLOCK", 128)
     hidden, weight, target = problem(torch.float32, n=513, dim=64, vocab=300)
 
     def full(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

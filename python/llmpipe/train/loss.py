@@ -33,6 +33,8 @@ from llmpipe.train.model import LayerRange
 IGNORE_INDEX = -100
 #: rows of the logits computed at once: 1024 x 128,256 ids is 0.5 GiB in fp32 (plus 0.25 GiB in bf16)
 CHUNK_TOKENS = 1024
+#: rows of the weight's gradient added at once from a bf16 product into its fp32 sum (64 MiB at dim 2048)
+VOCAB_BLOCK = 16384
 
 
 def _loss_and_grads(
@@ -58,27 +60,32 @@ def _loss_and_grads(
         t = target[start : start + chunk_tokens]
         keep = t != IGNORE_INDEX
         col = torch.where(keep, t, 0).unsqueeze(1)  # an ignored row reads column 0, then counts zero
-        logits = (h @ w.T).to(acc)  # [chunk, vocab]: the output layer in dtype, the rest in fp32
+        # [chunk, vocab]: the output layer in dtype, the rest in fp32, in place (one fp32 buffer)
+        z = (h @ w.T).to(acc)
         if divisor != 1.0:
-            logits.div_(divisor)
-        lse = torch.logsumexp(logits, dim=1)
-        picked = logits.gather(1, col).squeeze(1)
+            z.div_(divisor)
+        picked = z.gather(1, col).squeeze(1)
+        top = z.amax(dim=1, keepdim=True)
+        z.sub_(top).exp_()  # exp(logit - max)
+        total = z.sum(dim=1, keepdim=True)
+        lse = (top + total.log()).squeeze(1)
         loss += torch.where(keep, lse - picked, 0.0).sum()
         if gh is None and gw is None:
             continue
-        # d loss / d logits = softmax - one_hot(target) on the kept rows, in the logits' memory; then
-        # through the divisor, and in dtype for the two matmuls as the unfused output layer's backward
-        g = logits.sub_(lse.unsqueeze(1)).exp_()
-        g.scatter_add_(1, col, torch.full_like(col, -1, dtype=g.dtype))
-        g.mul_((keep.to(acc) / divisor).unsqueeze(1))
-        g = g.to(dtype)
+        # d loss / d logits = softmax - one_hot(target) on the kept rows, through the divisor; in dtype
+        # for the two matmuls, as the unfused output layer's backward
+        row = (keep.to(acc) / divisor).unsqueeze(1)
+        z.mul_(row / total).scatter_add_(1, col, -row)
+        g = z.to(dtype)
+        del z  # with dtype bf16: the fp32 buffer freed before the matmuls
         if gh is not None:
             gh[start : start + chunk_tokens] = g @ w
         if gw is not None:
             if dtype == gw.dtype:
                 gw.addmm_(g.T, h)
-            else:  # the bf16 product, accumulated over the chunks in fp32
-                gw += g.T @ h
+            else:  # the bf16 product a block of the vocabulary at a time (a bounded temporary), in fp32
+                for v in range(0, gw.shape[0], VOCAB_BLOCK):
+                    gw[v : v + VOCAB_BLOCK] += g[:, v : v + VOCAB_BLOCK].T @ h
     return loss, gh, gw
 
 
