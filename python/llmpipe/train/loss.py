@@ -11,12 +11,15 @@ the compute dtype (the autocast dtype, else the inputs'), the log-sum-exp and th
 at once, as Liger-Kernel's FusedLinearCrossEntropy does, its share of the gradients with respect to the
 hidden states and the weight: the chunk's logits are freed before the next chunk's. The backward only
 multiplies the stored gradients by the loss's gradient. The cost is those gradients held from forward to
-backward (``[tokens, dim]`` and ``[vocab, dim]`` in fp32) instead of the logits.
+backward (``[tokens, dim]`` and ``[vocab, dim]`` in fp32) instead of the logits. Computing the gradients
+in the forward keeps the output layer's three matmuls of the unfused path; recomputing each chunk's
+logits in the backward instead would add a fourth (a third more of the output layer's FLOPs).
 
-Computing the gradients in the forward means they are computed before fp16's loss scale is applied: the
-trainer refuses ``model.fused_loss`` with ``parallel.mixed_precision=fp16`` (train/config.py), as it
-refuses the layouts whose loss does not go through ``forward_backward``'s call (pipeline stages, tensor
-parallel's sharded output layer) and the encoders (an output bias, or a scaled tied output).
+The gradients are computed before fp16's loss scale is applied, so the trainer refuses
+``model.fused_loss`` with ``parallel.mixed_precision=fp16`` (train/config.py), as it refuses the
+layouts whose loss does not go through ``forward_backward``'s call (pipeline stages, tensor parallel's
+sharded output layer), the encoders (an output bias, or a scaled tied output) and qat (the output
+layer's fake quantizer).
 """
 
 from __future__ import annotations
