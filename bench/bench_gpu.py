@@ -1,11 +1,14 @@
 """Training throughput on one device: tokens/s, MFU and peak memory of the trainer's step for the gpt2-124m
-and llama-1b configs at their sequence lengths, with and without document masking, torch.compile and
-float8. Prints one table with the device name; the ratio column is each variant's tokens/s over the
-first row's (the same config, plain causal SDPA, no compile, no float8) measured in the same run.
+and llama-1b configs at their sequence lengths, with and without document masking, torch.compile, float8
+and the fused (chunked) output layer + loss. Prints one table with the device name; the ratio column is
+each variant's tokens/s over the first row's (the same config, plain causal SDPA, no compile, no float8)
+measured in the same run. A ``+fusedce`` variant is measured at the same batch as its peer: its memory
+saving shows in the peak memory column (and would allow a larger ``--batch-size``).
 
     python bench/bench_gpu.py                              # both configs, every variant the device runs
     python bench/bench_gpu.py --config configs/train/llama-1b.yaml --steps 30
     python bench/bench_gpu.py --quick                      # the tiny config on CPU: checks the script
+    python bench/bench_gpu.py --config configs/train/llama-1b.yaml --variants causal+compile-ac,causal+compile+fusedce-ac
 
 The step is the trainer's own: ``forward_backward`` over ``--grad-accum`` micro-batches (bf16 autocast on
 one device, as a single-rank run), gradient clipping and AdamW (fused on CUDA), the blocks compiled in
@@ -53,21 +56,25 @@ class Variant:
     compile: bool
     float8: bool
     checkpointing: bool | None = None  # activation checkpointing; None: as the config says
+    fused_ce: bool = False  # model.fused_loss: the output layer and the loss by chunks (train/loss.py)
 
     @property
     def name(self) -> str:
         mask = f"doc mask ({self.attention})" if self.doc_mask else "causal"
         ac = {None: "", True: " + AC", False: " - AC"}[self.checkpointing]
-        return f"{mask}{' + compile' if self.compile else ''}{' + float8' if self.float8 else ''}{ac}"
+        flags = (" + compile", self.compile), (" + float8", self.float8), (" + fused CE", self.fused_ce)
+        return mask + "".join(text for text, on in flags if on) + ac
 
     @classmethod
     def parse(cls, key: str) -> Variant:
-        """``causal|sdpa|flex`` then any of ``+compile``, ``+float8``, ``+ac``, ``-ac``: ``flex+compile-ac``."""
+        """``causal|sdpa|flex`` then any of ``+compile``, ``+float8``, ``+fusedce``, ``+ac``, ``-ac``:
+        ``flex+compile-ac``, ``causal+compile+fusedce-ac``."""
         parts = re.findall(r"[+-]?[a-z0-9]+", key)
         mask, flags = parts[0], set(parts[1:])
-        if mask not in ("causal", "sdpa", "flex") or not flags <= {"+compile", "+float8", "+ac", "-ac"}:
+        known = {"+compile", "+float8", "+fusedce", "+ac", "-ac"}
+        if mask not in ("causal", "sdpa", "flex") or not flags <= known:
             raise SystemExit(
-                f"bench_gpu: unknown variant {key!r} (causal|sdpa|flex, +compile, +float8, +ac, -ac)"
+                f"bench_gpu: unknown variant {key!r} (causal|sdpa|flex, +compile, +float8, +fusedce, +ac, -ac)"
             )
         ac = True if "+ac" in flags else False if "-ac" in flags else None
         return cls(
@@ -76,6 +83,7 @@ class Variant:
             "+compile" in flags,
             "+float8" in flags,
             ac,
+            "+fusedce" in flags,
         )
 
 
@@ -96,7 +104,9 @@ def run_config(
 ) -> dict[str, Any]:
     cfg = dataclasses.replace(
         cfg,
-        model=dataclasses.replace(cfg.model, doc_mask=variant.doc_mask, attention=variant.attention),
+        model=dataclasses.replace(
+            cfg.model, doc_mask=variant.doc_mask, attention=variant.attention, fused_loss=variant.fused_ce
+        ),
         parallel=dataclasses.replace(
             cfg.parallel,
             compile=variant.compile,
@@ -136,7 +146,8 @@ def run_config(
     accum = args.grad_accum or cfg.train.grad_accum
 
     def step() -> None:  # one optimizer step over ``accum`` micro-batches (the same one: speed is the same)
-        forward_backward(model, [batch] * accum, float(b * n * accum), 1, amp=amp)  # type: ignore[arg-type]
+        tokens, fused = float(b * n * accum), cfg.model.fused_loss
+        forward_backward(model, [batch] * accum, tokens, 1, amp=amp, fused_loss=fused)  # type: ignore[arg-type]
         clip_grad_norm(model, cfg.optim.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -209,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--doc-len", type=int, default=512, help="mean document length with document masking")
     p.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for MFU (0: by device name)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    p.add_argument("--variants", default="", help=f"comma-separated (default: {DEFAULT_VARIANTS})")
+    p.add_argument(
+        "--variants",
+        default="",
+        help=f"comma-separated, e.g. causal,causal+fusedce (default: {DEFAULT_VARIANTS})",
+    )
     p.add_argument("--profile", type=Path, help="write a torch profiler table and trace of one variant here")
     p.add_argument("--profile-variant", default="causal+compile", help="the variant --profile records")
     args = p.parse_args(argv)

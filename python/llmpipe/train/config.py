@@ -432,10 +432,31 @@ def validate_encoder(cfg: RunConfig) -> None:
             raise ConfigError(f"model.arch=encoder does not run with {what}")
 
 
+def validate_fused_loss(cfg: RunConfig) -> None:
+    """``model.fused_loss`` replaces the output layer and the loss of ``forward_backward`` (train/loss.py):
+    refused where the loss is computed elsewhere or the output layer is not a plain decoder's matrix."""
+    if not cfg.model.fused_loss:
+        return
+    unsupported = [
+        (cfg.model.arch != "decoder", f"model.arch={cfg.model.arch} (the decoder's output layer only)"),
+        (cfg.parallel.pp > 1, "parallel.pp > 1 (the last pipeline stage computes its loss on the logits)"),
+        (cfg.parallel.tp > 1, "parallel.tp > 1 (the output layer is sharded over the vocabulary)"),
+        (
+            cfg.parallel.mixed_precision == "fp16",
+            "parallel.mixed_precision=fp16 (its gradients are computed before the loss scale; use bf16)",
+        ),
+        (cfg.qat.scheme != "none", "qat (the output layer's fake quantizer is in the forward it skips)"),
+    ]
+    for bad, what in unsupported:
+        if bad:
+            raise ConfigError(f"model.fused_loss does not run with {what}")
+
+
 def validate(cfg: RunConfig) -> None:
     validate_mixture(cfg.data)
     validate_lora(cfg)
     validate_encoder(cfg)
+    validate_fused_loss(cfg)
     checks = [
         (cfg.train.steps > 0, "train.steps must be positive"),
         (cfg.train.grad_accum > 0, "train.grad_accum must be positive"),

@@ -56,6 +56,9 @@ class ModelConfig:
     # a Llama-format HF checkpoint directory to continue from (train/init_from.py)
     init_from: str | None = None
     moe: MoEConfig = field(default_factory=MoEConfig)  # mixture of experts (train/moe.py); experts 0: dense
+    # training computes the output layer and the loss together, a chunk of tokens at a time, so the
+    # [tokens, vocab] logits never exist (train/loss.py); the decoder only. Evaluation is unchanged.
+    fused_loss: bool = False
 
     def __post_init__(self) -> None:
         if self.arch == "encoder" and (self.mup_base_dim or self.init_from or self.kv_heads != self.n_heads):
@@ -275,9 +278,13 @@ class LayerRange(nn.Module):
         """(index in the whole model, block), in order."""
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, doc_ids: torch.Tensor | None = None, *, return_hidden: bool = False
+    ) -> torch.Tensor:
         """tokens [B, L] (with the embedding) or hidden states [B, L, dim] -> logits [B, L, vocab] (fp32;
-        with the output layer) or hidden states. ``doc_ids`` masks attention across documents."""
+        with the output layer) or hidden states. ``doc_ids`` masks attention across documents.
+        ``return_hidden``: the final norm's output [B, L, dim] instead of the logits (the fused loss
+        applies the output layer itself, train/loss.py)."""
         n = x.shape[1]
         rope = self.rope[:, :n]
         mask: AttnMask = None
@@ -297,6 +304,8 @@ class LayerRange(nn.Module):
                 h = block(h, rope, mask)
         if self.norm is None or self.output is None:
             return h
+        if return_hidden:
+            return self.norm(h)
         logits = self.output(self.norm(h)).float()
         if self.cfg.mup_base_dim:  # muP's output multiplier: logits / width_mult
             logits = logits / self.cfg.width_mult

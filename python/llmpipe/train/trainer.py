@@ -25,6 +25,7 @@ from llmpipe.errors import LlmpipeError
 from llmpipe.train.checkpoint import Checkpointer
 from llmpipe.train.config import RunConfig
 from llmpipe.train.guard import SpikeGuard, TrainingDiverged
+from llmpipe.train.loss import output_cross_entropy
 from llmpipe.train.metrics import MetricsWriter, Throughput, peak_memory_mib
 from llmpipe.train.mlm import Masker
 from llmpipe.train.moe import RoutingMonitor
@@ -68,12 +69,15 @@ def forward_backward(
     amp: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     grad_scale: float = 1.0,
     loss_ctx: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    fused_loss: bool = False,
 ) -> torch.Tensor:
     """Accumulate gradients of the mean loss over all ``global_tokens`` target tokens of the step
     (every rank, every micro-batch). FSDP averages gradients over the data-parallel ranks, context-
     parallel ones included (``world_size`` here), so each rank's summed loss is scaled by world_size / global_tokens.
-    ``grad_scale`` multiplies the backward loss only (fp16 loss scaling). Returns this rank's summed loss
-    (fp64, on the device) without a host sync, so a GPU never waits here."""
+    ``grad_scale`` multiplies the backward loss only (fp16 loss scaling). ``fused_loss``
+    (model.fused_loss): the decoder returns its final hidden states and the loss applies the output
+    layer a chunk of tokens at a time (train/loss.py). Returns this rank's summed loss (fp64, on the
+    device) without a host sync, so a GPU never waits here."""
     if isinstance(global_tokens, torch.Tensor):
         norm = world_size / global_tokens.clamp(min=1).float()
     else:
@@ -81,11 +85,15 @@ def forward_backward(
     loss_sum = torch.zeros((), dtype=torch.float64, device=batches[0].input.device)
     for b in batches:
         with amp():  # forward only; backward runs outside autocast
-            logits = model(*model_args(b))
+            if fused_loss:  # the output layer's matmuls in autocast's dtype: inside amp
+                loss = output_cross_entropy(model, model(*model_args(b), return_hidden=True), b.target)
+            else:
+                logits = model(*model_args(b))
         with loss_ctx():  # loss parallel: the loss and its backward on vocabulary-sharded logits
-            loss = F.cross_entropy(
-                logits.flatten(0, 1), b.target.long().flatten(), ignore_index=-100, reduction="sum"
-            )
+            if not fused_loss:
+                loss = F.cross_entropy(
+                    logits.flatten(0, 1), b.target.long().flatten(), ignore_index=-100, reduction="sum"
+                )
             loss = loss * scale
             backward = loss
             aux = moe_aux_loss(model)  # MoE load balancing: per sequence, to the mean per sequence
@@ -210,8 +218,9 @@ class Trainer:
             loss_sum = self.pipeline.train_batches(batches, norm_t, self._loss_scale(), gs)
         else:
             ctx = functools.partial(loss_context, self.cfg.parallel)
+            fused = self.cfg.model.fused_loss
             loss_sum = forward_backward(
-                self.model, batches, tokens, lay.fsdp, self._loss_scale(), amp, gs, ctx
+                self.model, batches, tokens, lay.fsdp, self._loss_scale(), amp, gs, ctx, fused_loss=fused
             )
         self._inject_overflow()
         params = [p for p in self.model.parameters() if p.grad is not None]
