@@ -47,7 +47,7 @@ part environment 40 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_ver
 part cuda-tests 300 "$PY" -m pytest -q -s -p no:cacheprovider --timeout=280 tests/train/test_cuda.py \
   -k "${TESTS_K:-}"
 part bench-llama-1b 180 "$PY" bench/bench_gpu.py --config configs/train/llama-1b.yaml --steps 10 --warmup 3 \
-  --variants "${LLAMA_VARIANTS:-causal,causal+compile,causal+compile-ac,flex+compile-ac,causal+compile+float8-ac}" \
+  --variants "${LLAMA_VARIANTS:-causal,causal+compile,causal+compile-ac,flex+compile-ac,causal+compile+float8-ac,causal+compile+fusedce-ac}" \
   --profile "$OUT_DIR" --profile-variant "${PROFILE_VARIANT:-causal+compile-ac}"
 part bench-gpt2-124m 120 "$PY" bench/bench_gpu.py --config configs/train/gpt2-124m.yaml --steps 10 --warmup 3 \
   --batch-size "${GPT2_BATCH:-0}" --variants "${GPT2_VARIANTS:-causal,causal+compile,flex+compile,causal+compile+float8}"

@@ -78,15 +78,20 @@ def test_parameter_count_matches_the_trainer_model() -> None:
 
 
 @pytest.mark.parametrize(
-    ("config", "vocab", "seq_len", "batch"),
-    [("tiny.yaml", 512, 64, 8), ("gpt2-124m.yaml", 50257, 128, 2)],
+    ("config", "vocab", "seq_len", "batch", "fused"),
+    [
+        ("tiny.yaml", 512, 64, 8, False),
+        ("gpt2-124m.yaml", 50257, 128, 2, False),
+        ("gpt2-124m.yaml", 50257, 1024, 2, True),  # model.fused_loss: no logits (train/loss.py)
+    ],
 )
 def test_memory_estimate_within_20_percent_of_the_measured_peak(
-    config: str, vocab: int, seq_len: int, batch: int
+    config: str, vocab: int, seq_len: int, batch: int, fused: bool
 ) -> None:
     """One training step of the trainer's model and optimizer under torch's MemTracker (CPU, fp32)."""
     import torch
     from llmpipe.train.config import load_config
+    from llmpipe.train.loss import output_cross_entropy
     from llmpipe.train.model import Transformer
     from torch.distributed._tools.mem_tracker import MemTracker
 
@@ -104,8 +109,12 @@ def test_memory_estimate_within_20_percent_of_the_measured_peak(
     tracker.track_external(model, opt)
     with tracker:
         for _ in range(2):  # the second step has the optimizer states
-            logits = model(x)
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x.flatten())
+            if fused:
+                loss = output_cross_entropy(model, model(x, return_hidden=True), x)
+                logits = None
+            else:
+                logits = model(x)
+                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x.flatten())
             loss.backward()
             opt.step()
             opt.zero_grad()
@@ -115,10 +124,22 @@ def test_memory_estimate_within_20_percent_of_the_measured_peak(
     shape = ModelShape.of(cfg)
     plan = estimate(
         PlanInput(
-            model=shape, precision="fp32", strategy="ddp", seq_len=seq_len, micro_batch=batch, device="cpu"
+            model=shape,
+            precision="fp32",
+            strategy="ddp",
+            seq_len=seq_len,
+            micro_batch=batch,
+            device="cpu",
+            fused_loss=fused,
         )
     )
     est = plan.total_gb * 1e9
+    print(
+        config,
+        seq_len,
+        "fused" if fused else "",
+        f"planned {est / 1e9:.3f} GB, measured {measured / 1e9:.3f} GB",
+    )
     assert abs(est - measured) / measured < 0.20, (config, est, measured)
 
 

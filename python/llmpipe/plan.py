@@ -246,6 +246,7 @@ class PlanInput:
     pp_schedule: PipelineSchedule = "1f1b"
     stages_per_rank: int = 0  # 0: 1, or 2 for interleaved_1f1b
     loss_parallel: bool = False  # tp: vocabulary-sharded logits
+    fused_loss: bool = False  # model.fused_loss: the output layer and the loss by chunks, no logits
     ep: int = 1  # expert-parallel ranks (a mixture of experts: the routed experts split over them)
 
 
@@ -374,7 +375,12 @@ def activation_bytes(p: PlanInput, micro_batch: int) -> float:
     layer = scale * (s * b * m.dim * (12 + 4 * kv_ratio) + s * b * m.hidden * 8) / p.tp
     if p.cp > 1:  # the all-gathered keys and values (heads repeated) that attention keeps
         layer += scale * 4 * p.seq_len * b * m.dim / p.tp
-    head = scale * 2 * s * b * m.dim / p.tp + 8.0 * s * b * m.vocab_size / (p.tp if p.loss_parallel else 1)
+    if p.fused_loss:  # the final norm's output, and the fp32 gradients the loss computes in forward
+        head = scale * 2 * s * b * m.dim + 4.0 * s * b * m.dim + 4.0 * m.vocab_size * m.dim
+    else:
+        head = scale * 2 * s * b * m.dim / p.tp + 8.0 * s * b * m.vocab_size / (
+            p.tp if p.loss_parallel else 1
+        )
     if p.activation_checkpointing:
         return in_flight * layers * scale * 2 * s * b * m.dim / p.tp + layer + head
     return in_flight * layers * layer + head
@@ -465,10 +471,16 @@ def _optimizer_step_temporaries(p: PlanInput, n: float, of: int) -> float:
     return 2 * 4.0 * n * trainable / of
 
 
+#: tokens whose logits the fused loss computes at once (train/loss.py)
+LOSS_CHUNK_TOKENS = 1024
+
+
 def _loss_temporaries(p: PlanInput, micro_batch: int) -> float:
     """The loss gradient of one (pipeline) micro-batch (this cp rank's positions); vocabulary-sharded
-    under loss parallel."""
+    under loss parallel. The fused loss: one chunk's fp32 logits and their gradient in 16 bits."""
     b = micro_batch / _microbatches(p) if p.pp > 1 else micro_batch
+    if p.fused_loss:
+        return 6.0 * min(LOSS_CHUNK_TOKENS, p.seq_len / p.cp * b) * p.model.vocab_size
     return 8.0 * p.seq_len / p.cp * b * p.model.vocab_size / (p.tp if p.loss_parallel else 1)
 
 
@@ -703,6 +715,7 @@ def plan_for_run(
             pp_schedule=p.pp_schedule,
             stages_per_rank=p.pp_stages_per_rank,
             loss_parallel=p.loss_parallel,
+            fused_loss=cfg.model.fused_loss,
             ep=p.ep,
             device=device,
             fused_optimizer=cfg.optim.fused is True,

@@ -117,6 +117,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--cpu-offload", action="store_true", help="optimizer states in host memory")
     p.add_argument("--fused-optimizer", action="store_true", help="fused AdamW (no step temporaries)")
+    p.add_argument(
+        "--fused-loss",
+        action="store_true",
+        help="model.fused_loss: the output layer and the loss by chunks (no logits; default: the config's)",
+    )
     p.add_argument("--seq-len", type=int, default=0, metavar="L")
     p.add_argument("--micro-batch", type=int, default=0, metavar="B", help="sequences per GPU per step")
     p.add_argument("--activation-checkpointing", action="store_true")
@@ -162,13 +167,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def run(args: argparse.Namespace) -> int:
     seq_len = args.seq_len
+    fused_loss = args.fused_loss
     if args.config is not None:
         model = load_train_config(args.config).model
+        fused_loss = fused_loss or model.fused_loss
         model.arch = getattr(args, "arch", None) or model.arch
         shape = ModelShape.of(model, args.vocab_size or model.vocab_size or 32000)
         seq_len = seq_len or model.max_seq_len or 0
     else:
         shape = ModelShape(int(args.params))
+    if fused_loss and (args.tp > 1 or args.pp > 1):
+        raise ConfigError("--fused-loss does not run with --tp or --pp above 1 (the trainer refuses it)")
     if args.micro_batch and not seq_len:
         raise ConfigError("--micro-batch needs --seq-len (or a config with model.max_seq_len)")
     peak = args.peak_tflops or PEAK_TFLOPS[args.gpu or "h100"]
@@ -204,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
             pp_schedule=args.pp_schedule,
             stages_per_rank=args.stages_per_rank,
             loss_parallel=args.loss_parallel,
+            fused_loss=fused_loss,
             ep=args.ep,
             optimal_tokens=optimal_tokens,
         )
