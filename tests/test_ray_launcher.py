@@ -85,6 +85,18 @@ def _raylets(mark: str) -> list[int]:
     return out
 
 
+def _ray_state(temp_dir: Path) -> str:
+    """For a failure message: the raylets on this machine (with their GCS) and the last lines of this
+    cluster's GCS and raylet logs."""
+    lines = ["", "-- raylets on this machine:"]
+    lines += [c[:300] for _, c in procs().values() if "/raylet " in c or c.startswith("raylet ")]
+    for log in sorted(temp_dir.glob("session_*/logs/*")):
+        if log.is_file() and log.name.split(".")[0] in ("gcs_server", "raylet", "monitor"):
+            tail = log.read_text(errors="replace").splitlines()[-15:]
+            lines += [f"-- {log.relative_to(temp_dir)}:", *tail]
+    return "\n".join(lines)
+
+
 @contextlib.contextmanager
 def _restored(*paths: Path) -> Iterator[None]:
     """Put these files back as they were (or remove them) afterwards."""
@@ -172,9 +184,11 @@ def test_ray_up_submit_down_over_ssh(data_dir: Path, tmp_path: Path) -> None:
             # raylet is waited for; fixed agent ports, so the raylet does not abort the node waiting
             # for an agent to report the port it bound)
             test_env = " ".join(f"{k}={v}" for k, v in RAY_TEST_ENV.items())
+            # RAY_ADDRESS: `--ray auto` would otherwise pick any raylet's cluster on this machine (Ray
+            # scans the process table), and another cluster may be up while this test runs
             activate = (
                 f"export PATH={t}/bin:{BIN}:$PATH VIRTUAL_ENV={BIN.parent} RAY_USAGE_STATS_ENABLED=0 "
-                f"{test_env} LLMPIPE_REPO={ROOT}  # {mark}"
+                f"RAY_ADDRESS=127.0.0.1:{gport} {test_env} LLMPIPE_REPO={ROOT}  # {mark}"
             )
             cfg |= {
                 "cluster_name": name,
@@ -217,7 +231,7 @@ def test_ray_up_submit_down_over_ssh(data_dir: Path, tmp_path: Path) -> None:
                 "submit", str(yaml_path), str(entry), "--", *inputs,
                 "--out", str(out), "--config", str(tmp_path / "small.yaml"), "--quiet",
             )  # fmt: skip
-            assert sub.returncode == 0, sub.stdout + sub.stderr
+            assert sub.returncode == 0, sub.stdout + sub.stderr + _ray_state(t / "raytmp")
             down = run("down", "-y", str(yaml_path))
             assert down.returncode == 0, down.stdout + down.stderr
 
