@@ -162,6 +162,9 @@ def run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             log=lambda m: print(m, file=sys.stderr if os.environ.get("LLMPIPE_LOG_STDERR") else sys.stdout),
         )
+    except BaseException:
+        pool.close(abort=True)  # Ctrl-C or an error stops the workers now, not after their tasks
+        raise
     finally:
         pool.close()
     return 0

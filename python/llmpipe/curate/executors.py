@@ -167,8 +167,13 @@ class PoolExecutor:
             raise
         return out
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
+        """Stop the workers once their running tasks end; ``abort``: now, killing them mid-task (on
+        Ctrl-C or an error: a task can run for many seconds, and a re-run redoes an unfinished one)."""
         if self._pool is not None:
+            if abort:
+                for proc in list(self._pool._processes.values()):
+                    proc.kill()
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
 
