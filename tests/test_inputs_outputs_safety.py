@@ -85,6 +85,72 @@ def test_item3_symlink_outside_inputs_is_not_read(
     assert not any("outside the inputs" in s for s in stats["inputs"]["skipped"])
 
 
+def test_glob_matches_are_held_to_the_globs_directory(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A glob names the directory it starts from: a match that is a symlink out of it (a file, or a
+    directory the glob would walk) is skipped and listed as a walk of that directory would do."""
+    d, secret = tmp_path / "crawl", tmp_path / "secret"
+    (d / "sub").mkdir(parents=True)
+    secret.mkdir()
+    (d / "a.txt").write_bytes(_docs(data_dir, 0, 20))
+    secret_docs = _docs(data_dir, 100, 15)
+    (secret / "shadow.txt").write_bytes(secret_docs)
+    (d / "evil.txt").symlink_to(secret / "shadow.txt")
+    (d / "sub" / "etc").symlink_to(secret)  # a directory link matched by sub/*
+    (d / "same.txt").symlink_to(d / "a.txt")  # inside the glob's directory: read (once)
+    secret_text = json.loads(secret_docs.splitlines()[0])["text"][:80]
+    for pattern, skipped_name, docs in ((d / "*.txt", "evil.txt", 20), (d / "sub" / "*", "sub/etc", 0)):
+        out = tmp_path / f"o-{docs}"
+        rc, log, err = _curate(
+            capsys, str(pattern), *([str(d / "a.txt")] if not docs else []), "--out", str(out)
+        )
+        assert rc == 0, err
+        stats = json.loads((out / "stats.json").read_text())
+        assert stats["retention"]["docs_in"] == 20
+        why = f"{d / skipped_name}: a symlink to {secret}"
+        assert any(s.startswith(why) and "outside the inputs" in s for s in stats["inputs"]["skipped"]), stats
+        assert f"skipped {why}" in log
+        for f in ("stats.json", "report.html", "quarantine.jsonl"):
+            assert secret_text not in (out / f).read_text()
+    # only links out: one line that says why nothing was read
+    rc, _, err = _curate(capsys, str(d / "sub" / "*"), "--out", str(tmp_path / "o-none"))
+    assert "the inputs hold no files" in _one_line(rc, err) and "outside the inputs" in err
+    # the user lets links lead anywhere
+    rc, _, err = _curate(capsys, str(d / "*.txt"), "--out", str(tmp_path / "o-follow"), "--follow-symlinks")
+    stats = json.loads((tmp_path / "o-follow" / "stats.json").read_text())
+    assert rc == 0 and stats["retention"]["docs_in"] == 20 + secret_docs.count(b"\n"), err
+
+
+def test_names_that_are_not_utf8_are_listed_not_read(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.jsonl").write_bytes(_docs(data_dir, 0, 20))
+    bad = os.path.join(os.fsencode(d), b"bad\xffname.jsonl")  # a Latin-1 name on a UTF-8 system
+    with open(bad, "wb") as f:
+        f.write(_docs(data_dir, 40, 10))
+    os.mkdir(os.path.join(os.fsencode(d), b"dir\xe9"))
+    with open(os.path.join(os.fsencode(d), b"dir\xe9", b"b.jsonl"), "wb") as f:
+        f.write(_docs(data_dir, 60, 10))
+    rc, log, err = _curate(capsys, str(d), "--out", str(tmp_path / "o"))
+    assert rc == 0, err
+    stats = json.loads((tmp_path / "o" / "stats.json").read_text())
+    assert stats["retention"]["docs_in"] == 20
+    for shown in (f"{d}/bad\\xffname.jsonl", f"{d}/dir\\xe9"):
+        assert f"{shown}: the name is not valid UTF-8" in " ".join(stats["inputs"]["skipped"]), stats
+        assert f"skipped {shown}: the name is not valid UTF-8" in log
+    for arg in (os.fsdecode(bad), str(d / "*.jsonl")):  # named: one line; matched by a glob: listed
+        rc, log, err = _curate(capsys, arg, "--out", str(tmp_path / "o2"))
+        if "*" in arg:
+            assert rc == 0 and "bad\\xffname.jsonl: the name is not valid UTF-8" in log, err
+        else:
+            assert "bad\\xffname.jsonl: the name is not valid UTF-8" in _one_line(rc, err)
+    assert main(["quality", "check", str(d)]) == 0  # the same discovery: the name is left out
+    assert "quality: skipped " in capsys.readouterr().err  # listed, as curate lists it
+
+
 def test_item4_every_skipped_input_is_listed_and_fifos_devices_are_refused(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

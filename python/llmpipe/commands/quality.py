@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,10 +96,13 @@ def iter_texts(inputs: list[str], chunk_lines: int = 0) -> Iterator[str]:
     """Document texts of the inputs (any format `llmpipe curate` reads); bad records are skipped."""
     from llmpipe.curate.steps import read_documents
     from llmpipe.io.config import ReadConfig
-    from llmpipe.io.discover import discover
+    from llmpipe.io.discover import discover_inputs
 
     cfg = ReadConfig()
-    for path in discover(inputs):
+    found = discover_inputs(inputs)
+    for s in found.skipped:  # as curate lists them: nothing left out silently
+        print(f"quality: skipped {s}", file=sys.stderr)
+    for path in found.files:
         for batch in read_documents(path, path.name, cfg, lambda _bad: None):
             for text in batch.column("text").to_pylist():
                 if not text or not text.strip():

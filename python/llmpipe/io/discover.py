@@ -2,9 +2,11 @@
 
 Every file is resolved to its real path once, so an input named twice (``dir`` and ``dir/a.jsonl``,
 ``dir/../dir``, a symlink and its target) is read once. Directories are walked each real directory
-once (no loops). A symlink found inside an input directory is followed only when its target lies
-inside the named inputs (``follow_symlinks``: always): a link to ``/etc/shadow`` in a crawl directory
-is not read. Output directories of llmpipe (``--out``, or any directory that holds a curate run's
+once (no loops). A symlink found inside an input directory, or matched by a glob, is followed only
+when its target lies inside the named inputs (``follow_symlinks``: always): a link to ``/etc/shadow``
+in a crawl directory is not read. A glob names the directory it starts from (``crawl/*.txt``:
+``crawl``), so its matches are held to that directory as a walk of it would be. A file or directory
+whose name is not valid UTF-8 is listed and not read (its name could not be recorded). Output directories of llmpipe (``--out``, or any directory that holds a curate run's
 marker, work directory or shards) are never inputs. Nothing is left out silently: what cannot or
 must not be read (unreadable, a broken symlink, a symlink out of the inputs, a FIFO, device or
 socket) is listed in ``Discovery.skipped``, hidden and temporary names in ``Discovery.ignored``. A
@@ -51,6 +53,27 @@ def special_kind(mode: int) -> str | None:
     return None
 
 
+def printable(p: Path | str) -> str:
+    """A path as text that can be printed and written to JSON: bytes of a name that are not UTF-8
+    (decoded by Python as lone surrogates) as ``\\xNN``."""
+    return os.fsencode(str(p)).decode("utf-8", "backslashreplace")
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _glob_base(pattern: str) -> Path:
+    """The directory a glob pattern starts from: its components before the first one with a wildcard."""
+    parts = Path(pattern).parts
+    k = next((i for i, x in enumerate(parts) if any(ch in x for ch in "*?[")), len(parts))
+    return Path(*parts[:k]) if k else Path(".")
+
+
 def _check_named(arg: str, p: Path) -> None:
     """A FIFO, device or socket named as an input (or matched by a glob) is an error: never opened."""
     try:
@@ -94,30 +117,33 @@ def discover_inputs(
         raise InputError("no input given")
     local_exclude = [e for e in exclude or [] if not is_url(e)]
     remote = _RemoteWalker([str(e) for e in exclude or [] if is_url(e)])
-    named: list[tuple[str, Path, bool]] = []  # (argument, path, from a glob)
+    named: list[tuple[str, Path, Path | None]] = []  # (argument, path, a glob's directory)
     for arg in inputs:
         if is_url(arg):
             remote.add_arg(arg)
             continue
         arg = local_or_url(arg)
+        if not _utf8(arg):
+            raise InputError(f"{printable(arg)}: the name is not valid UTF-8; rename it to read it")
         if any(ch in arg for ch in "*?["):
             matches = [Path(m) for m in glob.glob(arg, recursive=True)]
             if not matches:
                 raise InputError(f"{arg}: the pattern matches no file")
+            start = _glob_base(arg)
             for m in matches:
                 _check_named(arg, m)
-                named.append((arg, m, True))
+                named.append((arg, m, start))
             continue
         p = Path(arg)
         if not p.exists():
             raise InputError(f"{arg}: no such file or directory")
         _check_named(arg, p)
-        named.append((arg, p, False))
-    roots = [Path(os.path.realpath(p)) for _, p, _ in named]
+        named.append((arg, p, None))
+    roots = [Path(os.path.realpath(p if start is None else start)) for _, p, start in named]
     walker = _Walker([Path(os.path.realpath(e)) for e in local_exclude], roots, follow_symlinks)
-    for arg, p, from_glob in named:
-        if from_glob:
-            walker.add(p)
+    for arg, p, start in named:
+        if start is not None:
+            walker.add_match(p)
             continue
         if p.is_dir() and not walker.add(p):
             why = "; ".join(walker.skipped + walker.ignored + walker.excluded)
@@ -130,7 +156,8 @@ def discover_inputs(
             walker.add(p)
     files: list[InputPath] = [*walker.files, *remote.files]
     if not files:
-        raise InputError("the inputs hold no files")
+        why = "; ".join(walker.skipped + walker.excluded + remote.skipped + remote.excluded)
+        raise InputError("the inputs hold no files" + (f" ({why})" if why else ""))
     return Discovery(
         sorted(files, key=input_order),
         walker.skipped + remote.skipped,
@@ -239,6 +266,18 @@ class _Walker:
     def _inside(self, real: Path) -> bool:
         return any(real == r or r in real.parents for r in self.roots)
 
+    def add_match(self, p: Path) -> None:
+        """A glob's match: added like an entry of the directory the glob starts from (one whose name
+        is not UTF-8, or a symlink out of the inputs, is listed instead)."""
+        if not _utf8(str(p)):
+            self.skipped.append(f"{printable(p)}: the name is not valid UTF-8 (rename it to read it)")
+            return
+        real = Path(os.path.realpath(p))
+        if not self.follow and not self._inside(real):
+            self.skipped.append(f"{p}: a symlink to {real}, outside the inputs (--follow-symlinks reads it)")
+            return
+        self.add(p)
+
     def add(self, p: Path) -> bool:
         """Add ``p`` (a file, or a directory walked); False: a directory that gave no file."""
         real = Path(os.path.realpath(p))
@@ -293,6 +332,9 @@ class _Walker:
 
     def _entry(self, entry: os.DirEntry[str], shown: Path) -> None:
         """One directory entry: walked, added, or listed with why not (never opened unless a file)."""
+        if not _utf8(entry.name):
+            self.skipped.append(f"{printable(shown)}: the name is not valid UTF-8 (rename it to read it)")
+            return
         why = self._skip_name(entry.name)
         if why is not None:
             self.ignored.append(f"{shown}: {why}")
