@@ -423,6 +423,42 @@ def test_compressed_jsonl_cut_short_keeps_every_complete_line(
         assert [r.location for r in recs if isinstance(r, Bad)] == [f"after line {complete}"] or not complete
 
 
+def test_cut_gzip_jsonl_curates_every_complete_line_and_quality_check_says_so(
+    crawl_jsonl: bytes, tmp_path: Path
+) -> None:
+    """The audit's case end to end: a curate run counts every complete line in its funnel and
+    quarantines the cut at its line; ``quality check`` reads the same lines and says what it did not
+    read (it said "kept 0 of 0 documents")."""
+    lines = crawl_jsonl.splitlines(keepends=True)[:200]
+    data = gzip.compress(b"".join(lines))
+    cut = tmp_path / "in" / "cut.jsonl.gz"
+    cut.parent.mkdir()
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    complete = _complete_lines(cut.read_bytes(), "gz")
+    assert 100 < complete < 200
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(SMALL)
+    run_cli("curate", str(cut), "--out", str(tmp_path / "o"), "--config", str(cfg))
+    stats = json.loads((tmp_path / "o" / "stats.json").read_text())
+    read = stats["stages"][0]
+    assert read["docs_in"] == complete + 1 and read["docs_out"] == complete, read
+    assert read["dropped"] == {"quarantined_truncated_or_corrupt_stream": 1}
+    q = [json.loads(line) for line in (tmp_path / "o" / "quarantine.jsonl").read_text().splitlines()]
+    assert [(r["location"], r["reason"]) for r in q] == [
+        (f"after line {complete}", "truncated_or_corrupt_stream")
+    ]
+    assert "truncated" in q[0]["detail"]
+    p = run_cli("quality", "check", str(cut))
+    texts = sum(1 for line in lines[:complete] if json.loads(line)["text"].strip())  # it skips blank ones
+    assert f"of {texts:,} documents" in p.stdout, p.stdout
+    assert "not read: 1 bad record(s)" in p.stdout and "truncated_or_corrupt_stream" in p.stdout, p.stdout
+    assert f"after line {complete}: truncated_or_corrupt_stream" in p.stderr and "truncated" in p.stderr
+    # a file cut before its first line: nothing to keep, and it says so
+    cut.write_bytes(data[:100])
+    p = run_cli("quality", "check", str(cut))
+    assert "kept 0 of 0 documents" in p.stdout and "not read: 1 bad record(s)" in p.stdout, p.stdout
+
+
 def test_compressed_archives_cut_short_keep_every_complete_record(data_dir: Path, tmp_path: Path) -> None:
     """WARC (bzip2, through Python; zstd, through FastWARC) and ARC (gzip, zstd) cut in the middle:
     every record that ends before the cut is counted, the cut is one quarantined record, never a
