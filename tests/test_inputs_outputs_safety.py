@@ -148,7 +148,7 @@ def test_names_that_are_not_utf8_are_listed_not_read(
         else:
             assert "bad\\xffname.jsonl: the name is not valid UTF-8" in _one_line(rc, err)
     assert main(["quality", "check", str(d)]) == 0  # the same discovery: the name is left out
-    assert "quality: skipped " in capsys.readouterr().err  # listed, as curate lists it
+    assert "llmpipe: skipped " in capsys.readouterr().err  # listed, as curate lists it
 
 
 def test_item4_every_skipped_input_is_listed_and_fifos_devices_are_refused(

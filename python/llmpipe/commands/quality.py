@@ -92,18 +92,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     k.set_defaults(func=run_check)
 
 
-def iter_texts(inputs: list[str], chunk_lines: int = 0) -> Iterator[str]:
-    """Document texts of the inputs (any format `llmpipe curate` reads); bad records are skipped."""
+#: bad records listed one by one on stderr (the rest are counted)
+_SAY_BAD = 20
+
+
+def iter_texts(inputs: list[str], chunk_lines: int = 0, bad: Counter[str] | None = None) -> Iterator[str]:
+    """Document texts of the inputs (any format `llmpipe curate` reads). A bad record (a file cut
+    short, a line that is not JSON ...) is not read: each is said on stderr and counted by reason
+    in ``bad``."""
     from llmpipe.curate.steps import read_documents
     from llmpipe.io.config import ReadConfig
     from llmpipe.io.discover import discover_inputs
+    from llmpipe.io.records import Bad
 
     cfg = ReadConfig()
+    seen: Counter[str] = bad if bad is not None else Counter()
     found = discover_inputs(inputs)
     for s in found.skipped:  # as curate lists them: nothing left out silently
-        print(f"quality: skipped {s}", file=sys.stderr)
+        print(f"llmpipe: skipped {s}", file=sys.stderr)
     for path in found.files:
-        for batch in read_documents(path, path.name, cfg, lambda _bad: None):
+
+        def on_bad(b: Bad, name: str = str(path)) -> None:
+            seen[b.reason] += 1
+            if seen.total() <= _SAY_BAD:
+                detail = f" ({b.detail})" if b.detail else ""
+                print(f"llmpipe: {name}: {b.location}: {b.reason}{detail}: not read", file=sys.stderr)
+            elif seen.total() == _SAY_BAD + 1:
+                print("llmpipe: more bad records not read (not listed)", file=sys.stderr)
+
+        for batch in read_documents(path, path.name, cfg, on_bad):
             for text in batch.column("text").to_pylist():
                 if not text or not text.strip():
                     continue
@@ -238,11 +255,16 @@ def run_check(args: argparse.Namespace) -> int:
         c4=part("c4", C4Config),
         fineweb=part("fineweb", FineWebConfig),
     )
-    texts = list(iter_texts(args.inputs))
+    bad: Counter[str] = Counter()
+    texts = list(iter_texts(args.inputs, bad=bad))
     verdicts = evaluate(texts, qc, all_reasons=False)
     reasons = Counter(v.reasons[0] for v in verdicts if v.reasons)
     kept = sum(v.keep for v in verdicts)
     print(f"kept {kept:,} of {len(texts):,} documents")
     for r, n in reasons.most_common():
         print(f"  {r:<45} {n:>8,}")
+    if bad:  # what a curate run would quarantine: never a silent "0 of 0"
+        print(f"not read: {bad.total():,} bad record(s) (curate quarantines them)")
+        for r, n in bad.most_common():
+            print(f"  {r:<45} {n:>8,}")
     return 0

@@ -30,31 +30,119 @@ def compression_of(path: InputPath) -> str | None:
 
 
 def open_binary(path: InputPath) -> BinaryIO:
-    """A streaming binary reader that decompresses transparently (a local or a remote file)."""
+    """A streaming binary reader that decompresses transparently (a local or a remote file).
+
+    A compressed stream that is cut short (or corrupt) gives every byte decompressed before the cut,
+    then raises (``EOFError`` for a cut), so a reader keeps every record that ends before it."""
     kind = compression_of(path)
     raw = path.open("rb")
     if kind == "gzip":
-        return _Owning(gzip.GzipFile(fileobj=raw, mode="rb"), raw)
+        return decompressed(gzip.GzipFile(fileobj=raw, mode="rb"), raw)
     if kind == "zstd":
-        return io.BufferedReader(_ZstdReader(raw))
+        return Decompressed(_ZstdReader(raw))
     if kind == "bz2":
-        return _Owning(bz2.BZ2File(raw, "rb"), raw)
+        return decompressed(bz2.BZ2File(raw, "rb"), raw)
     return raw
 
 
-class _Owning(io.BufferedReader):
-    """A decompressing reader that also closes the file it reads (gzip and bz2 leave a file object
-    they were given open)."""
+def decompressed(stream: Any, source: BinaryIO) -> Decompressed:
+    """A ``GzipFile`` or ``BZ2File`` over ``source`` as a ``Decompressed`` reader that also closes
+    ``source`` (they leave a file object they were given open)."""
+    return Decompressed(_Read1(stream), source)
 
-    def __init__(self, stream: Any, source: BinaryIO) -> None:
-        super().__init__(stream)
+
+class Decompressed(io.BufferedReader):
+    """A buffered reader of a decompressing raw stream whose reads never lose bytes to an error.
+
+    ``io.BufferedReader.read(n)`` (and ``readinto``) gathers raw reads until it has ``n`` bytes and,
+    when one raises (the stream is cut short), drops what it gathered: FastWARC's 64 KB reads lost
+    the records before a cut. Here such a read returns the bytes before the error and the next read
+    raises it. (``readline`` and ``read1`` stop at a newline or after one raw read: what they drop
+    is never a whole line.)
+    """
+
+    def __init__(self, raw: io.RawIOBase, source: BinaryIO | None = None) -> None:
+        super().__init__(raw)
         self.source = source
+        self._error: BaseException | None = None
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            e, self._error = self._error, None
+            raise e
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._raise()
+        parts: list[bytes] = []
+        got = 0
+        while size is None or size < 0 or got < size:
+            try:
+                part = super().read1(-1 if size is None or size < 0 else size - got)
+            except Exception as e:
+                if not parts:
+                    raise
+                self._error = e  # the bytes before it first
+                break
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+        return b"".join(parts)
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(memoryview(b).cast("B")))
+        n = len(data)
+        memoryview(b).cast("B")[:n] = data
+        return n
+
+    def read1(self, size: int = -1) -> bytes:
+        self._raise()
+        return super().read1(size)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        self._raise()
+        return super().readline(size)
 
     def close(self) -> None:
         try:
             super().close()
         finally:
-            self.source.close()
+            if self.source is not None:
+                self.source.close()
+
+
+class _Read1(io.RawIOBase):
+    """A ``GzipFile`` or ``BZ2File`` as a raw stream: each read hands on what one of its ``read1``
+    gives. (Their ``read(n)``, which ``io.BufferedReader`` would call, loops until it has ``n``
+    bytes and drops them when the stream then breaks off.)"""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        data = self.stream.read1(len(b))
+        n = len(data)
+        b[:n] = data
+        return n
+
+    # positions in the decompressed stream, as the stream keeps them (FastWARC asks for them)
+    def seekable(self) -> bool:
+        return bool(self.stream.seekable())
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return int(self.stream.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self.stream.tell())
+
+    def close(self) -> None:
+        try:
+            self.stream.close()
+        finally:
+            super().close()
 
 
 #: a zstd block decompresses to at most 128 KiB (the format's limit, enforced by the decoder)
@@ -198,6 +286,18 @@ class _ZstdReader(io.RawIOBase):
         super().close()
 
 
+def stream_problem(e: BaseException) -> str:
+    """A quarantine record's detail for a stream that broke off: says so when the file is cut short."""
+    kind = (
+        type(e).__name__ if type(e).__module__ == "builtins" else f"{type(e).__module__}.{type(e).__name__}"
+    )
+    if isinstance(e, EOFError) or (
+        isinstance(e, OSError) and str(e) == "incomplete frame"
+    ):  # FastWARC's zstd
+        return f"the file is truncated ({kind}: {e})"
+    return f"{kind}: {e}"
+
+
 def peek(path: InputPath, n: int = 4096) -> bytes:
     """The first ``n`` decompressed bytes, or as many as a truncated stream holds (empty if unreadable)."""
     try:
@@ -206,13 +306,16 @@ def peek(path: InputPath, n: int = 4096) -> bytes:
             head = f.read(max(n, 1 << 16))
         if kind == "gzip":
             return zlib.decompressobj(wbits=31).decompress(head, n)
-        if kind == "zstd":  # read through the bounded reader: 64 KB of RLE blocks inflate to 2 GB
-            zr, out, buf = _ZstdReader(io.BytesIO(head)), bytearray(), bytearray(n)
-            try:
-                while len(out) < n and (k := zr.readinto(memoryview(buf)[: n - len(out)])):
-                    out += buf[:k]
-            except EOFError:  # the head ends inside a frame: what it holds
-                pass
+        if kind == "zstd":
+            # through the bounded reader (64 KB of RLE blocks inflate to 2 GB), from the file: a
+            # block holds up to 128 KB, so a head of 64 KB may end before the first block does
+            with path.open("rb") as f:
+                zr, out, buf = _ZstdReader(f), bytearray(), bytearray(n)
+                try:
+                    while len(out) < n and (k := zr.readinto(memoryview(buf)[: n - len(out)])):
+                        out += buf[:k]
+                except EOFError:  # the file ends inside a frame: what it holds
+                    pass
             return bytes(out)
         if kind == "bz2":  # blocks of up to 900 kB: a small head decompresses to nothing
             with open_binary(path) as z:

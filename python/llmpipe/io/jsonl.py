@@ -19,7 +19,7 @@ import zstandard
 
 from llmpipe import _core
 from llmpipe.io.chunks import Span
-from llmpipe.io.compression import compression_of, open_binary
+from llmpipe.io.compression import compression_of, open_binary, stream_problem
 from llmpipe.io.fs import InputPath
 from llmpipe.io.members import open_range
 from llmpipe.io.records import Bad, Doc, DocRun
@@ -114,7 +114,7 @@ def read_jsonl(
                     yield rec
     except _STREAM_ERRORS as e:
         # a truncated or corrupt compressed stream: what was read so far is kept
-        yield Bad("truncated_or_corrupt_stream", f"after line {lineno}", f"{type(e).__name__}: {e}")
+        yield Bad("truncated_or_corrupt_stream", f"after line {lineno}", stream_problem(e))
 
 
 def _skip_line(f: BinaryIO) -> int:
@@ -147,7 +147,7 @@ def read_jsonl_blocks(
                 yield from lines.feed(data)
             yield from lines.end()
     except _STREAM_ERRORS as e:
-        yield Bad("truncated_or_corrupt_stream", f"after line {lines.lineno}", f"{type(e).__name__}: {e}")
+        yield Bad("truncated_or_corrupt_stream", f"after line {lines.lineno}", stream_problem(e))
 
 
 def _pieces(f: BinaryIO, left: int, block_bytes: int, decompressed: bool) -> Iterator[bytes]:

@@ -87,7 +87,7 @@ def records(
         yield Bad(
             "truncated_or_corrupt_stream",
             "file",
-            "the compressed stream ends before its first block is complete",
+            "the file is truncated: the compressed stream ends before its first block is complete",
         )
     else:
         yield Bad(f"unsupported_format_{fmt}", "file", f"detected format {fmt!r}")

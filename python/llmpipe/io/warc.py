@@ -25,7 +25,7 @@ from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 
 from llmpipe.errors import InputError
 from llmpipe.io.chunks import Span, spans_at
-from llmpipe.io.compression import GZIP_MAGIC, compression_of, open_binary
+from llmpipe.io.compression import GZIP_MAGIC, compression_of, open_binary, stream_problem
 from llmpipe.io.config import ReadConfig
 from llmpipe.io.extract import decode, is_html
 from llmpipe.io.fs import InputPath
@@ -64,10 +64,10 @@ def read_warc(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Ite
                 rec = next(records)
             except StopIteration:
                 break
-            except (OSError, ValueError) as e:  # a corrupt stream, in a header or in a body
+            except (OSError, ValueError, EOFError) as e:  # a corrupt or cut stream, in a header or a body
                 if pending is not None:
                     yield pending
-                yield Bad("truncated_or_corrupt_stream", f"record {n + 1}", f"{type(e).__name__}: {e}")
+                yield Bad("truncated_or_corrupt_stream", f"record {n + 1}", stream_problem(e))
                 return
             if span is not None and last >= 0 and (rec.stream_pos > span.end or n == last):
                 if rec.stream_pos != span.end or n != last:  # the index and FastWARC disagree
@@ -89,7 +89,11 @@ def read_warc(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Ite
                     "the record header is cut short (no Content-Length)",
                 )
                 return
-            pending = _warc_record(rec, n, cfg)
+            try:
+                pending = _warc_record(rec, n, cfg)
+            except (OSError, ValueError, EOFError) as e:  # the stream breaks off in the record's body
+                yield Bad("truncated_or_corrupt_stream", f"record {n} (byte {last_pos})", stream_problem(e))
+                return
     cut, problem = (
         _tail_problem(path, kind, last_pos)
         if last_pos >= 0
@@ -276,7 +280,7 @@ def read_arc(path: InputPath, cfg: ReadConfig, span: Span | None = None) -> Iter
                     url.decode("latin-1"), date.decode(), ctype.decode("latin-1"), block, n, where, cfg
                 )
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-        yield Bad("truncated_or_corrupt_stream", f"after record {n}", f"{type(e).__name__}: {e}")
+        yield Bad("truncated_or_corrupt_stream", f"after record {n}", stream_problem(e))
 
 
 def _discard(f: BinaryIO, length: int) -> int:
