@@ -242,7 +242,7 @@ def _curate(run: Run) -> dict[str, Any]:
         shutil.copyfile(run.tokenizer_file, work.tokenizer)
     elif not work.tokenizer.exists():
         bar.phase("tokenizer training")
-        TrainTokenizer(config.tokenizer, log).run(kept, work.tokenizer)
+        TrainTokenizer(config.tokenizer, bar.say).run(kept, work.tokenizer)
         release_memory()  # the trainer's freed word and pair tables: packing does not start on top
         fault_point("tokenizer")
     bar.phase("tokenize")
