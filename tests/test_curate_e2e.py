@@ -65,6 +65,20 @@ def test_outputs_exist_and_verify(curated: tuple[Path, Path]) -> None:
     assert not (out / ".llmpipe-work").exists(), "the work directory is removed after a successful run"
     p = run_cli("inspect", str(out), "--verify")
     assert p.returncode == 0
+    rows = json.loads((out / "manifest.json").read_text())["splits"]["train"]["rows"]
+    p = run_cli("inspect", str(out), "--sample", str(rows - 1), "--chars", "20")
+    assert f"train sample {rows - 1}, decoded" in p.stdout
+    # a sample past the split, or no characters: one line, not a wrapped-around or empty sample
+    for args, says in (
+        (
+            ["--sample", str(rows)],
+            f"--sample {rows}: the train split has {rows:,} samples (0 to {rows - 1:,})",
+        ),
+        (["--chars", "0"], "--chars: must be >= 1, got 0"),
+        (["--chars", "-5"], "--chars: must be >= 1, got -5"),
+    ):
+        p = run_cli("inspect", str(out), *args, check=False)
+        assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
 
 
 def test_funnel_adds_up(curated: tuple[Path, Path]) -> None:

@@ -70,6 +70,9 @@ def test_output_directories_among_the_inputs_are_left_out(data_dir: Path, tmp_pa
     assert "1 input(s)" in p.stdout and "o1: an llmpipe output directory is not an input" in p.stdout
     stats = json.loads((d / "o2" / "stats.json").read_text())
     assert stats["inputs"]["files"] == 1 and stats["quarantine"]["records"] == 0
+    assert any(
+        s.endswith("o1: an llmpipe output directory is not an input") for s in stats["inputs"]["skipped"]
+    )
     assert (d / "o2" / "quarantine.jsonl").read_bytes() == b""
     assert stats["retention"]["docs_in"] == 120
 

@@ -75,7 +75,8 @@ def test_ctrl_c_stops_curate_workers_mid_task_and_the_run_resumes(data_dir: Path
     _, err = proc.communicate(timeout=120)
     waited = time.monotonic() - t0
     assert proc.returncode == 130, err
-    assert err.strip().splitlines() == ["llmpipe: interrupted"], err  # no traceback, from any process
+    # no traceback, from any process; what to do next
+    assert err.strip().splitlines() == ["llmpipe: interrupted; the same command resumes the run"], err
     assert waited < 15, waited  # a task left to finish would take ~60 s
     assert not workers & set(procs()), "a worker outlived the interrupted run"
     assert not (out / "manifest.json").exists()

@@ -87,7 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"llmpipe: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("llmpipe: interrupted", file=sys.stderr)
+        resumes = command_name(argv) == "curate"  # its work directory keeps what was done
+        print(
+            "llmpipe: interrupted" + ("; the same command resumes the run" if resumes else ""),
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -65,6 +65,14 @@ def test_generate_samples_text(trained_run: Path) -> None:
     assert out.startswith("KING") and len(out) > 20
     letters = sum(c.isalpha() or c.isspace() for c in out)
     assert letters > 0.8 * len(out)  # English-like bytes, not noise
+    for bad, says in (
+        (["--max-new-tokens", "-5"], "--max-new-tokens: must be >= 1, got -5"),
+        (["--temperature", "nan"], "--temperature: must be a finite number >= 0, got nan"),
+        (["--top-k", "-1"], "--top-k: must be >= 0, got -1"),
+    ):
+        p = subprocess.run([sys.executable, "-m", "llmpipe.train.generate", str(trained_run), *bad],
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, (bad, p.stderr)
 
 
 WEB = "web/cc-en-head-0091.jsonl"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from llmpipe.data.format import read_manifest
+from llmpipe.errors import InputError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,7 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--sample", type=_index, default=0, metavar="I", help="index of the train sample to decode"
     )
-    p.add_argument("--chars", type=int, default=400, metavar="N", help="characters of decoded text to show")
+    p.add_argument(
+        "--chars", type=_positive, default=400, metavar="N", help="characters of decoded text to show"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
 
@@ -58,6 +61,16 @@ def _index(text: str) -> int:
     return v
 
 
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
 def _decoded_sample(directory: Path, index: int, chars: int) -> str | None:
     from llmpipe.data.dataset import ShardDataset
     from llmpipe.tokenizer import Tokenizer
@@ -65,7 +78,9 @@ def _decoded_sample(directory: Path, index: int, chars: int) -> str | None:
     ds = ShardDataset(directory, "train", verify="none")
     if len(ds) == 0:
         return None
-    row = ds[min(index, len(ds) - 1)][: ds.valid(min(index, len(ds) - 1))]
+    if index >= len(ds):
+        raise InputError(f"--sample {index}: the train split has {len(ds):,} samples (0 to {len(ds) - 1:,})")
+    row = ds[index][: ds.valid(index)]
     tok = Tokenizer.from_file(str(directory / "tokenizer.json"))
     text = tok.decode([int(t) for t in row])
     return text if len(text) <= chars else text[:chars] + " ..."

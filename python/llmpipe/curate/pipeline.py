@@ -242,7 +242,7 @@ def _curate(run: Run) -> dict[str, Any]:
         shutil.copyfile(run.tokenizer_file, work.tokenizer)
     elif not work.tokenizer.exists():
         bar.phase("tokenizer training")
-        TrainTokenizer(config.tokenizer, log).run(kept, work.tokenizer)
+        TrainTokenizer(config.tokenizer, bar.say).run(kept, work.tokenizer)
         release_memory()  # the trainer's freed word and pair tables: packing does not start on top
         fault_point("tokenizer")
     bar.phase("tokenize")
@@ -290,7 +290,7 @@ def _discover(
     follow_symlinks: bool = False,
 ) -> tuple[list[InputPath], list[str]]:
     """The input files (each once, output directories left out) and every path not read, with why
-    (what could not or must not be read; hidden and temporary names)."""
+    (what could not or must not be read; output directories, hidden and temporary names)."""
     found = discover_inputs(inputs, exclude=outs, follow_symlinks=follow_symlinks)
     for s in found.excluded:
         log(f"curate: left out {s}")
@@ -300,7 +300,7 @@ def _discover(
         log(f"curate: skipped {s}")
     for s in found.ignored:
         log(f"curate: skipped {s}")
-    return found.files, found.skipped + found.ignored
+    return found.files, found.skipped + found.excluded + found.ignored
 
 
 def auto_chunk_bytes(total: int, workers: int) -> int:

@@ -35,6 +35,16 @@ class JobProgress:
 
             self.bar = tqdm(total=self.total, unit="B", unit_scale=True, desc="read", file=sys.stderr)
 
+    def say(self, msg: str) -> None:
+        """``log(msg)`` on a line of its own: on a terminal the bar is cleared first and drawn again
+        below the line (written plainly, the line would land at the end of the bar's)."""
+        if self.bar is None:
+            self.log(msg)
+            return
+        with self.bar.external_write_mode():  # clears the bars on stdout/stderr, redraws them after
+            self.log(msg)
+            sys.stdout.flush()
+
     def phase(self, name: str) -> None:
         """The run moved on to ``name`` (a dedup resolve, tokenize, pack ...)."""
         self.name = name
