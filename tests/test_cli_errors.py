@@ -209,6 +209,8 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
     doc = tmp / "a.jsonl"
     doc.write_text(json.dumps({"text": "hello world " * 10}) + "\n")
     (tmp / "afile").write_text("a plain text file\n")
+    afile = str(tmp / "afile")
+    (run := tmp / "run").mkdir()
     out = str(tmp / "o" / "x")
     curate = ["curate", str(doc), "--out", out, "--quiet"]
     return [
@@ -225,6 +227,13 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
         ([*curate, "--tokenizer", str(tmp / "afile")], f"--tokenizer {tmp / 'afile'}: not valid JSON"),
         ([*curate, "--seq-len", "100000000"], "pack.seq_len 100,000,000 is above the longest llmpipe packs"),
         ([*curate, "--seq-len", "1048576"], "set pack.samples_per_shard to at most 4,095"),
+        # an --out that is a file: refused before the model (the run, here an empty directory) loads
+        (["curate", str(doc), "--out", afile], f"--out {afile}: is a file, not a directory"),
+        (["curate", str(doc), "--out", f"{afile}/x"], f"--out {afile}/x: {afile} is a file, not a directory"),
+        (["export", str(run), "--out", afile], f"--out {afile}: is a file, not a directory"),
+        (["export", str(run), "--out", afile, "--overwrite"], f"--out {afile}: is a file, not a directory"),
+        (["quantize", str(run), "--method", "int8", "--out", afile], "is a file, not a directory"),
+        (["prune", str(run), "--sparsity", "0.5", "--out", afile], "is a file, not a directory"),
     ]
 
 

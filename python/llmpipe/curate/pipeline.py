@@ -101,13 +101,13 @@ def run_curate(
         local = Path(staging) if staging is not None else default_staging(store.url)
     else:
         local = Path(local_or_url(str(out)))
+    what = "--work-dir" if store is not None and staging is not None else "--out"
+    CURATE_OUT.check(local, overwrite, what)  # a directory of the user's files is not written into
     try:
         local.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         what = "--work-dir" if store is not None else "--out"
         raise InputError(f"{what} {local}: cannot create the directory ({e.strerror})") from None
-    what = "--work-dir" if store is not None and staging is not None else "--out"
-    CURATE_OUT.check(local, overwrite, what)  # a directory of the user's files is not written into
     with DirLock(local):  # one run per output directory; a second one says who holds it
         files, skipped = _discover(
             inputs, [local, *([store.url] if store else [])], strict, log, follow_symlinks
