@@ -266,3 +266,30 @@ def test_pack_and_tokenizer_bounds_in_the_config() -> None:
     cfg = CurateConfig.from_mapping({"pack": {"seq_len": MAX_SEQ_LEN, "samples_per_shard": 4095}})
     assert cfg.pack.seq_len == MAX_SEQ_LEN
     assert CurateConfig.from_mapping({"tokenizer": {"vocab_size": 257}}).tokenizer.vocab_size == 257
+
+
+def test_a_device_the_machine_lacks_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    """``eval --device cuda`` on a machine without CUDA (made so here), a device index it lacks, and a
+    name torch does not know: one line before the model loads (the model is an empty directory)."""
+    import torch
+    from llmpipe.cli import main
+
+    text = tmp_path / "a.txt"
+    text.write_text("some words of text\n")
+    (tmp_path / "run").mkdir()
+    cases = [
+        (
+            "cuda",
+            False,
+            "--device cuda: CUDA is not available on this machine (no GPU, or no driver); use --device cpu",
+        ),
+        ("cuda:0", False, "--device cuda:0: CUDA is not available"),
+        ("cuda:3", True, "--device cuda:3: this machine has 1 CUDA device(s)"),
+        ("gpu", False, "--device 'gpu': not a device (cpu, cuda, cuda:1 ...)"),
+    ]
+    for device, available, message in cases:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda a=available: a)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda a=available: int(a))
+        assert main(["eval", str(tmp_path / "run"), "--text", str(text), "--device", device]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("llmpipe: error:") and message in err and "\n" not in err, err

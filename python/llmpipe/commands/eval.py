@@ -41,8 +41,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
+    from llmpipe.eval.model import default_device
     from llmpipe.train.export_t5 import is_t5_run
 
+    default_device(args.device, "--device")  # a device this machine lacks: one line before any work
     if is_t5_run(args.model):
         return run_span_corruption(args)
     from llmpipe.eval import EvalResult, Evaluator, load_lm, read_texts
