@@ -211,6 +211,7 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
     (tmp / "afile").write_text("a plain text file\n")
     afile = str(tmp / "afile")
     (run := tmp / "run").mkdir()
+    (empty := tmp / "empty.txt").write_text("")
     out = str(tmp / "o" / "x")
     curate = ["curate", str(doc), "--out", out, "--quiet"]
     return [
@@ -234,6 +235,14 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
         (["export", str(run), "--out", afile, "--overwrite"], f"--out {afile}: is a file, not a directory"),
         (["quantize", str(run), "--method", "int8", "--out", afile], "is a file, not a directory"),
         (["prune", str(run), "--sparsity", "0.5", "--out", afile], "is a file, not a directory"),
+        # values the commands took for something else: an empty text scored as nan, a group size of 0 as
+        # the default, a negative step as the checkpoint step--0000001
+        (["eval", str(run), "--text", str(empty)], f"{empty}: no text to score (an empty file"),
+        (
+            ["quantize", str(run), "--method", "int4", "--group-size", "0", "--out", out],
+            "--group-size must be a positive number of weights, got 0",
+        ),
+        (["export", str(run), "--step", "-1", "--out", out], "--step -1: a checkpoint's step is 0 or more"),
     ]
 
 
