@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import run_cli
 
 
@@ -200,3 +201,104 @@ def test_special_tokens_refused_in_one_line(tmp_path: Path, capsys) -> None:
     cfg = CurateConfig.from_mapping({"tokenizer": {"special_tokens": ["mlm"]}})
     assert cfg.tokenizer.reserved() == ["<mask>", "<pad>"]
     assert "special_tokens" not in CurateConfig.from_mapping({}).to_dict()["tokenizer"]  # default: as before
+
+
+def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
+    """Invocations refused before any work with one line, and what that line says: values that make no
+    sense, paths of the wrong kind. ``{tmp}`` in an argument is the test's directory."""
+    doc = tmp / "a.jsonl"
+    doc.write_text(json.dumps({"text": "hello world " * 10}) + "\n")
+    (tmp / "afile").write_text("a plain text file\n")
+    afile = str(tmp / "afile")
+    (run := tmp / "run").mkdir()
+    (empty := tmp / "empty.txt").write_text("")
+    out = str(tmp / "o" / "x")
+    curate = ["curate", str(doc), "--out", out, "--quiet"]
+    return [
+        # --chunk-mb: a positive number of MB
+        ([*curate, "--chunk-mb", "nan"], "--chunk-mb must be a positive number of MB, got nan"),
+        ([*curate, "--chunk-mb", "inf"], "--chunk-mb must be a positive number of MB, got inf"),
+        ([*curate, "--chunk-mb", "-1"], "--chunk-mb must be a positive number of MB, got -1"),
+        ([*curate, "--chunk-mb", "1e-9"], "--chunk-mb must be a positive number of MB"),
+        # the tokenizer to train, or the one given, and the packer's bounds: before any stage runs
+        ([*curate, "--vocab-size", "10"], "--vocab-size 10: tokenizer.vocab_size 10 is too small"),
+        ([*curate, "--vocab-size", "0"], "needs at least 257 (256 byte tokens + 1 special token(s))"),
+        ([*curate, "--vocab-size", "-1"], "tokenizer.vocab_size -1 is too small"),
+        ([*curate, "--vocab-size", "300", "--special-tokens", "t5"], "needs at least 358"),
+        ([*curate, "--tokenizer", str(tmp / "afile")], f"--tokenizer {tmp / 'afile'}: not valid JSON"),
+        ([*curate, "--seq-len", "100000000"], "pack.seq_len 100,000,000 is above the longest llmpipe packs"),
+        ([*curate, "--seq-len", "1048576"], "set pack.samples_per_shard to at most 4,095"),
+        # an --out that is a file: refused before the model (the run, here an empty directory) loads
+        (["curate", str(doc), "--out", afile], f"--out {afile}: is a file, not a directory"),
+        (["curate", str(doc), "--out", f"{afile}/x"], f"--out {afile}/x: {afile} is a file, not a directory"),
+        (["export", str(run), "--out", afile], f"--out {afile}: is a file, not a directory"),
+        (["export", str(run), "--out", afile, "--overwrite"], f"--out {afile}: is a file, not a directory"),
+        (["quantize", str(run), "--method", "int8", "--out", afile], "is a file, not a directory"),
+        (["prune", str(run), "--sparsity", "0.5", "--out", afile], "is a file, not a directory"),
+        # values the commands took for something else: an empty text scored as nan, a group size of 0 as
+        # the default, a negative step as the checkpoint step--0000001
+        (["eval", str(run), "--text", str(empty)], f"{empty}: no text to score (an empty file"),
+        (
+            ["quantize", str(run), "--method", "int4", "--group-size", "0", "--out", out],
+            "--group-size must be a positive number of weights, got 0",
+        ),
+        (["export", str(run), "--step", "-1", "--out", out], "--step -1: a checkpoint's step is 0 or more"),
+    ]
+
+
+def test_bad_values_fail_with_one_line_before_any_work(tmp_path: Path, capsys) -> None:
+    """Each invocation of the table exits 2 with one line saying what is wrong, and writes nothing."""
+    from llmpipe.cli import main
+
+    for argv, message in _one_line_failures(tmp_path):
+        before = sorted(p.name for p in tmp_path.rglob("*"))
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("llmpipe: error:") and "\n" not in err, (argv, err)
+        assert message in err, (argv, err)
+        assert sorted(p.name for p in tmp_path.rglob("*")) == before, (argv, "left files behind")
+
+
+def test_pack_and_tokenizer_bounds_in_the_config() -> None:
+    """The bounds are the config's own: a YAML config gets them as the options do."""
+    from llmpipe.curate.settings import MAX_SEQ_LEN, CurateConfig
+    from llmpipe.errors import ConfigError
+
+    for section, message in [
+        ({"tokenizer": {"vocab_size": 256}}, "tokenizer.vocab_size 256 is too small"),
+        ({"tokenizer": {"vocab_size": 258, "special_tokens": ["mlm"]}}, "needs at least 259"),
+        ({"pack": {"seq_len": MAX_SEQ_LEN + 1}}, "above the longest llmpipe packs"),
+        ({"pack": {"samples_per_shard": 0}}, "pack.samples_per_shard must be at least 1"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            CurateConfig.from_mapping(section)
+    cfg = CurateConfig.from_mapping({"pack": {"seq_len": MAX_SEQ_LEN, "samples_per_shard": 4095}})
+    assert cfg.pack.seq_len == MAX_SEQ_LEN
+    assert CurateConfig.from_mapping({"tokenizer": {"vocab_size": 257}}).tokenizer.vocab_size == 257
+
+
+def test_a_device_the_machine_lacks_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    """``eval --device cuda`` on a machine without CUDA (made so here), a device index it lacks, and a
+    name torch does not know: one line before the model loads (the model is an empty directory)."""
+    import torch
+    from llmpipe.cli import main
+
+    text = tmp_path / "a.txt"
+    text.write_text("some words of text\n")
+    (tmp_path / "run").mkdir()
+    cases = [
+        (
+            "cuda",
+            False,
+            "--device cuda: CUDA is not available on this machine (no GPU, or no driver); use --device cpu",
+        ),
+        ("cuda:0", False, "--device cuda:0: CUDA is not available"),
+        ("cuda:3", True, "--device cuda:3: this machine has 1 CUDA device(s)"),
+        ("gpu", False, "--device 'gpu': not a device (cpu, cuda, cuda:1 ...)"),
+    ]
+    for device, available, message in cases:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda a=available: a)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda a=available: int(a))
+        assert main(["eval", str(tmp_path / "run"), "--text", str(text), "--device", device]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("llmpipe: error:") and message in err and "\n" not in err, err

@@ -251,7 +251,7 @@ def test_item5_out_with_foreign_files_is_refused_and_lock_symlinks_are_not_follo
     rc = main(["export", str(tmp_path / "no-run"), "--out", str(run)])
     assert "holds files llmpipe did not write (notes.txt)" in _one_line(rc, capsys.readouterr().err.strip())
     rc = main(["tokenizer", "train", str(inp), "--vocab-size", "300", "--out", str(run / "notes.txt")])
-    assert "is not a tokenizer.json" in _one_line(rc, capsys.readouterr().err.strip())
+    assert "is not a tokenizer llmpipe wrote" in _one_line(rc, capsys.readouterr().err.strip())
     assert (run / "notes.txt").read_text() == "mine"
 
 

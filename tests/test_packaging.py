@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -47,6 +48,71 @@ def test_a_missing_extra_is_one_line_naming_it(capsys: pytest.CaptureFixture[str
     assert missing_extra(ModuleNotFoundError(name="llmpipe.nosuch"), "export") is None  # a bug, not an extra
     assert missing_extra(ModuleNotFoundError(name="nosuchpkg"), "curate") is None
     assert set(EXTRA_OF_COMMAND.values()) <= {"train", "eval", "compress", "ray", "s3", "tune"}
+    # a package the command's own extra brings: that extra (README: quantize and prune need 'compress')
+    for command, extra in (
+        ("quantize", "compress"),
+        ("prune", "compress"),
+        ("eval", "eval"),
+        ("sweep", "tune"),
+    ):
+        line = missing_extra(ModuleNotFoundError(name="torch"), command)
+        assert line == (
+            f"llmpipe {command} needs the '{extra}' extra (torch is not installed): pip install 'llmpipe[{extra}]'"
+        )
+    assert "pip install 'llmpipe[ray]'" in (missing_extra(ModuleNotFoundError(name="ray"), "curate") or "")
+
+
+def test_ray_and_s3_say_llmpipes_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--ray and an s3:// path without their packages name llmpipe's extras, as the README's table does."""
+    from llmpipe.distributed.executor import RayExecutor
+    from llmpipe.errors import InputError
+    from llmpipe.io.fs import filesystem
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if they were not installed
+    monkeypatch.setitem(sys.modules, "s3fs", None)
+    with pytest.raises(
+        InputError, match=re.escape("the 'ray' extra (ray is not installed): pip install 'llmpipe[ray]'")
+    ):
+        RayExecutor("auto")
+    with pytest.raises(
+        InputError, match=re.escape("the 's3' extra (s3fs is not installed): pip install 'llmpipe[s3]'")
+    ):
+        filesystem("s3://bucket/prefix")
+
+
+def test_the_trainer_usage_names_how_it_was_invoked() -> None:
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-m", "llmpipe.train", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.startswith("usage: python -m llmpipe.train "), out[:80]
+
+
+def test_the_extras_each_extra_includes_are_pyprojects() -> None:
+    """``extras.INCLUDES`` says what pyproject.toml's extras install: each package of an included extra
+    is a requirement of the including one (its own, or of an extra it names)."""
+    import re
+    import tomllib
+
+    from llmpipe.extras import INCLUDES
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def packages(extra: str) -> set[str]:
+        out: set[str] = set()
+        for req in extras[extra]:
+            name = re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower()  # type: ignore[union-attr]
+            if name == "llmpipe":
+                for inner in re.search(r"\[(.*)\]", req).group(1).split(","):  # type: ignore[union-attr]
+                    out |= packages(inner.strip())
+            else:
+                out.add(name)
+        return out
+
+    for extra, included in INCLUDES.items():
+        for inner in included:
+            assert packages(inner) <= packages(extra), (extra, inner)
 
 
 def test_entry_scripts_say_which_extra(

@@ -37,6 +37,15 @@ EXTRA_OF_COMMAND = {
 }
 
 
+#: the extras each extra installs too (pyproject.toml: ``compress = ["llmpipe[train]", ...]``)
+INCLUDES = {
+    "eval": {"train"},
+    "compress": {"train"},
+    "classify": {"eval", "train"},
+    "tune": {"train", "ray"},
+}
+
+
 def missing_extra(error: ModuleNotFoundError, command: str | None = None) -> str | None:
     """One line naming the extra to install, or None when ``error`` is not a missing optional package
     (a module of llmpipe itself, or one no extra provides: a real bug, left to surface)."""
@@ -44,6 +53,9 @@ def missing_extra(error: ModuleNotFoundError, command: str | None = None) -> str
     if not top or top == "llmpipe":
         return None
     extra = EXTRA_OF_MODULE.get(top) or (EXTRA_OF_COMMAND.get(command or "") if command else None)
+    own = EXTRA_OF_COMMAND.get(command or "")
+    if own is not None and extra in INCLUDES.get(own, ()):
+        extra = own  # quantize without torch: 'compress', which brings torch and what quantize needs beside
     if extra is None:
         return None
     what = f"llmpipe {command}" if command else "this"

@@ -55,7 +55,21 @@ class OutputDir:
         return others
 
     def check(self, directory: Path, overwrite: bool, option: str = "--out") -> None:
-        """Refuse (one line) to write into ``directory`` when it holds files llmpipe did not write."""
+        """Refuse (one line) to write into ``directory`` when it holds files llmpipe did not write, or
+        when it (or a directory above it) is a file: never replaced, even with ``overwrite``."""
+        file = file_in_the_way(Path(directory))
+        if file is not None:
+            kind = (
+                "a file"
+                if file.is_file()
+                else "a link to nothing"
+                if not file.exists()
+                else "not a directory"
+            )
+            where = f"is {kind}" if file == Path(directory) else f"{file} is {kind}"
+            raise LlmpipeError(
+                f"{option} {directory}: {where}, not a directory; name a new or empty {self.kind}"
+            )
         found = self.foreign(directory)
         if not found or overwrite:
             return
@@ -64,3 +78,14 @@ class OutputDir:
             f"{option} {directory}: holds files llmpipe did not write ({', '.join(found[:SHOWN])}{more}); "
             f"choose a new or empty {self.kind}, or pass --overwrite to write there anyway"
         )
+
+
+def file_in_the_way(directory: Path) -> Path | None:
+    """``directory``, or the nearest directory above it, when that exists as something other than a
+    directory (a file, or a link to one): a directory cannot be made there."""
+    for p in (directory, *directory.parents):
+        if p.is_dir():
+            return None
+        if p.exists() or p.is_symlink():
+            return p
+    return None

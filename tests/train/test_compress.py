@@ -101,9 +101,30 @@ def test_qat_int4_beats_ptq_int4_of_the_same_model(base_run: Path, tmp_path: Pat
 
 
 def test_bad_requests_are_one_line_errors(
-    base_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    base_run: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from llmpipe.train.byte_shards import write_byte_shards
+
+    # shards without a val split, as a curate config without pack.val_fraction (configs/curate/web.yaml)
+    # or with too few samples for one writes them: what to evaluate on is said, not a row of nan
+    no_val = write_byte_shards(
+        data_dir / "reference" / "books" / "tiny-shakespeare.txt", tmp_path / "no-val", max_chars=20_000,
+        val_fraction=0.0,
+    )  # fmt: skip
+    empty_split = f"{no_val}: its val split holds no samples (curate puts every 1/pack.val_fraction-th sample"
+    assert llmpipe(["eval", str(base_run), "--shards", str(no_val)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and empty_split in err, err
+    assert err.endswith("pass --shards DIR with a val split, or --split train"), err
     cases = [
+        (
+            ["quantize", str(base_run), "--method", "int8", "--eval", str(no_val)],
+            f"{empty_split} in val: none with val_fraction 0, or with fewer samples than that); pass --eval DIR",
+        ),
+        (
+            ["prune", str(base_run), "--sparsity", "0.5", "--eval", str(no_val)],
+            "pass --eval DIR: shards with a val split",
+        ),
         (["quantize", str(base_run), "--method", "int4", "--group-size", "48"], "does not divide"),
         (["prune", str(base_run), "--sparsity", "1.5"], "(0, 1)"),
         (["prune", str(base_run), "--sparsity", "0"], "(0, 1)"),

@@ -103,3 +103,17 @@ def test_run_directory_lock_and_bad_paths(byte_shards: Path, tmp_path: Path) -> 
     n = json.loads((byte_shards / "manifest.json").read_text())["splits"]["train"]["rows"]
     proc = torchrun(1, *base, "--out", str(tmp_path / "r3"), f"--data.batch_size={n + 1}", check=False)
     _one_line(proc, 2, f"lower --data.batch_size to at most {n}")
+
+
+def test_shards_without_a_val_split_are_noted_at_the_start(data_dir: Path, tmp_path: Path) -> None:
+    """Shards with no val samples (as configs/curate/web.yaml on a small input writes them): the trainer
+    says at the start that it measures no val_loss, instead of logging none without a word."""
+    from llmpipe.train.byte_shards import write_byte_shards
+
+    src = data_dir / "reference" / "books" / "tiny-shakespeare.txt"
+    shards = write_byte_shards(src, tmp_path / "no-val", max_chars=30_000, val_fraction=0.0)
+    run = tmp_path / "run"
+    proc = torchrun(1, "--data", str(shards), "--config", TINY, "--out", str(run), "--train.steps=2", *QUIET)
+    note = f"note: {shards}: its val split holds no samples, so this run measures no val_loss on it"
+    assert note in proc.stdout, proc.stdout[-3000:]
+    assert all(r.get("val_loss") is None for r in read_metrics(run))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from dataclasses import replace
@@ -44,7 +45,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--config", type=Path, metavar="FILE", help="curate YAML config (see configs/curate/)")
     p.add_argument(
-        "--seq-len", type=int, metavar="N", help="tokens per training sample (overrides pack.seq_len)"
+        "--seq-len",
+        type=int,
+        metavar="N",
+        help="tokens per training sample (overrides pack.seq_len; 2 to 1,048,576)",
     )
     g = p.add_mutually_exclusive_group()
     g.add_argument(
@@ -101,21 +105,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def config_from_args(args: argparse.Namespace) -> CurateConfig:
     cfg = CurateConfig.load(args.config)
-    try:
+    try:  # the config classes check their values
         if args.seq_len is not None:
             cfg.pack = replace(cfg.pack, seq_len=args.seq_len)
+    except ValueError as e:
+        raise ConfigError(f"--seq-len {args.seq_len}: {e}") from None
+    try:
         if args.vocab_size is not None:
             cfg.tokenizer = replace(cfg.tokenizer, vocab_size=args.vocab_size)
-    except ValueError as e:  # the config classes check their values
-        raise ConfigError(f"--seq-len/--vocab-size: {e}") from None
+    except ValueError as e:
+        raise ConfigError(f"--vocab-size {args.vocab_size}: {e}") from None
     if args.special_tokens is not None:
         items = [t.strip() for t in args.special_tokens.split(",")]
         try:
             cfg.tokenizer = replace(cfg.tokenizer, special_tokens=items)
-        except ConfigError as e:
+        except (ConfigError, ValueError) as e:  # ValueError: vocab_size too small for them
             why = str(e).removeprefix("tokenizer.special_tokens: ")
             raise ConfigError(f"--special-tokens {args.special_tokens!r}: {why}") from None
     return cfg
+
+
+def chunk_bytes_of(chunk_mb: float | None) -> int | None:
+    """``--chunk-mb`` in bytes (None: planned by the run); a size that is not a positive number of at
+    least a byte is one line."""
+    if chunk_mb is None:
+        return None
+    if not math.isfinite(chunk_mb) or chunk_mb <= 0 or int(chunk_mb * (1 << 20)) < 1:
+        raise ConfigError(f"--chunk-mb must be a positive number of MB, got {chunk_mb}")
+    return int(chunk_mb * (1 << 20))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     progress = False if args.quiet else None  # None: a bar on a terminal, a line now and then in a log
     if args.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    chunk_bytes = chunk_bytes_of(args.chunk_mb)
     out: Path | str = args.out if is_url(args.out) else Path(local_or_url(args.out))
     if args.work_dir is not None and not is_url(args.out):
         raise ConfigError("--work-dir is for a URL --out (a local --out holds its own work directory)")
@@ -155,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
             strict=args.strict,
             executor=executor,
             keep_work=args.keep_work,
-            chunk_bytes=None if args.chunk_mb is None else int(args.chunk_mb * (1 << 20)),
+            chunk_bytes=chunk_bytes,
             progress=progress,
             staging=args.work_dir,
             follow_symlinks=args.follow_symlinks,

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from llmpipe.errors import ConfigError
+from llmpipe.errors import ConfigError, InputError
 
 MLM_SCORES = (
     "an encoder: on shards the masked-LM loss per masked token; on texts the pseudo-log-likelihood "
@@ -41,8 +41,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
+    from llmpipe.eval.model import default_device
     from llmpipe.train.export_t5 import is_t5_run
 
+    default_device(args.device, "--device")  # a device this machine lacks: one line before any work
     if is_t5_run(args.model):
         return run_span_corruption(args)
     from llmpipe.eval import EvalResult, Evaluator, load_lm, read_texts
@@ -52,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
     from llmpipe.eval.mlm import EncoderEval, is_encoder_run
 
     groups = {str(f): read_texts(f, field=args.field, max_docs=args.max_docs) for f in args.text}
+    for name, docs in groups.items():
+        if not any(docs):  # scores of nothing are nan: say so instead
+            raise InputError(
+                f"{name}: no text to score (an empty file, or no {args.field!r} that is not empty)"
+            )
     ev: Evaluator | EncoderEval
     if is_encoder_run(args.model):  # masked-LM loss on shards, pseudo-perplexity on texts (eval/mlm.py)
         ev = EncoderEval(args.model, batch_size=args.batch_size, device=args.device)

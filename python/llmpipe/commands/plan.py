@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -30,9 +32,12 @@ def _count(text: str) -> float:
     t = text.strip().upper()
     mult = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}.get(t[-1:], 1.0)
     try:
-        return float(t[:-1] if mult != 1.0 else t) * mult
+        v = float(t[:-1] if mult != 1.0 else t) * mult
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"not a count: {text!r} (e.g. 124M, 1.3B, 7e9)") from e
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return v
 
 
 def _positive(kind: type[int] | type[float], at_most: float | None = None) -> Any:
@@ -49,6 +54,14 @@ def _positive(kind: type[int] | type[float], at_most: float | None = None) -> An
         return v
 
     return parse
+
+
+def _fraction(text: str) -> float:
+    """An argparse type: a number in [0, 1]."""
+    v = _count(text)
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text!r}")
+    return v
 
 
 def _positive_count(text: str) -> float:
@@ -80,6 +93,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
             "are in llmpipe/plan.py's docstring."
         ),
     )
+    # a value such as -1B or -inf reaches its option's check (argparse takes only -1, -.5 for numbers)
+    p._negative_number_matcher = re.compile(r"^-(inf|nan|(\d+\.?\d*|\.\d+)(e[-+]?\d+)?[kmbgt]?)$", re.I)
     m = p.add_mutually_exclusive_group(required=True)
     m.add_argument("--params", type=_positive_count, metavar="N", help="parameter count (e.g. 124M, 1B)")
     m.add_argument(
@@ -113,7 +128,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--optimizer", choices=get_args(Optimizer), default="adamw")
     p.add_argument("--strategy", choices=get_args(Strategy), default="fsdp_full")
     p.add_argument(
-        "--shard-size", type=int, default=0, metavar="N", help="fsdp_hybrid: ranks per shard group"
+        "--shard-size",
+        type=_positive(int),
+        metavar="N",
+        help="fsdp_hybrid, zero*: ranks per shard group (default: all)",
     )
     p.add_argument("--cpu-offload", action="store_true", help="optimizer states in host memory")
     p.add_argument("--fused-optimizer", action="store_true", help="fused AdamW (no step temporaries)")
@@ -122,14 +140,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         action="store_true",
         help="model.fused_loss: the output layer and the loss by chunks (no logits; default: the config's)",
     )
-    p.add_argument("--seq-len", type=int, default=0, metavar="L")
-    p.add_argument("--micro-batch", type=int, default=0, metavar="B", help="sequences per GPU per step")
+    p.add_argument("--seq-len", type=_positive(int), metavar="L")
+    p.add_argument("--micro-batch", type=_positive(int), metavar="B", help="sequences per GPU per step")
     p.add_argument("--activation-checkpointing", action="store_true")
-    p.add_argument("--trainable-fraction", type=float, default=0.01, help="int8/int4: trainable share")
+    p.add_argument(
+        "--trainable-fraction", type=_fraction, default=0.01, help="int8/int4: trainable share, 0 to 1"
+    )
     p.add_argument(
         "--mfu", type=_positive(float, 1.0), default=0.4, help="model FLOPs utilisation assumed (default 0.4)"
     )
-    p.add_argument("--tokens", type=_count, default=0.0, metavar="T", help="training tokens (default 20 x N)")
+    p.add_argument("--tokens", type=_positive_count, metavar="T", help="training tokens (default 20 x N)")
     r = p.add_mutually_exclusive_group()
     r.add_argument(
         "--retention", type=_positive(float, 1.0), default=0.02, help="tokens kept by curation (default 0.02)"
@@ -137,23 +157,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     r.add_argument(
         "--from-curation", type=Path, metavar="DIR", help="use the retention a curate run measured"
     )
-    p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel ranks (default 1)")
-    p.add_argument("--pp", type=int, default=1, metavar="N", help="pipeline-parallel ranks (default 1)")
     p.add_argument(
-        "--cp", type=int, default=1, metavar="N", help="context-parallel ranks: seq_len / N each (default 1)"
+        "--tp", type=_positive(int), default=1, metavar="N", help="tensor-parallel ranks (default 1)"
+    )
+    p.add_argument(
+        "--pp", type=_positive(int), default=1, metavar="N", help="pipeline-parallel ranks (default 1)"
+    )
+    p.add_argument(
+        "--cp",
+        type=_positive(int),
+        default=1,
+        metavar="N",
+        help="context-parallel ranks: seq_len / N each (default 1)",
     )
     p.add_argument(
         "--microbatches",
-        type=int,
-        default=0,
+        type=_positive(int),
         metavar="M",
         help="pipeline micro-batches (default pp x stages)",
     )
     p.add_argument("--pp-schedule", choices=get_args(PipelineSchedule), default="1f1b")
-    p.add_argument("--stages-per-rank", type=int, default=0, metavar="V", help="interleaved: default 2")
+    p.add_argument("--stages-per-rank", type=_positive(int), metavar="V", help="interleaved: default 2")
     p.add_argument("--loss-parallel", action="store_true", help="tp: vocabulary-sharded logits")
     p.add_argument(
-        "--ep", type=int, default=1, metavar="N", help="expert-parallel ranks for a config's model.moe"
+        "--ep",
+        type=_positive(int),
+        default=1,
+        metavar="N",
+        help="expert-parallel ranks for a config's model.moe",
     )
     p.add_argument(
         "--scaling",
@@ -166,7 +197,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    seq_len = args.seq_len
+    seq_len = args.seq_len or 0
     fused_loss = args.fused_loss
     if args.config is not None:
         model = load_train_config(args.config).model
@@ -195,23 +226,23 @@ def run(args: argparse.Namespace) -> int:
             precision=args.precision,
             optimizer=args.optimizer,
             strategy=args.strategy,
-            shard_size=args.shard_size,
+            shard_size=args.shard_size or 0,
             cpu_offload=args.cpu_offload,
             fused_optimizer=args.fused_optimizer,
             seq_len=seq_len,
-            micro_batch=args.micro_batch,
+            micro_batch=args.micro_batch or 0,
             activation_checkpointing=args.activation_checkpointing,
             trainable_fraction=args.trainable_fraction,
             mfu=args.mfu,
             peak_tflops=peak,
-            tokens=args.tokens,
+            tokens=args.tokens or 0.0,
             retention=retention,
             tp=args.tp,
             pp=args.pp,
             cp=args.cp,
-            microbatches=args.microbatches,
+            microbatches=args.microbatches or 0,
             pp_schedule=args.pp_schedule,
-            stages_per_rank=args.stages_per_rank,
+            stages_per_rank=args.stages_per_rank or 0,
             loss_parallel=args.loss_parallel,
             fused_loss=fused_loss,
             ep=args.ep,

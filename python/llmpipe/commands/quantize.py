@@ -71,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
     from llmpipe.train.rundir import COMPRESSED_OUT
 
     COMPRESSED_OUT.check(args.out, args.overwrite)  # before anything loads: a user's directory is kept
+    if args.group_size is not None and args.group_size <= 0:
+        from llmpipe.errors import ConfigError
+
+        raise ConfigError(f"--group-size must be a positive number of weights, got {args.group_size}")
     from llmpipe.compress.calib import calibration_tokens
     from llmpipe.compress.model_io import hf_config_of, load_model
     from llmpipe.compress.report import build_report, fp32_file_bytes, measure, write_report

@@ -44,9 +44,8 @@ def bits_per_byte(
         raise InputError("no evaluation shards: pass --eval SHARDS")
     ds = ShardDataset(shards, split, verify="blocks")
     nbytes = token_bytes(shards / TOKENIZER_FILE)
+    ds.require_samples(f"pass --eval DIR: shards with a {split} split to measure bits per byte on")
     n = min(max_rows, len(ds))
-    if n == 0:
-        raise InputError(f"{shards}: no {split} samples to evaluate on")
     nats, total_bytes = 0.0, 0.0
     for i in range(0, n, batch):
         idx = range(i, min(i + batch, n))

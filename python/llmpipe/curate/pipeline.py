@@ -92,6 +92,8 @@ def run_curate(
     terminal, else the lines. ``follow_symlinks``: follow symlinks in input directories wherever they
     lead (default: only into the named inputs). ``overwrite``: write into an ``out`` that holds files
     llmpipe did not write (default: refused, naming them)."""
+    if tokenizer_file is not None:
+        _check_tokenizer(Path(tokenizer_file), config)
     executor = executor or LocalExecutor()
     store = RemoteOut(str(out)) if is_url(str(out)) else None
     if store is not None:
@@ -99,13 +101,13 @@ def run_curate(
         local = Path(staging) if staging is not None else default_staging(store.url)
     else:
         local = Path(local_or_url(str(out)))
+    what = "--work-dir" if store is not None and staging is not None else "--out"
+    CURATE_OUT.check(local, overwrite, what)  # a directory of the user's files is not written into
     try:
         local.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         what = "--work-dir" if store is not None else "--out"
         raise InputError(f"{what} {local}: cannot create the directory ({e.strerror})") from None
-    what = "--work-dir" if store is not None and staging is not None else "--out"
-    CURATE_OUT.check(local, overwrite, what)  # a directory of the user's files is not written into
     with DirLock(local):  # one run per output directory; a second one says who holds it
         files, skipped = _discover(
             inputs, [local, *([store.url] if store else [])], strict, log, follow_symlinks
@@ -138,14 +140,28 @@ def run_curate(
     return stats
 
 
+def _check_tokenizer(tokenizer_file: Path, config: CurateConfig) -> None:
+    """A given tokenizer is a tokenizer file that holds the special tokens the config reserves, checked
+    before any work: one line naming the file given."""
+    from llmpipe.errors import LlmpipeError
+    from llmpipe.tokenizer import Tokenizer
+
+    where = f"--tokenizer {tokenizer_file}"
+    if not tokenizer_file.is_file():
+        what = "a directory, not a file" if tokenizer_file.is_dir() else "no such file"
+        raise InputError(f"{where}: {what}")
+    try:
+        Tokenizer.from_file(tokenizer_file)
+    except LlmpipeError as e:
+        why = str(e).removeprefix(f"{tokenizer_file}: ")
+        raise type(e)(f"{where}: {why}") from None
+    if config.tokenizer.special_tokens:
+        reserved_ids(tokenizer_file, config.tokenizer.reserved(), where)
+
+
 def _fingerprint(
     files: list[InputPath], keys: list[str], config: CurateConfig, tokenizer_file: Path | None, strict: bool
 ) -> str:
-    if tokenizer_file is not None and not Path(tokenizer_file).is_file():
-        what = "a directory, not a file" if Path(tokenizer_file).is_dir() else "no such file"
-        raise InputError(f"--tokenizer {tokenizer_file}: {what}")
-    if tokenizer_file is not None and config.tokenizer.special_tokens:
-        reserved_ids(Path(tokenizer_file), config.tokenizer.reserved(), f"--tokenizer {tokenizer_file}")
     tok_sha = sha256_file(tokenizer_file) if tokenizer_file else None
     return fingerprint(
         files,

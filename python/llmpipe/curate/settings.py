@@ -41,6 +41,12 @@ class TokenizerConfig:
             raise ConfigError(f"tokenizer.special_tokens: {e}") from None
         if self.sample_bytes < 1:
             raise ValueError("tokenizer.sample_bytes must be positive")
+        need = 257 + len(self.reserved())  # the 256 byte tokens, <|endoftext|>, the reserved tokens
+        if self.vocab_size < need:
+            raise ValueError(
+                f"tokenizer.vocab_size {self.vocab_size} is too small: byte-level BPE needs at least {need} "
+                f"(256 byte tokens + {need - 256} special token(s))"
+            )
         if self.pattern not in PATTERNS:
             if re.fullmatch(r"[A-Za-z0-9_]+", self.pattern):  # meant as a name, not as a regex
                 raise ValueError(
@@ -66,11 +72,20 @@ class TokenizerConfig:
         return out
 
 
+#: the longest ``pack.seq_len``: a sample is ``seq_len + 1`` tokens
+MAX_SEQ_LEN = 1 << 20
+#: the most tokens one shard holds (``samples_per_shard * (seq_len + 1)``): the packer holds a shard
+#: of each split in memory before writing it (up to 16 GiB each at this size, uint32 ids)
+MAX_SHARD_TOKENS = 1 << 32
+
+
 @dataclass
 class PackConfig:
     """YAML section ``pack``: sequence length and shard layout."""
 
+    #: tokens per training sample, 2 to MAX_SEQ_LEN (1,048,576)
     seq_len: int = 1024
+    #: samples per shard; ``samples_per_shard * (seq_len + 1)`` at most MAX_SHARD_TOKENS (2**32)
     samples_per_shard: int = 8192
     val_fraction: float = 0.01
     #: "concat" (one stream cut into samples, no padding but the last) or "best_fit" (documents
@@ -84,6 +99,19 @@ class PackConfig:
             raise ValueError(f"pack.packing must be 'concat' or 'best_fit', not {self.packing!r}")
         if self.seq_len < 2:
             raise ValueError("pack.seq_len must be at least 2")
+        if self.seq_len > MAX_SEQ_LEN:
+            raise ValueError(
+                f"pack.seq_len {self.seq_len:,} is above the longest llmpipe packs, {MAX_SEQ_LEN:,}"
+            )
+        if self.samples_per_shard < 1:
+            raise ValueError("pack.samples_per_shard must be at least 1")
+        if self.samples_per_shard * (self.seq_len + 1) > MAX_SHARD_TOKENS:
+            most = MAX_SHARD_TOKENS // (self.seq_len + 1)
+            raise ValueError(
+                f"pack.samples_per_shard {self.samples_per_shard:,} samples of seq_len {self.seq_len:,} + 1 "
+                f"tokens are more than a shard holds in memory (2**32 tokens): set pack.samples_per_shard "
+                f"to at most {most:,} in the --config"
+            )
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError("pack.val_fraction must be in [0, 1)")
 

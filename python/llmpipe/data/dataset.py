@@ -17,7 +17,7 @@ from llmpipe.data.format import (
     read_manifest,
     sha256_file,
 )
-from llmpipe.errors import ShardError
+from llmpipe.errors import InputError, ShardError
 
 Verify = Literal["blocks", "full", "fast", "none"]
 VERIFY_MODES: tuple[Verify, ...] = ("blocks", "full", "fast", "none")
@@ -122,6 +122,16 @@ class ShardDataset:
 
     def __len__(self) -> int:
         return int(self._offsets[-1])
+
+    def require_samples(self, hint: str) -> None:
+        """An InputError (one line, ending in ``hint``: what to pass instead) when the split is empty, as
+        the val split of a curate run without one is."""
+        if len(self) == 0:
+            raise InputError(
+                f"{self.directory}: its {self.split} split holds no samples (curate puts every "
+                f"1/pack.val_fraction-th sample in val: none with val_fraction 0, or with fewer samples than "
+                f"that); {hint}"
+            )
 
     @property
     def token_buffers(self) -> list[np.ndarray]:

@@ -59,7 +59,9 @@ class RayExecutor:
         try:
             import ray
         except ImportError as e:  # pragma: no cover - ray is in requirements.lock
-            raise InputError("--ray needs the 'ray' package (pip install 'ray[default]')") from e
+            raise InputError(
+                "--ray needs the 'ray' extra (ray is not installed): pip install 'llmpipe[ray]'"
+            ) from e
         if num_cpus < 1:
             raise InputError(f"RayExecutor: num_cpus must be >= 1, got {num_cpus}")
         self.progress = progress

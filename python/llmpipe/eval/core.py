@@ -74,6 +74,7 @@ class Evaluator:
         from llmpipe.data import ShardDataset
 
         ds = ShardDataset(directory, split, verify="blocks")
+        ds.require_samples(f"pass --shards DIR with a {split} split, or --split train")
         lengths = self.lm.byte_lengths
         if lengths is None:
             raise ConfigError(

@@ -60,6 +60,7 @@ class EncoderEval:
         from llmpipe.data import ShardDataset, TokenLoader
 
         ds = ShardDataset(directory, split)
+        ds.require_samples(f"pass --shards DIR with a {split} split, or --split train")
         masker = self.masker(ds)
         batch = min(self.batch_size, len(ds))
         loader = TokenLoader(ds, batch, seed=0, device=self.device, prefetch=1, infinite=False)

@@ -36,10 +36,26 @@ class LM:
     name: str = "model"
 
 
-def default_device(device: str | torch.device | None) -> torch.device:
+def default_device(device: str | torch.device | None, option: str = "device") -> torch.device:
+    """The device named (None or ``auto``: cuda when there is one); a name torch does not know, or a
+    CUDA device this machine does not have, is a ConfigError (one line naming ``option``)."""
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"{option} {device!r}: not a device (cpu, cuda, cuda:1 ...)") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"{option} {device}: CUDA is not available on this machine (no GPU, or no driver); "
+                f"use {option} cpu"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"{option} {device}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    return dev
 
 
 def _dtype(name: str | torch.dtype | None) -> torch.dtype:

@@ -44,7 +44,13 @@ def filesystem(url: str) -> tuple[Any, str]:
 
     try:
         return fsspec.core.url_to_fs(url)
-    except (ImportError, ValueError) as e:  # an unknown protocol, or its package is not installed
+    except ImportError as e:  # the protocol's package is not installed
+        if url.split("://", 1)[0].lower() in ("s3", "s3a"):
+            raise InputError(
+                f"{url}: s3:// needs the 's3' extra (s3fs is not installed): pip install 'llmpipe[s3]'"
+            ) from None
+        raise InputError(f"{url}: {e}") from None
+    except ValueError as e:  # an unknown protocol
         raise InputError(f"{url}: {e}") from None
 
 

@@ -338,9 +338,16 @@ def list_checkpoints(root: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def check_step(step: int | None) -> None:
+    """A checkpoint step asked for (``--step``) is 0 or more: one line if not."""
+    if step is not None and step < 0:
+        raise LlmpipeError(f"--step {step}: a checkpoint's step is 0 or more")
+
+
 def chosen_checkpoint(run_dir: Path, step: int | None = None) -> Path:
     """A run's checkpoint at ``step`` (default: the latest complete one); one LlmpipeError line if none."""
     found = list_checkpoints(run_dir / "checkpoints")
+    check_step(step)
     if step is not None:
         path = step_dir(run_dir / "checkpoints", step)
         if path not in found:

@@ -276,9 +276,18 @@ def load_config(path: str | Path | None, overrides: list[str]) -> RunConfig:
     return from_dict(RunConfig, data, "config")
 
 
+def entry_name() -> str:
+    """The trainer as it was invoked, for its usage line: ``python -m llmpipe.train`` (torchrun's
+    ``-m llmpipe.train`` too) or the script's name (train/pretrain.py)."""
+    import sys
+
+    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return "python -m llmpipe.train" if script in ("__main__.py", "-m", "-c", "") else script
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, RunConfig]:
     p = argparse.ArgumentParser(
-        prog="pretrain.py",
+        prog=entry_name(),
         description="Train a decoder on llmpipe shards (run under torchrun).",
         epilog="Any other --section.key=value (or unique --key=value) overrides the config.",
     )

@@ -50,6 +50,17 @@ def verify_notices(data: RunData) -> list[str]:
     return out
 
 
+def val_notices(data: RunData) -> list[str]:
+    """A validation split without samples (a curate run with pack.val_fraction 0, or too little text for
+    one): the run measures no val_loss on it, said once at the start instead of silently."""
+    return [
+        f"{ds.directory}: its val split holds no samples, so this run measures no val_loss on it "
+        "(curate with pack.val_fraction > 0 and enough text for one sample in 1/val_fraction)"
+        for ds in data.val.values()
+        if len(ds) == 0
+    ]
+
+
 def mixture_stages(data: DataConfig, schedule: BatchSchedule) -> list[MixStage]:
     """Stage weights in source order, each from the sample position where its step begins."""
     names = [s.name for s in data.sources]

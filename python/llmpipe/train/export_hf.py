@@ -33,7 +33,7 @@ from llmpipe.errors import LlmpipeError, TokenizerError
 from llmpipe.tokenizer import PAD
 from llmpipe.train import encoder_hf, export_t5, init_from, lora
 from llmpipe.train.arch import new_model
-from llmpipe.train.checkpoint import STATE_FILE, chosen_checkpoint, load_dcp, load_train_state
+from llmpipe.train.checkpoint import STATE_FILE, check_step, chosen_checkpoint, load_dcp, load_train_state
 from llmpipe.train.config import RunConfig, from_saved
 from llmpipe.train.hf import hf_config, hf_state_dict
 from llmpipe.train.model import Transformer
@@ -196,6 +196,7 @@ def export(
     base with the adapters merged in. ``out`` is replaced whole: one that holds files llmpipe did not
     write is refused unless ``overwrite``."""
     EXPORT_OUT.check(out, overwrite)
+    check_step(step)
     saved = run_config(run_dir)
     lora_run = bool(saved.lora.rank)
     t5_run = saved.model.arch == "encoder_decoder"  # T5ForConditionalGeneration (train/export_t5.py)

@@ -220,6 +220,7 @@ def span_loss(
     model, _ = load_t5(cfg, run_dir)
     model.to(device)
     ds = ShardDataset(shards, split)
+    ds.require_samples(f"pass --shards DIR with a {split} split, or --split train")
     corruptor = SpanCorruptor(cfg.span, ds.seq_len + 1, ds.eos_id, cfg.data.seed)
     extra_ids_reserved = ds.special_tokens.get(PAD_TOKEN) == cfg.span.extra_ids_from
     if model.cfg.vocab_size is None or (ds.vocab_size > cfg.span.extra_ids_from and not extra_ids_reserved):

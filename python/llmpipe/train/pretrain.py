@@ -24,7 +24,7 @@ from llmpipe.train import init_from, lora, mlm, t5, zero
 from llmpipe.train.arch import new_model
 from llmpipe.train.checkpoint import STATE_FILE, Checkpointer, load_train_state
 from llmpipe.train.config import RunConfig, dump, parse_args, resolve_for_device
-from llmpipe.train.data import build_data, first_directory, open_train, verify_notices
+from llmpipe.train.data import build_data, first_directory, open_train, val_notices, verify_notices
 from llmpipe.train.metrics import MetricsWriter, Throughput, flops_per_token, peak_tflops
 from llmpipe.train.model import Transformer, _local, count_params
 from llmpipe.train.moe import inactive_params
@@ -264,7 +264,7 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     )
     data = build_data(cfg, d, schedule, train_ds)
     if d.is_main:
-        for line in verify_notices(data):
+        for line in [*verify_notices(data), *val_notices(data)]:
             print(f"note: {line}", flush=True)
     if hf_dir is not None and d.layout.pp > 1:
         raise LlmpipeError("model.init_from loads a whole model: use it with parallel.pp=1")
