@@ -90,7 +90,7 @@ def test_run_directory_lock_and_bad_paths(byte_shards: Path, tmp_path: Path) -> 
     _one_line(proc, 2, f"in use by another run (pid {os.getpid()} on ")
     (tmp_path / "file").write_text("x")
     proc = torchrun(1, *base, "--out", str(tmp_path / "file"), check=False)
-    _one_line(proc, 2, "cannot create the run directory")
+    _one_line(proc, 2, "is a file, not a directory")
     # a manifest without splits
     broken = tmp_path / "broken"
     shutil.copytree(byte_shards, broken)
