@@ -218,6 +218,29 @@ def test_odd_lines_read_the_same(tmp_path: Path) -> None:
             same_as_oracle(plain, ReadConfig(batch_size=4, max_doc_bytes=MAX_DOC, **fields), block)
 
 
+def test_a_byte_order_mark_and_a_null_text(data_dir: Path, tmp_path: Path) -> None:
+    """A file that starts with a UTF-8 byte order mark (Windows tools write one) loses no record; a
+    null text is said to be null, not a missing key."""
+    body = (data_dir / "web" / "cc-en-head-0091.jsonl").read_bytes()
+    n = body.count(b"\n")
+    cfg = ReadConfig(batch_size=7)
+    for i, variant in enumerate(write_variants(tmp_path, b"\xef\xbb\xbf" + body, "bom")):
+        for block in (64, 1000, BLOCK_BYTES):
+            out = same_as_oracle(variant, cfg, block)
+            assert not [r for r in out if not isinstance(r, pa.RecordBatch)], (variant.name, block)
+            assert sum(len(r) for r in out) == n
+            if i == 0:  # the mark is not part of the first text
+                first = next(r for r in out if isinstance(r, pa.RecordBatch))
+                assert first.column("text")[0].as_py() == json.loads(body.split(b"\n")[0])["text"]
+    p = tmp_path / "null.jsonl"
+    p.write_bytes(body.split(b"\n")[0] + b'\n{"text": null, "id": 3}\n{"id": 4}\n')
+    bad = [r for r in same_as_oracle(p, cfg, BLOCK_BYTES) if not isinstance(r, pa.RecordBatch)]
+    assert [(b.reason, b.location, b.detail) for b in bad] == [
+        ("text_not_a_string", "line 2", "'text' is null"),
+        ("missing_text_field", "line 3", "no 'text' key"),
+    ]
+
+
 def test_odd_lines_read_the_same_in_chunks(tmp_path: Path) -> None:
     lines = odd_lines() * 2
     body = b"".join(lines)

@@ -24,6 +24,8 @@ from llmpipe.io.fs import InputPath
 from llmpipe.io.members import open_range
 from llmpipe.io.records import Bad, Doc, DocRun
 
+#: a UTF-8 byte order mark
+BOM = b"\xef\xbb\xbf"
 #: bytes of whole lines handed to the core at a time
 BLOCK_BYTES = 4 << 20
 #: a decompressing stream is read with the raw reads of ``readline`` (one buffer at a time), so a
@@ -38,7 +40,10 @@ def max_line_bytes(max_doc_bytes: int) -> int:
 
 
 def line_record(raw: bytes, lineno: int, text_field: str, id_field: str) -> Doc | Bad | None:
-    """The record of one line (1-based ``lineno``, bytes with or without the newline); None if blank."""
+    """The record of one line (1-based ``lineno``, bytes with or without the newline); None if blank.
+    The file's first line may start with a UTF-8 byte order mark (Windows tools write one)."""
+    if lineno == 1 and raw.startswith(BOM):
+        raw = raw[len(BOM) :]
     if not raw.strip():
         return None
     try:
@@ -51,9 +56,11 @@ def line_record(raw: bytes, lineno: int, text_field: str, id_field: str) -> Doc 
         return Bad("invalid_json", f"line {lineno}", str(e), line[:200])
     if not isinstance(obj, dict):
         return Bad("not_an_object", f"line {lineno}", type(obj).__name__, line[:200])
-    text = obj.get(text_field)
-    if text is None:
+    if text_field not in obj:
         return Bad("missing_text_field", f"line {lineno}", f"no {text_field!r} key", line[:200])
+    text = obj[text_field]
+    if text is None:
+        return Bad("text_not_a_string", f"line {lineno}", f"{text_field!r} is null", line[:200])
     if not isinstance(text, str):
         return Bad("text_not_a_string", f"line {lineno}", type(text).__name__, line[:200])
     doc_id = obj.get(id_field)
