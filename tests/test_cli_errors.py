@@ -228,6 +228,9 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
         ([*curate, "--tokenizer", str(tmp / "afile")], f"--tokenizer {tmp / 'afile'}: not valid JSON"),
         ([*curate, "--seq-len", "100000000"], "pack.seq_len 100,000,000 is above the longest llmpipe packs"),
         ([*curate, "--seq-len", "1048576"], "set pack.samples_per_shard to at most 4,095"),
+        # inputs that hold nothing to read: no --out directory is made for them
+        (["curate", str(tmp / "nothing-here"), "--out", out], "nothing-here: no such file or directory"),
+        (["curate", str(tmp / "*.parquet"), "--out", out], "the pattern matches no file"),
         # an --out that is a file: refused before the model (the run, here an empty directory) loads
         (["curate", str(doc), "--out", afile], f"--out {afile}: is a file, not a directory"),
         (["curate", str(doc), "--out", f"{afile}/x"], f"--out {afile}/x: {afile} is a file, not a directory"),

@@ -103,15 +103,14 @@ def run_curate(
         local = Path(local_or_url(str(out)))
     what = "--work-dir" if store is not None and staging is not None else "--out"
     CURATE_OUT.check(local, overwrite, what)  # a directory of the user's files is not written into
+    # the inputs before the output directory: a run that finds none leaves no directory behind
+    files, skipped = _discover(inputs, [local, *([store.url] if store else [])], strict, log, follow_symlinks)
     try:
         local.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         what = "--work-dir" if store is not None else "--out"
         raise InputError(f"{what} {local}: cannot create the directory ({e.strerror})") from None
     with DirLock(local):  # one run per output directory; a second one says who holds it
-        files, skipped = _discover(
-            inputs, [local, *([store.url] if store else [])], strict, log, follow_symlinks
-        )
         keys = source_keys(files)
         fp = _fingerprint(files, keys, config, tokenizer_file, strict)
         if store is not None and (done := store.finished(fp)) is not None:
