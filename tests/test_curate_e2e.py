@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow.ipc as ipc
 import pytest
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
 # val_fraction 0 keeps every sample in train, in stream order, so the test can rebuild the stream.
 SMALL = (
@@ -157,3 +157,16 @@ def test_bad_json_line_is_counted_and_quarantined(tmp_path: Path, data_dir: Path
         "curate", str(src), "--out", str(tmp_path / "o2"), "--config", str(cfg), "--strict", check=False
     )
     assert strict.returncode == 2 and "invalid_json" in strict.stderr and "Traceback" not in strict.stderr
+
+
+def test_a_tokenizer_smaller_than_asked_is_noted(tmp_path: Path) -> None:
+    """Too little kept text for the vocabulary asked: the run says so, and the manifest holds the size
+    the tokenizer has."""
+    out = tmp_path / "o"
+    notes = ROOT / "examples" / "raw" / "notes"
+    p = run_cli(
+        "curate", str(notes), "--out", str(out), "--config", "sample", "--vocab-size", "5000", "--quiet"
+    )
+    have = json.loads((out / "manifest.json").read_text())["tokenizer"]["vocab_size"]
+    assert 256 < have < 5000
+    assert f"tokenizer: note: the kept text gave only {have:,} of the 5,000 ids asked for" in p.stdout

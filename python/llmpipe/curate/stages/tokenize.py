@@ -78,6 +78,11 @@ class TrainTokenizer:
             min_frequency=self.cfg.min_frequency,
             special_tokens=[EOS, *reserved],
         )
+        if tok.vocab_size < self.cfg.vocab_size:
+            self.log(
+                f"tokenizer: note: the kept text gave only {tok.vocab_size:,} of the {self.cfg.vocab_size:,} ids "
+                f"asked for (too little text, or no pair occurs min_frequency {self.cfg.min_frequency} times more)"
+            )
         tmp_tok = out.with_name(".tokenizer.tmp.json")
         tok.save(str(tmp_tok))
         os.replace(tmp_tok, out)
