@@ -139,10 +139,10 @@ def discover_inputs(
             raise InputError(f"{arg}: no such file or directory")
         _check_named(arg, p)
         named.append((arg, p, None))
-    roots = [Path(os.path.realpath(p if start is None else start)) for _, p, start in named]
+    roots = [Path(os.path.realpath(p if d is None else d)) for _, p, d in named]
     walker = _Walker([Path(os.path.realpath(e)) for e in local_exclude], roots, follow_symlinks)
-    for arg, p, start in named:
-        if start is not None:
+    for arg, p, glob_dir in named:
+        if glob_dir is not None:
             walker.add_match(p)
             continue
         if p.is_dir() and not walker.add(p):
