@@ -214,6 +214,8 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
     (empty := tmp / "empty.txt").write_text("")
     out = str(tmp / "o" / "x")
     curate = ["curate", str(doc), "--out", out, "--quiet"]
+    (tmp / "flow.yaml").write_text("language:\n  enabled: [true\n")
+    (tmp / "indent.yaml").write_text("a: b\n c: d\n")
     return [
         # --chunk-mb: a positive number of MB
         ([*curate, "--chunk-mb", "nan"], "--chunk-mb must be a positive number of MB, got nan"),
@@ -228,6 +230,15 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
         ([*curate, "--tokenizer", str(tmp / "afile")], f"--tokenizer {tmp / 'afile'}: not valid JSON"),
         ([*curate, "--seq-len", "100000000"], "pack.seq_len 100,000,000 is above the longest llmpipe packs"),
         ([*curate, "--seq-len", "1048576"], "set pack.samples_per_shard to at most 4,095"),
+        # a config that is not YAML: where and what, on one line
+        (
+            ["curate", str(doc), "--out", out, "--config", str(tmp / "flow.yaml")],
+            "flow.yaml: not valid YAML at line 3, column 1: while parsing a flow sequence expected ',' or ']'",
+        ),
+        (
+            ["curate", str(doc), "--out", out, "--config", str(tmp / "indent.yaml")],
+            "indent.yaml: not valid YAML at line 2, column 3: mapping values are not allowed here",
+        ),
         # inputs that hold nothing to read: no --out directory is made for them
         (["curate", str(tmp / "nothing-here"), "--out", out], "nothing-here: no such file or directory"),
         (["curate", str(tmp / "*.parquet"), "--out", out], "the pattern matches no file"),

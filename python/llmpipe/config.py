@@ -119,6 +119,14 @@ def config_file(value: str | Path, kind: str) -> Path:
     )
 
 
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML parser's error as the tail of one line: where (line and column, 1-based) and what."""
+    mark = getattr(e, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    what = " ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x)
+    return f"{where}: {what or str(e).splitlines()[0]}"
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
@@ -126,7 +134,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from e
+        raise ConfigError(f"{p}: not valid YAML{yaml_problem(e)}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping")
     return data

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import torch
 import yaml
 
-from llmpipe.config import config_file, from_dict, load_yaml, to_dict
+from llmpipe.config import config_file, from_dict, load_yaml, to_dict, yaml_problem
 from llmpipe.errors import ConfigError
 from llmpipe.train.model import ModelConfig
 from llmpipe.train.span_corruption import SpanConfig
@@ -256,7 +256,7 @@ def apply_override(data: dict[str, Any], item: str) -> None:
     try:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as e:
-        raise ConfigError(f"override {item!r}: value is not valid YAML ({e})") from e
+        raise ConfigError(f"override {item!r}: value is not valid YAML{yaml_problem(e)}") from e
     if isinstance(value, str) and _FLOAT.match(value):  # YAML 1.1 reads 1e-3 as a string
         value = float(value)
     *inner, name = name.split(".")  # a nested section: --model.moe.experts=8
