@@ -13,6 +13,8 @@ import random
 import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -112,6 +114,28 @@ def make_bad_inputs(data_dir: Path, root: Path) -> dict[str, tuple[str, int]]:
         "junk.bin": ("unsupported_format_binary", 0),
         "huge.jsonl": ("document_too_large", 2),
     }
+
+
+def test_files_no_reader_takes_say_what_they_seem_to_be(data_dir: Path, tmp_path: Path) -> None:
+    """UTF-16 text and archives of files are quarantined with what they are and what to do."""
+    text = gzip.decompress((data_dir / "web" / "cc-main-2019-30-extracted.jsonl.gz").read_bytes())[:5000]
+    (tmp_path / "notes.txt").write_bytes(text.decode("utf-8", "replace").encode("utf-16"))
+    (tmp_path / "a.jsonl").write_bytes(text.rsplit(b"\n", 1)[0] + b"\n")
+    with tarfile.open(tmp_path / "crawl.tar.gz", "w:gz") as t:
+        t.add(tmp_path / "a.jsonl", "a.jsonl")
+    with zipfile.ZipFile(tmp_path / "crawl.zip", "w") as z:
+        z.write(tmp_path / "a.jsonl", "a.jsonl")
+    (tmp_path / "junk.bin").write_bytes(random.Random(8).randbytes(5_000))
+    for name, says in (
+        ("notes.txt", "UTF-16 text (it starts with a UTF-16 byte order mark): convert it to UTF-8"),
+        ("crawl.tar.gz", "a tar archive: unpack it and name its files or its directory"),
+        ("crawl.zip", "a zip archive: unpack it"),
+        ("junk.bin", "not JSONL, Parquet, WARC/ARC or UTF-8 text"),
+    ):
+        bad: list[Bad] = []
+        assert not list(read_documents(tmp_path / name, name, ReadConfig(), bad.append)), name
+        assert [b.reason for b in bad] == ["unsupported_format_binary"], (name, bad)
+        assert says in bad[0].detail, (name, bad[0].detail)
 
 
 def test_readers_quarantine_each_kind(data_dir: Path, tmp_path: Path) -> None:

@@ -90,7 +90,18 @@ def records(
             "the file is truncated: the compressed stream ends before its first block is complete",
         )
     else:
-        yield Bad(f"unsupported_format_{fmt}", "file", f"detected format {fmt!r}")
+        yield Bad(f"unsupported_format_{fmt}", "file", f"detected format {fmt!r}: {_what_binary(peek(path))}")
+
+
+def _what_binary(head: bytes) -> str:
+    """What a file none of the readers takes seems to be, and what to do with it."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16 text (it starts with a UTF-16 byte order mark): convert it to UTF-8 (iconv -f UTF-16)"
+    if head[257:262] == b"ustar":
+        return "a tar archive: unpack it and name its files or its directory"
+    if head.startswith(b"PK\x03\x04"):
+        return "a zip archive: unpack it and name its files or its directory"
+    return "not JSONL, Parquet, WARC/ARC or UTF-8 text (plain, gzip, zstd or bzip2)"
 
 
 def read_input(
