@@ -11,9 +11,11 @@ killed at once leaves only those.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,3 +91,22 @@ def file_in_the_way(directory: Path) -> Path | None:
         if p.exists() or p.is_symlink():
             return p
     return None
+
+
+@contextlib.contextmanager
+def replaced_whole(out: Path) -> Iterator[Path]:
+    """An output directory written whole (an export, a quantized or pruned model): yields a new
+    directory beside ``out`` (``.NAME.tmp-PID``: a temporary name llmpipe owns) to write into, which
+    then replaces ``out`` (checked before: new, llmpipe's, or given up with ``--overwrite``). A failure
+    removes it, so neither a partial model nor a changed ``out`` is left behind."""
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a killed process that had this pid
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import ROOT, read_metrics
 from llmpipe.train.export_hf import load_run
@@ -52,6 +53,30 @@ def test_export_loads_in_transformers_with_the_same_logits(trained_run: Path, tm
     # the trained model predicts this text far better than chance, in both implementations
     loss = torch.nn.functional.cross_entropy(got[0, :-1], ids[0, 1:])
     assert float(loss) < 3.0
+
+
+def test_a_failed_export_leaves_the_last_one_and_no_partial_model(
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills while the weights are written: the export before stays as it was, and the
+    half-written model is removed (it is written beside --out, then renamed over it)."""
+    import errno
+
+    from llmpipe.train import export_hf
+
+    out = tmp_path / "hf"
+    export_hf.export(trained_run, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def disk_full(weights: dict[str, torch.Tensor], directory: Path, max_shard_size: object) -> None:
+        (directory / "model.safetensors").write_bytes(b"\0" * 1000)  # part of it, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(export_hf, "save_weights", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        export_hf.export(trained_run, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no .hf.tmp-PID left
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_generate_samples_text(trained_run: Path) -> None:

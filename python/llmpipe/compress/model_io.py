@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from llmpipe.errors import InputError
+from llmpipe.outdir import replaced_whole
 from llmpipe.train import export_hf, hf
 from llmpipe.train.hf import MASKS_FILE
 from llmpipe.train.model import Transformer
@@ -81,17 +82,12 @@ def save_hf(
     """Write a dense model as an HF Llama checkpoint (atomically), plus pruning masks if any."""
     from safetensors.torch import save_file
 
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file(hf.hf_state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    (tmp / "config.json").write_text(json.dumps(hf_config_of(model, loaded), indent=2) + "\n")
-    if loaded.tokenizer is not None:
-        shutil.copyfile(loaded.tokenizer, tmp / "tokenizer.json")
-    meta = {"shards": str(loaded.shards) if loaded.shards else None, **(extra or {})}
-    (tmp / "llmpipe_export.json").write_text(json.dumps(meta) + "\n")
-    if masks:
-        save_file({k: v.contiguous() for k, v in masks.items()}, str(tmp / MASKS_FILE))
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    with replaced_whole(out) as tmp:
+        save_file(hf.hf_state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(hf_config_of(model, loaded), indent=2) + "\n")
+        if loaded.tokenizer is not None:
+            shutil.copyfile(loaded.tokenizer, tmp / "tokenizer.json")
+        meta = {"shards": str(loaded.shards) if loaded.shards else None, **(extra or {})}
+        (tmp / "llmpipe_export.json").write_text(json.dumps(meta) + "\n")
+        if masks:
+            save_file({k: v.contiguous() for k, v in masks.items()}, str(tmp / MASKS_FILE))

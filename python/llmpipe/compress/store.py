@@ -28,6 +28,7 @@ from torch import nn
 from llmpipe.compress.pack import pack_nibbles, unpack_nibbles
 from llmpipe.compress.spec import QuantSpec
 from llmpipe.errors import InputError
+from llmpipe.outdir import replaced_whole
 
 FORMAT = "llmpipe-quantized"
 TENSORS = "quantized.safetensors"
@@ -72,19 +73,14 @@ def save_quantized(
             elif not zero:  # a symmetric scheme's zero points are all zero: not stored
                 tensors[key] = p.detach().contiguous()
             meta[name]["parts"][part] = {"shape": list(p.shape), "nibbles": packed, "zero": zero}
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file(tensors, str(tmp / TENSORS), metadata={"format": FORMAT})
-    (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
-    if tokenizer is not None:
-        shutil.copyfile(tokenizer, tmp / "tokenizer.json")
-    doc = {"format": FORMAT, "version": 1, "method": spec.method, "bits": spec.bits,
-           "group_size": spec.group_size, "tensors": meta}  # fmt: skip
-    (tmp / META).write_text(json.dumps(doc, indent=1) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    with replaced_whole(out) as tmp:
+        save_file(tensors, str(tmp / TENSORS), metadata={"format": FORMAT})
+        (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+        if tokenizer is not None:
+            shutil.copyfile(tokenizer, tmp / "tokenizer.json")
+        doc = {"format": FORMAT, "version": 1, "method": spec.method, "bits": spec.bits,
+               "group_size": spec.group_size, "tensors": meta}  # fmt: skip
+        (tmp / META).write_text(json.dumps(doc, indent=1) + "\n")
     return out / TENSORS
 
 

@@ -20,7 +20,6 @@ re-quantized, so transformers' dequantized weights equal llmpipe's model bit for
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from torch import nn
 
 from llmpipe.compress.spec import QuantSpec
 from llmpipe.errors import InputError
+from llmpipe.outdir import replaced_whole
 from llmpipe.quiet import quiet_imports
 
 WEIGHTS = "model.safetensors"
@@ -112,16 +112,11 @@ def save_compressed_tensors(
 
     config = {**hf_config, "torch_dtype": "float16", "quantization_config": quantization_config(spec)}
     tensors = ct_state_dict(model, spec)
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt"})
-    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    if tokenizer is not None:
-        files = tokenizer_files(tokenizer.read_text(), eos_id, hf_config.get("max_position_embeddings"))
-        for fname, text in files.items():
-            (tmp / fname).write_text(text)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    with replaced_whole(out) as tmp:
+        save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if tokenizer is not None:
+            files = tokenizer_files(tokenizer.read_text(), eos_id, hf_config.get("max_position_embeddings"))
+            for fname, text in files.items():
+                (tmp / fname).write_text(text)
     return out / WEIGHTS

@@ -31,6 +31,7 @@ from torch import nn
 
 from llmpipe.compress.names import GGUF_METHODS
 from llmpipe.errors import InputError
+from llmpipe.outdir import replaced_whole
 
 GGUF_FILE = "model.gguf"
 ALIASES = {"int8": "q8_0", "int4": "q4_0"}  # ``--method int8 --format gguf``
@@ -192,7 +193,6 @@ def save_gguf(
     name: str = "llmpipe",
 ) -> Path:
     """Write ``out/model.gguf`` atomically from ``quantize_gguf``'s raw tensors; returns the file."""
-    import shutil
 
     from gguf import GGMLQuantizationType, GGUFWriter
 
@@ -201,54 +201,49 @@ def save_gguf(
     cfg: Any = model.cfg
     tok = tokenizer_metadata(tokenizer, int(cfg.vocab_size), eos_id)
     qtype = qtype_of(method)
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    w = GGUFWriter(str(tmp / GGUF_FILE), "llama")
-    w.add_name(name)
-    w.add_file_type(file_type_of(method))
-    w.add_quantization_version(2)
-    w.add_vocab_size(int(cfg.vocab_size))
-    w.add_context_length(int(cfg.max_seq_len))
-    w.add_embedding_length(int(cfg.dim))
-    w.add_block_count(int(cfg.n_layers))
-    w.add_feed_forward_length(int(cfg.hidden))
-    w.add_head_count(int(cfg.n_heads))
-    w.add_head_count_kv(int(cfg.kv_heads))
-    w.add_rope_dimension_count(int(cfg.head_dim))
-    w.add_rope_freq_base(float(cfg.rope_theta))
-    w.add_layer_norm_rms_eps(float(cfg.norm_eps))
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(tok["pre"])
-    w.add_token_list(tok["tokens"])
-    w.add_token_types(tok["types"])
-    w.add_token_scores([0.0] * len(tok["tokens"]))
-    if tok["merges"]:  # a bytes-only vocabulary has none (gguf cannot write an empty array)
-        w.add_token_merges(tok["merges"])
-    w.add_add_space_prefix(False)
-    if eos_id is not None:
-        w.add_bos_token_id(eos_id)  # the shards' one special token: documents are separated by it
-        w.add_eos_token_id(eos_id)
-        w.add_pad_token_id(eos_id)
-    w.add_add_bos_token(False)
-    w.add_add_eos_token(False)
-    for pname, data in raw.items():
-        if pname == "output.weight" and cfg.tie_embeddings:
-            continue
-        if pname.endswith("attn.wq.weight"):
-            data = permute_rope(data, int(cfg.n_heads))
-        elif pname.endswith("attn.wk.weight"):
-            data = permute_rope(data, int(cfg.kv_heads))
-        if data.ndim == 1:
-            w.add_tensor(gguf_name(pname), data)
-        else:
-            raw_dtype = None if qtype == GGMLQuantizationType.F16 else qtype
-            w.add_tensor(gguf_name(pname), np.ascontiguousarray(data), raw_dtype=raw_dtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    with replaced_whole(out) as tmp:
+        w = GGUFWriter(str(tmp / GGUF_FILE), "llama")
+        w.add_name(name)
+        w.add_file_type(file_type_of(method))
+        w.add_quantization_version(2)
+        w.add_vocab_size(int(cfg.vocab_size))
+        w.add_context_length(int(cfg.max_seq_len))
+        w.add_embedding_length(int(cfg.dim))
+        w.add_block_count(int(cfg.n_layers))
+        w.add_feed_forward_length(int(cfg.hidden))
+        w.add_head_count(int(cfg.n_heads))
+        w.add_head_count_kv(int(cfg.kv_heads))
+        w.add_rope_dimension_count(int(cfg.head_dim))
+        w.add_rope_freq_base(float(cfg.rope_theta))
+        w.add_layer_norm_rms_eps(float(cfg.norm_eps))
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(tok["pre"])
+        w.add_token_list(tok["tokens"])
+        w.add_token_types(tok["types"])
+        w.add_token_scores([0.0] * len(tok["tokens"]))
+        if tok["merges"]:  # a bytes-only vocabulary has none (gguf cannot write an empty array)
+            w.add_token_merges(tok["merges"])
+        w.add_add_space_prefix(False)
+        if eos_id is not None:
+            w.add_bos_token_id(eos_id)  # the shards' one special token: documents are separated by it
+            w.add_eos_token_id(eos_id)
+            w.add_pad_token_id(eos_id)
+        w.add_add_bos_token(False)
+        w.add_add_eos_token(False)
+        for pname, data in raw.items():
+            if pname == "output.weight" and cfg.tie_embeddings:
+                continue
+            if pname.endswith("attn.wq.weight"):
+                data = permute_rope(data, int(cfg.n_heads))
+            elif pname.endswith("attn.wk.weight"):
+                data = permute_rope(data, int(cfg.kv_heads))
+            if data.ndim == 1:
+                w.add_tensor(gguf_name(pname), data)
+            else:
+                raw_dtype = None if qtype == GGMLQuantizationType.F16 else qtype
+                w.add_tensor(gguf_name(pname), np.ascontiguousarray(data), raw_dtype=raw_dtype)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
     return out / GGUF_FILE

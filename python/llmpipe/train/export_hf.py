@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -30,6 +29,7 @@ from safetensors.torch import save_file
 from llmpipe.config import load_yaml
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
 from llmpipe.errors import LlmpipeError, TokenizerError
+from llmpipe.outdir import replaced_whole
 from llmpipe.tokenizer import PAD
 from llmpipe.train import encoder_hf, export_t5, init_from, lora
 from llmpipe.train.arch import new_model
@@ -235,32 +235,29 @@ def export(
     if eos_id is None:
         eos_id = next((t["id"] for t in json.loads(tok_json).get("added_tokens", [])
                        if t["content"] == "<|endoftext|>"), None)  # fmt: skip
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    if isinstance(model, export_t5.T5):
-        if manifest is None or eos_id is None:
-            raise LlmpipeError(f"{run_dir}: an encoder-decoder export needs the run's shards ({shards})")
-        weights = export_t5.write_dir(cfg, model, tmp, tok_json, manifest["seq_len"], eos_id)
-        save_weights(weights, tmp, max_shard_size)
-    elif adapters:  # PEFT's adapter directory: PeftModel.from_pretrained(base, out)
-        lora.peft_dir(model, cfg.lora, str(init_from.directory(cfg)), tmp)
-    elif mask is not None:  # the encoder: BertForMaskedLM
-        save_weights(encoder_hf.bert_state_dict(model), tmp, max_shard_size)  # type: ignore[arg-type]
-        pad_id = added[pad] if pad is not None else eos_id
-        bert = encoder_hf.bert_config(cfg.model, mask_id=cfg.mlm.mask_token_id or 0, pad_id=pad_id)
-        (tmp / "config.json").write_text(json.dumps(bert, indent=2) + "\n")
-    else:
-        save_weights(hf_state_dict(model), tmp, max_shard_size)
-        (tmp / "config.json").write_text(json.dumps(hf_config(cfg.model, eos_id), indent=2) + "\n")
-        (tmp / "generation_config.json").write_text(json.dumps(generation_config(eos_id), indent=2) + "\n")
-    for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len, mask, pad).items():
-        if not t5_run:  # export_t5 wrote its own, with the sentinels
-            (tmp / name).write_text(text, encoding="utf-8")
-    (tmp / EXPORT_MARKER).write_text(json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    with replaced_whole(out) as tmp:
+        if isinstance(model, export_t5.T5):
+            if manifest is None or eos_id is None:
+                raise LlmpipeError(f"{run_dir}: an encoder-decoder export needs the run's shards ({shards})")
+            weights = export_t5.write_dir(cfg, model, tmp, tok_json, manifest["seq_len"], eos_id)
+            save_weights(weights, tmp, max_shard_size)
+        elif adapters:  # PEFT's adapter directory: PeftModel.from_pretrained(base, out)
+            lora.peft_dir(model, cfg.lora, str(init_from.directory(cfg)), tmp)
+        elif mask is not None:  # the encoder: BertForMaskedLM
+            save_weights(encoder_hf.bert_state_dict(model), tmp, max_shard_size)  # type: ignore[arg-type]
+            pad_id = added[pad] if pad is not None else eos_id
+            bert = encoder_hf.bert_config(cfg.model, mask_id=cfg.mlm.mask_token_id or 0, pad_id=pad_id)
+            (tmp / "config.json").write_text(json.dumps(bert, indent=2) + "\n")
+        else:
+            save_weights(hf_state_dict(model), tmp, max_shard_size)
+            (tmp / "config.json").write_text(json.dumps(hf_config(cfg.model, eos_id), indent=2) + "\n")
+            (tmp / "generation_config.json").write_text(
+                json.dumps(generation_config(eos_id), indent=2) + "\n"
+            )
+        for name, text in tokenizer_files(tok_json, eos_id, cfg.model.max_seq_len, mask, pad).items():
+            if not t5_run:  # export_t5 wrote its own, with the sentinels
+                (tmp / name).write_text(text, encoding="utf-8")
+        (tmp / EXPORT_MARKER).write_text(json.dumps({"run": str(run_dir), "checkpoint": path.name}) + "\n")
     return path
 
 
