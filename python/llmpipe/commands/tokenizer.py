@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -212,7 +213,7 @@ def run_train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(f".{args.out.name}.tmp")
+    tmp = args.out.with_name(f".{args.out.name}.tmp-{os.getpid()}")  # a name of llmpipe's (outdir.TEMP_NAME)
     try:
         tok.save(tmp)
         tmp.replace(args.out)
