@@ -13,6 +13,8 @@ from tokenizers import Tokenizer as HFTokenizer
 def test_train_then_encode_stdin(data_dir: Path, tmp_path: Path) -> None:
     src = data_dir / "reference" / "books" / "wonderland.txt"
     out = tmp_path / "tok" / "tokenizer.json"
+    out.parent.mkdir()
+    (out.parent / ".tokenizer.json.tmp").write_text("a user's file")  # not llmpipe's temporary name
     p = run_cli(
         "tokenizer",
         "train",
@@ -29,6 +31,8 @@ def test_train_then_encode_stdin(data_dir: Path, tmp_path: Path) -> None:
         "<|pad|>",
     )
     assert "vocab 600" in p.stdout
+    assert sorted(x.name for x in out.parent.iterdir()) == [".tokenizer.json.tmp", "tokenizer.json"]
+    assert (out.parent / ".tokenizer.json.tmp").read_text() == "a user's file"
     hf = HFTokenizer.from_file(str(out))
     assert hf.get_vocab_size() == 600
     assert hf.token_to_id("<|pad|>") == 1
