@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from llmpipe.argtypes import int_at_least
 from llmpipe.data.format import read_manifest
 from llmpipe.errors import InputError
 
@@ -25,10 +26,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("directory", type=Path, metavar="DIR", help="shard directory")
     p.add_argument("--verify", action="store_true", help="verify every shard; non-zero exit on mismatch")
     p.add_argument(
-        "--sample", type=_index, default=0, metavar="I", help="index of the train sample to decode"
+        "--sample", type=int_at_least(0), default=0, metavar="I", help="index of the train sample to decode"
     )
     p.add_argument(
-        "--chars", type=_positive, default=400, metavar="N", help="characters of decoded text to show"
+        "--chars", type=int_at_least(1), default=400, metavar="N", help="characters of decoded text to show"
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
@@ -49,26 +50,6 @@ def summary(directory: Path) -> dict[str, Any]:
             for s, v in m["splits"].items()
         },
     }
-
-
-def _index(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
 
 
 def _decoded_sample(directory: Path, index: int, chars: int) -> str | None:

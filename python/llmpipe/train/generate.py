@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 
+from llmpipe.argtypes import int_at_least, number_at_least
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE
 from llmpipe.errors import LlmpipeError
 from llmpipe.train.export_hf import load_run
@@ -52,36 +51,13 @@ def sample(
     return out[len(ids) :]
 
 
-def _at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if v < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {v}")
-        return v
-
-    return parse
-
-
-def _temperature(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return v
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Sample from a training run's latest checkpoint.")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--prompt", default="")
-    p.add_argument("--max-new-tokens", type=_at_least(1), default=200)
-    p.add_argument("--temperature", type=_temperature, default=0.8, help="0: greedy")
-    p.add_argument("--top-k", type=_at_least(0), default=50, help="0: every token")
+    p.add_argument("--max-new-tokens", type=int_at_least(1), default=200)
+    p.add_argument("--temperature", type=number_at_least(0.0), default=0.8, help="0: greedy")
+    p.add_argument("--top-k", type=int_at_least(0), default=50, help="0: every token")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--step", type=int, default=None)
     p.add_argument("--tokenizer", type=Path, default=None)
