@@ -6,8 +6,9 @@ once (no loops). A symlink found inside an input directory, or matched by a glob
 when its target lies inside the named inputs (``follow_symlinks``: always): a link to ``/etc/shadow``
 in a crawl directory is not read. A glob names the directory it starts from (``crawl/*.txt``:
 ``crawl``), so its matches are held to that directory as a walk of it would be. A file or directory
-whose name is not valid UTF-8 is listed and not read (its name could not be recorded). Output directories of llmpipe (``--out``, or any directory that holds a curate run's
-marker, work directory or shards) are never inputs. Nothing is left out silently: what cannot or
+whose name is not valid UTF-8 is listed and not read (its name could not be recorded). Output
+directories of llmpipe (``--out``, or any directory that holds a curate run's marker, work directory
+or shards) are never inputs. Nothing is left out silently: what cannot or
 must not be read (unreadable, a broken symlink, a symlink out of the inputs, a FIFO, device or
 socket) is listed in ``Discovery.skipped``, hidden and temporary names in ``Discovery.ignored``. A
 FIFO or device named as an input (or matched by a glob) is an error; none is ever opened.
