@@ -246,6 +246,24 @@ def test_strict_fails_on_the_first_bad_record(data_dir: Path, tmp_path: Path) ->
     assert not (tmp_path / "o" / "manifest.json").exists()
 
 
+def test_strict_names_the_first_bad_record_in_input_order(tmp_path: Path) -> None:
+    """Two workers, two bad inputs: the second input's bad record (its first line) is found first, the
+    first input's (its last line) later; the error is the first in input order, every time."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    good = json.dumps({"text": "a line of words " * 40})
+    (raw / "a.jsonl").write_text("\n".join([good] * 5000 + ["{not json"]) + "\n")
+    (raw / "b.jsonl").write_text("{not json either\n" + good + "\n")
+    chunk_mb = str(((raw / "a.jsonl").stat().st_size + 100) / 2**20)  # a part each: a's, then b's
+    p = run_cli(
+        "curate", str(raw), "--out", str(tmp_path / "o"), "--strict", "--quiet", "--workers", "2",
+        "--chunk-mb", chunk_mb, check=False,
+    )  # fmt: skip
+    err = p.stderr.strip()
+    assert p.returncode == 2 and err.startswith("llmpipe: error:") and "\n" not in err, p.stderr
+    assert "a.jsonl: line 5001" in err, err
+
+
 @pytest.fixture(scope="module")
 def curated_bad(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("bad")

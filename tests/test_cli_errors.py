@@ -222,6 +222,10 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
         ([*curate, "--chunk-mb", "inf"], "--chunk-mb must be a positive number of MB, got inf"),
         ([*curate, "--chunk-mb", "-1"], "--chunk-mb must be a positive number of MB, got -1"),
         ([*curate, "--chunk-mb", "1e-9"], "--chunk-mb must be a positive number of MB"),
+        # --ray: an address Ray takes, not a dashboard URL, not empty (which ran locally)
+        ([*curate, "--ray", ""], "--ray needs an address: auto, HOST:PORT or ray://HOST:PORT"),
+        ([*curate, "--ray", "foo"], "--ray foo: not a Ray address; use auto, HOST:PORT or ray://HOST:PORT"),
+        ([*curate, "--ray", "http://127.0.0.1:8265"], "that is a dashboard (Jobs API) address"),
         # the tokenizer to train, or the one given, and the packer's bounds: before any stage runs
         ([*curate, "--vocab-size", "10"], "--vocab-size 10: tokenizer.vocab_size 10 is too small"),
         ([*curate, "--vocab-size", "0"], "needs at least 257 (256 byte tokens + 1 special token(s))"),

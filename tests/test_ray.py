@@ -186,6 +186,54 @@ def test_executor_order_and_rayon_threads(cluster: Cluster) -> None:
         ray.shutdown()
 
 
+def test_failures_come_in_input_order_as_one_line(cluster: Cluster, tmp_path: Path) -> None:
+    """Where tasks fail, the error is the first failing task's in argument order (task 3 fails first
+    here, task 1 later), raised as llmpipe's own error, not wrapped in Ray's remote traceback; and
+    `curate --strict --ray` over two bad inputs names the first bad record in input order, in one line."""
+    import ray
+    from llmpipe.distributed.executor import RayExecutor
+    from llmpipe.errors import InputError
+
+    def fail_some(i: int) -> int:  # a closure: pickled by value for the cluster's workers
+        time.sleep(1.5 if i == 1 else 0.0)
+        if i in (1, 3):
+            raise InputError(f"bad {i}")
+        return i
+
+    try:
+        ex = RayExecutor(f"127.0.0.1:{cluster.port}", progress=False)
+        for done in (None, lambda j, v: None):
+            with pytest.raises(InputError) as e:
+                ex.map(fail_some, [(i,) for i in range(6)], "t", done)
+            assert type(e.value) is InputError and str(e.value) == "bad 1"
+    finally:
+        ray.shutdown()
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    good = json.dumps({"text": "a line of words " * 40})
+    (raw / "a.jsonl").write_text("\n".join([good] * 60 + ["{not json"]) + "\n")
+    (raw / "b.jsonl").write_text("{not json either\n" + good + "\n")
+    p = run_cli(
+        "curate", str(raw), "--out", str(tmp_path / "o"), "--strict", "--quiet", "--chunk-mb", "0.001",
+        "--ray", f"127.0.0.1:{cluster.port}", env=cluster.env, check=False,
+    )  # fmt: skip
+    err = p.stderr.strip()
+    assert p.returncode == 2 and err.startswith("llmpipe: error:") and "\n" not in err, p.stderr
+    assert "a.jsonl: line 61" in err and "Traceback" not in err, err
+
+
+def test_relative_out_in_a_job_is_refused(
+    cluster: Cluster, local_run: tuple[Path, Path], data_dir: Path
+) -> None:
+    """`ray job submit --working-dir . -- llmpipe curate ... --out shards` would write into Ray's copy
+    of the working dir (deleted later): one line says to give an absolute path, and nothing is run."""
+    cfg, _ = local_run
+    p = cluster.submit(Path("shards-rel"), cfg, data_dir / "web")
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "--out shards-rel: a relative path here is inside this Ray job's copy" in p.stdout + p.stderr
+
+
 def test_corpus_dedup_phases_as_cluster_tasks(cluster: Cluster, data_dir: Path, tmp_path: Path) -> None:
     """line_dedup's count and substring_dedup's suffix arrays (one task per pair of partitions) run as
     cluster tasks and decide exactly what they decide in this process."""

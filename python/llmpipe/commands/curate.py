@@ -135,6 +135,20 @@ def chunk_bytes_of(chunk_mb: float | None) -> int | None:
     return int(chunk_mb * (1 << 20))
 
 
+#: where Ray unpacks a job's ``--working-dir`` (and deletes it later): the job's working directory
+RAY_WORKING_DIR_COPY = "/runtime_resources/working_dir_files/_ray_pkg_"
+
+
+def check_out_outlives_job(out: str, cwd: str) -> None:
+    """A relative ``--out`` in a Ray job's copy of its working directory would be written into that
+    copy, which Ray deletes: nothing would reach the user. One line instead."""
+    if RAY_WORKING_DIR_COPY in cwd and not is_url(out) and not Path(local_or_url(out)).is_absolute():
+        raise ConfigError(
+            f"--out {out}: a relative path here is inside this Ray job's copy of its working_dir ({cwd}), "
+            "which Ray deletes; give an absolute path on storage the cluster's nodes share"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from llmpipe.curate.executors import Executor, PoolExecutor
     from llmpipe.curate.pipeline import run_curate
@@ -146,13 +160,14 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {args.workers}")
     chunk_bytes = chunk_bytes_of(args.chunk_mb)
+    check_out_outlives_job(args.out, os.getcwd())
     out: Path | str = args.out if is_url(args.out) else Path(local_or_url(args.out))
     if args.work_dir is not None and not is_url(args.out):
         raise ConfigError("--work-dir is for a URL --out (a local --out holds its own work directory)")
     # forked workers share the imports of this process (PoolExecutor: spawned where that cannot be)
     pool = PoolExecutor(args.workers, progress=False, fork=True)  # the run reports its own progress
     executor: Executor = pool
-    if args.ray:
+    if args.ray is not None:  # '' too: RayExecutor says what an address is
         from llmpipe.distributed.executor import RayExecutor
 
         executor = RayExecutor(args.ray, progress=False)

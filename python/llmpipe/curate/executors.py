@@ -157,6 +157,8 @@ class PoolExecutor:
             if done is not None:
                 index = {f: j for j, f in enumerate(futures)}
                 for f in as_completed(futures):
+                    if f.exception() is not None:
+                        _first_failure(futures, index[f])
                     done(index[f], f.result())
             for j, f in enumerate(futures):
                 out.append(f.result())
@@ -176,6 +178,15 @@ class PoolExecutor:
                     proc.kill()
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+
+
+def _first_failure(futures: Sequence[Future[Any]], failed: int) -> None:
+    """Raise the failure of the first task in argument order up to ``failed`` (a task that failed):
+    the same error whatever order the workers finished them in. The tasks after it are cancelled."""
+    for f in futures[failed + 1 :]:
+        f.cancel()
+    for f in futures[: failed + 1]:
+        f.result()
 
 
 def _start_worker(threads: int, driver: int) -> None:

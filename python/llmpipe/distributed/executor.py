@@ -11,22 +11,34 @@ training and packing run on the driver, as in a local run. Tasks are named after
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from llmpipe.curate.executors import Done
-from llmpipe.errors import InputError
+from llmpipe.errors import InputError, LlmpipeError
 
 DEFAULT_MAX_RETRIES = 4
 
 
 def _probe(address: str, timeout: float = 10.0) -> None:
-    """A ``host:port`` with nothing listening fails here in seconds (ray.init would retry for minutes)."""
+    """A ``host:port`` with nothing listening fails here in seconds (ray.init would retry for minutes);
+    an address that is none of Ray's forms fails here in one line."""
+    if not address.strip():
+        raise InputError("--ray needs an address: auto, HOST:PORT or ray://HOST:PORT")
+    if address.startswith(("http://", "https://")):
+        raise InputError(
+            f"--ray {address}: that is a dashboard (Jobs API) address; --ray takes the cluster's address "
+            "(HOST:6379, ray://HOST:10001, or auto inside `ray job submit --address " + address + " -- ...`)"
+        )
+    if address in ("auto", "local") or address.startswith("ray://"):
+        return  # left to ray.init
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or "://" in address:
-        return  # "auto", "local", "ray://..." are left to ray.init
+    if not sep or not host or not port.isdigit():
+        raise InputError(f"--ray {address}: not a Ray address; use auto, HOST:PORT or ray://HOST:PORT")
     try:
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as e:
@@ -73,6 +85,11 @@ class RayExecutor:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
             except ConnectionError as e:
                 raise InputError(f"--ray {address}: cannot connect to a Ray cluster ({e})") from e
+            except ValueError as e:  # an address Ray cannot parse
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise InputError(
+                    f"--ray {address}: not a Ray address ({first}); use auto, HOST:PORT or ray://HOST:PORT"
+                ) from None
         # The Rust stages use rayon: as many threads as CPUs Ray reserved for the task, not every core
         # of the node. Task env_vars are merged with the job's runtime env (working_dir is inherited).
         self._remote = ray.remote(_call)
@@ -131,9 +148,9 @@ class RayExecutor:
                     nxt += 1
                 ready, _ = ray.wait(list(busy), num_returns=1)
                 for r in ready:
-                    ray.get(r)  # surface the first failure now
+                    self._get(refs, [r])  # surface the first failure now
                     free.append(busy.pop(r)[0])
-            return ray.get(refs)
+            return self._get(refs, refs)
         finally:
             for a in pool:
                 ray.kill(a)
@@ -151,9 +168,37 @@ class RayExecutor:
         with tqdm(total=len(refs), desc=desc, unit="file", disable=not self.progress, leave=False) as bar:
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1)
-                results = ray.get(ready)  # surface the first failure now, not after every task finished
+                # surface a failure now, not after every task finished
+                results = self._get(refs, ready)
                 if done is not None:
                     for r, value in zip(ready, results, strict=True):
                         done(index[r], value)
                 bar.update(len(ready))
-        return ray.get(refs)  # argument order, whatever order the cluster finished them in
+        return self._get(refs, refs)  # argument order, whatever order the cluster finished them in
+
+    def _get(self, refs: list[Any], ready: list[Any]) -> list[Any]:
+        """``ray.get(ready)`` (tasks of ``refs``). Where one failed: the failure of the first task in
+        argument order up to the last of ``ready`` (the same error whatever order the cluster ran them
+        in; the tasks after those are cancelled), and an llmpipe error as itself, one line, not
+        wrapped in Ray's remote traceback."""
+        ray = self._ray
+        try:
+            return list(ray.get(ready))
+        except ray.exceptions.RayTaskError:
+            # the other failed (and the cancelled) tasks' errors are left unread on purpose: Ray would
+            # log each as an "unhandled error" with its remote traceback
+            os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
+            upto = max(refs.index(r) for r in ready)
+            for r in refs[upto + 1 :]:
+                # a task that cannot be cancelled (some actor tasks) runs on
+                if r is not None:
+                    with contextlib.suppress(Exception):
+                        ray.cancel(r)
+            for r in refs[: upto + 1]:
+                try:
+                    ray.get(r)
+                except ray.exceptions.RayTaskError as e:
+                    if isinstance(e.cause, LlmpipeError):
+                        raise e.cause from None
+                    raise
+            raise
