@@ -66,6 +66,19 @@ export OMP_NUM_THREADS=1
 "$all/llmpipe" export run --out hf
 "$all/llmpipe" eval run --text "$repo/examples/raw/notes/field-notes.txt" >/dev/null
 "$all/llmpipe" quantize run --method int8 --out q8 >/dev/null
+"$all/llmpipe" quantize run --method q4_0 --format gguf --out gguf-q4 >/dev/null
+# what docs/serving.md loads them with: transformers, from the extras alone
+"$all/python" - <<'PY'
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+for kw in ({}, {"gguf_file": "model.gguf"}):
+    d = "gguf-q4" if kw else "q8"
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, **kw)
+    ids = AutoTokenizer.from_pretrained(d, **kw)("The", add_special_tokens=False, return_tensors="pt").input_ids
+    assert model.generate(ids, max_new_tokens=3, do_sample=False).shape[1] > ids.shape[1], d
+PY
+"$all/lm_eval" --help >/dev/null  # the harness extra's entry point
 "$all/llmpipe" prune run --sparsity 0.5 --out p50 >/dev/null
 "$all/llmpipe" plan --config tiny --seq-len 64 --micro-batch 8 >/dev/null
 "$all/python" "$repo/train/export_hf.py" run --out hf2 >/dev/null  # the checkout's script over the wheel
