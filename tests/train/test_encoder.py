@@ -98,7 +98,7 @@ def test_masking_statistics_on_real_text_and_layout_independence(byte_shards: Pa
 
 
 def test_encoder_trains_with_fsdp_and_exports_as_bert(
-    encoder_run: Path, byte_shards: Path, tmp_path: Path
+    encoder_run: Path, byte_shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from llmpipe.cli import main
     from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
@@ -163,7 +163,19 @@ def test_encoder_trains_with_fsdp_and_exports_as_bert(
     # llmpipe eval: masked-LM loss on the val split, pseudo-perplexity on a text
     text = tmp_path / "t.txt"
     text.write_text("ROMEO:\nBut soft, what light through yonder window breaks?")
+    capsys.readouterr()
     assert main(["eval", str(encoder_run), "--shards", str(byte_shards), "--text", str(text), "--json"]) == 0
+
+    def no_nan(name: str) -> None:
+        raise AssertionError(f"{name} in the JSON")
+
+    inputs = json.loads(capsys.readouterr().out, parse_constant=no_nan)["inputs"]
+    on_shards, on_text = inputs[f"{byte_shards} (val)"], inputs[str(text)]
+    assert on_shards["bpb"] is None and on_shards["bytes"] == 0 and on_shards["loss"] > 0  # no bytes spelled
+    assert on_text["bpb"] > 0 and on_text["bytes"] == len(text.read_bytes())
+    assert main(["eval", str(encoder_run), "--shards", str(byte_shards)]) == 0
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert row.startswith(f"{byte_shards} (val)") and row.split()[-1] == "-" and "nan" not in row, row
 
 
 def test_curated_special_tokens_tp2_resume_with_activation_checkpointing(

@@ -9,8 +9,8 @@ from pathlib import Path
 from llmpipe.errors import ConfigError, InputError
 
 MLM_SCORES = (
-    "an encoder: on shards the masked-LM loss per masked token; on texts the pseudo-log-likelihood "
-    "(each token masked alone), ppl the pseudo-perplexity, bpb pseudo bits per byte"
+    "an encoder: on shards the masked-LM loss per masked token (no bits per byte: '-'); on texts the "
+    "pseudo-log-likelihood (each token masked alone), ppl the pseudo-perplexity, bpb pseudo bits per byte"
 )
 
 
@@ -94,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
         f"{'input':<{width}}  {'docs':>6}  {'tokens':>10}  {'bytes':>11}  {'loss':>7}  {'ppl':>9}  {'bpb':>7}"
     )
     for name, r in [*results.items(), *([("overall", overall)] if overall.tokens else [])]:
+        bpb = f"{r.bpb:>7.4f}" if r.bytes else f"{'-':>7}"  # a masked-LM loss on shards spells no bytes
         print(
-            f"{name:<{width}}  {r.docs:>6}  {r.tokens:>10}  {r.bytes:>11}  {r.loss:>7.4f}  {r.ppl:>9.3f}  {r.bpb:>7.4f}"
+            f"{name:<{width}}  {r.docs:>6}  {r.tokens:>10}  {r.bytes:>11}  {r.loss:>7.4f}  {r.ppl:>9.3f}  {bpb}"
         )
     return 0
 

@@ -53,11 +53,13 @@ class EvalResult:
             self.nll + other.nll, self.tokens + other.tokens, self.bytes + other.bytes, self.docs + other.docs
         )
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> dict[str, float | int | None]:
+        """The totals and scores; a score with nothing to divide by (no bytes: a masked-LM loss on
+        shards) is None, not nan, which JSON does not have."""
         return {
-            "loss": self.loss,
-            "ppl": self.ppl,
-            "bpb": self.bpb,
+            "loss": self.loss if self.tokens else None,
+            "ppl": self.ppl if self.tokens else None,
+            "bpb": self.bpb if self.bytes else None,
             "tokens": self.tokens,
             "bytes": self.bytes,
             "docs": self.docs,
