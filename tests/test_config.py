@@ -46,6 +46,40 @@ def test_bad_values_name_the_key(text: str, message: str) -> None:
         from_dict(Outer, yaml.safe_load(text))
 
 
+def test_default_yaml_writes_out_every_key_of_the_code_defaults() -> None:
+    """configs/curate/default.yaml says it is what an empty config means, every key written out: each
+    section and key of the code's defaults is in it, and it gives the same config, to the byte of its
+    JSON (the manifest's provenance and the run's fingerprint): ``--config default`` and no config
+    write the same files."""
+    import json
+
+    from llmpipe.config import config_file
+    from llmpipe.curate.settings import CurateConfig
+
+    written = load_yaml(config_file("default", "curate"))
+    defaults = CurateConfig.from_mapping({}).to_dict()
+    for section, keys in defaults.items():
+        assert section in written, f"default.yaml lacks the section {section}"
+        if isinstance(written[section], dict):
+            missing = sorted(set(keys) - set(written[section]) - {"special_tokens"})  # shown as a comment
+            assert not missing, f"default.yaml's {section} lacks {missing}"
+    assert json.dumps(CurateConfig.load("default").to_dict(), sort_keys=True) == json.dumps(
+        defaults, sort_keys=True
+    )
+    assert CurateConfig.load("default").sha256() == CurateConfig.from_mapping({}).sha256()
+
+
+def test_fixed_shape_pairs() -> None:
+    """``[n, fraction]`` pairs: an integer n and a number, exactly two."""
+    from llmpipe.curate.settings import CurateConfig
+
+    cfg = CurateConfig.from_mapping({"gopher_repetition": {"top_n_grams": [[2, 0.25]]}})
+    assert cfg.stages["gopher_repetition"].top_n_grams == [(2, 0.25)]
+    for bad, message in [([[2.5, 0.2]], "expected an integer"), ([[2, 0.2, 1]], "expected 2 items, got 3")]:
+        with pytest.raises(ConfigError, match=message):
+            CurateConfig.from_mapping({"gopher_repetition": {"top_n_grams": bad}})
+
+
 def test_rust_filter_defaults_are_pythons_field_by_field() -> None:
     """The pipeline sends every threshold from Python; the Rust core's own defaults (for Rust callers
     and tests) must be the same values, so that neither side can drift."""

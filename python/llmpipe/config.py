@@ -38,7 +38,14 @@ def _check(value: Any, tp: Any, where: str) -> Any:
     if origin in (list, tuple):
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
-        (arm, *_) = get_args(tp) or (Any,)
+        args = get_args(tp)
+        if origin is tuple and len(args) > 1 and args[1] is not Ellipsis:  # a fixed shape: (n, fraction)
+            if len(value) != len(args):
+                raise ConfigError(f"{where}: expected {len(args)} items, got {len(value)} ({value!r})")
+            return tuple(
+                _check(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True))
+            )
+        (arm, *_) = args or (Any,)
         items = [_check(v, arm, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:

@@ -36,10 +36,10 @@ class GopherRepetitionConfig:
     dup_line_char_frac: float | None = 0.2
     dup_para_char_frac: float | None = 0.2
     #: [n, max fraction of characters in the most frequent n-gram]
-    top_n_grams: list[list[float]] = field(default_factory=lambda: [[2, 0.2], [3, 0.18], [4, 0.16]])
+    top_n_grams: list[tuple[int, float]] = field(default_factory=lambda: [(2, 0.2), (3, 0.18), (4, 0.16)])
     #: [n, max fraction of characters in duplicated n-grams]
-    dup_n_grams: list[list[float]] = field(
-        default_factory=lambda: [[5, 0.15], [6, 0.14], [7, 0.13], [8, 0.12], [9, 0.11], [10, 0.10]]
+    dup_n_grams: list[tuple[int, float]] = field(
+        default_factory=lambda: [(5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)]
     )
 
 
@@ -49,8 +49,8 @@ class GopherQualityConfig:
 
     min_doc_words: int | None = 50
     max_doc_words: int | None = 100_000
-    min_avg_word_length: float | None = 3
-    max_avg_word_length: float | None = 10
+    min_avg_word_length: float | None = 3.0
+    max_avg_word_length: float | None = 10.0
     max_symbol_word_ratio: float | None = 0.1
     max_bullet_lines_ratio: float | None = 0.9
     max_ellipsis_lines_ratio: float | None = 0.3

@@ -11,9 +11,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser(
         "export",
         help="export a training run as a HuggingFace model (transformers, lm-eval, vLLM load it)",
-        description="Write a run's checkpoint (default: the latest) as a HuggingFace LlamaForCausalLM "
-        "directory: config.json, generation_config.json, safetensors weights (sharded with "
-        "--max-shard-size), tokenizer.json, tokenizer_config.json and special_tokens_map.json.",
+        description="Write a run's checkpoint (default: the latest) as a HuggingFace model directory "
+        "of the run's architecture (a decoder as LlamaForCausalLM, or with experts as its mixture-of-"
+        "experts model, an encoder as BertForMaskedLM, an encoder-decoder as T5ForConditionalGeneration, "
+        "a LoRA run as a PEFT adapter): config.json, safetensors weights (sharded with --max-shard-size) "
+        "and the tokenizer files.",
     )
     add_arguments(p)
     p.set_defaults(func=run)

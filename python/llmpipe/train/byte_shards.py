@@ -75,7 +75,11 @@ def write_byte_shards(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m llmpipe.train.byte_shards",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("text", type=Path)
     p.add_argument("out", type=Path)
     p.add_argument("--seq-len", type=int, default=64)

@@ -71,7 +71,9 @@ def sample_tokens(shards: Path, batch: int, seq_len: int) -> tuple[torch.Tensor,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m llmpipe.train.coord_check", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("shards", type=Path)
     p.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256, 512])
     p.add_argument("--steps", type=int, default=4)
