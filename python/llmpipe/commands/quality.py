@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from llmpipe.argtypes import int_at_least
 from llmpipe.errors import ConfigError, InputError
 
 
@@ -83,7 +84,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         metavar="R",
         help="fraction of words to keep, e.g. 0.3",
     )
-    c.add_argument("--sample-docs", type=int, default=200_000)
+    c.add_argument(
+        "--sample-docs",
+        type=int_at_least(1),
+        default=200_000,
+        metavar="N",
+        help="calibrate on the first N documents of the inputs (default 200,000)",
+    )
     c.set_defaults(func=run_calibrate)
 
     k = qs.add_parser("check", help="run the heuristic filters on inputs and count drops by reason")

@@ -12,6 +12,7 @@ fraction of the words it receives; without it the fixed ``threshold`` applies.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -69,8 +70,14 @@ class QualityModelFilter(GlobalStage):
         #: entering this stage (``target_of: stage``)
         target_retention: float | None = None
         target_of: str = "input"
-        #: calibration sample size (documents, chosen by a hash of their id)
+        #: calibration sample size (documents, chosen by a hash of their id), at least 1
         sample_docs: int = 200_000
+
+        def __post_init__(self) -> None:
+            if self.sample_docs < 1:
+                raise ValueError(f"sample_docs must be at least 1, not {self.sample_docs}")
+            if not math.isfinite(self.threshold):  # nan keeps every document, inf none
+                raise ValueError(f"threshold must be a finite number, not {self.threshold}")
 
     def __init__(self, cfg: Config) -> None:
         if not cfg.model:
