@@ -201,3 +201,51 @@ def test_a_blocklist_that_is_no_ut1_tree_is_one_line_before_any_work(tmp_path: P
         f"llmpipe: error: url_filter.blocklists: {tmp_path / 'doms.txt'} exists"
     )
     assert len(p.stderr.strip().splitlines()) == 1 and "stages:" not in p.stdout, (p.stdout, p.stderr)
+
+
+def test_a_dotted_field_reads_the_url_of_nested_metadata(tmp_path: Path) -> None:
+    """Dolma-style records keep their URL at ``metadata.url``: ``field: metadata.url`` finds it (the
+    reader keeps the nested metadata), a record without it falls back to a top-level ``url``, and one
+    with neither is counted as without a URL; a top-level key named ``metadata.url`` comes first."""
+    domains = tmp_path / "domains.txt"
+    domains.write_text("blocked-site.com\n")
+    rows = [
+        {"id": "nested-blocked", "metadata": {"url": "http://www.blocked-site.com/a", "date": "2020"}},
+        {"id": "nested-fine", "metadata": {"url": "http://fine-site.com/b"}},
+        {"id": "top-blocked", "url": "http://blocked-site.com/c", "metadata": {"date": "2020"}},
+        {"id": "none", "metadata": {"link": "http://blocked-site.com/d"}},
+        {
+            "id": "literal",
+            "metadata.url": "http://blocked-site.com/e",
+            "metadata": {"url": "http://ok-site.com"},
+        },
+        {"id": "not-a-string", "metadata": {"url": ["http://blocked-site.com/f"]}},
+    ]
+    src = tmp_path / "dolma.jsonl"
+    src.write_text(
+        "".join(
+            json.dumps({**r, "text": f"a page of words number {i} " * 8}) + "\n" for i, r in enumerate(rows)
+        )
+    )
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        f"url_filter: {{enabled: true, field: metadata.url, domain_lists: [{domains}]}}\n"
+        + "".join(
+            f"{s}: {{enabled: false}}\n"
+            for s in ("length", "language", "gopher_repetition", "gopher_quality")
+        )
+        + "".join(f"{s}: {{enabled: false}}\n" for s in ("c4", "fineweb", "exact_dedup", "near_dedup"))
+        + "pack: {seq_len: 16, samples_per_shard: 50, val_fraction: 0.0}\ntokenizer: {vocab_size: 300}\n"
+    )
+    out = tmp_path / "out"
+    run_cli("curate", str(src), "--out", str(out), "--config", str(cfg))
+    stats = json.loads((out / "stats.json").read_text())
+    st = next(s for s in stats["stages"] if s["name"] == "url_filter")
+    assert st["dropped"] == {"url_domain": 3}, st
+    dropped = sorted(e["id"].rsplit("/", 1)[-1] for e in st["examples"]["url_domain"])
+    assert dropped == ["literal", "nested-blocked", "top-blocked"], st["examples"]
+    assert st["counters"]["documents_without_url"] == 2
+    with pytest.raises(ConfigError, match=r"field must name a metadata field .* not 'metadata\.'"):
+        from llmpipe.curate.settings import CurateConfig
+
+        CurateConfig.from_mapping({"url_filter": {"field": "metadata."}})

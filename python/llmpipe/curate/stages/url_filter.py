@@ -10,12 +10,16 @@ datatrove 0.9's; the work is one Rust call per batch (``_core.UrlFilter``: hashe
 Aho-Corasick automaton for the subwords).
 
 It runs before extraction, on the record URI of crawl archives (``url`` in the metadata) and on the
-``field`` of JSONL/Parquet records, so a blocked page costs no HTML parsing.
+``field`` of JSONL/Parquet records, so a blocked page costs no HTML parsing. A dotted ``field``
+(``metadata.url``, as Dolma's records hold it) names a key inside the record's nested metadata; a
+top-level key of that very name comes first. That lookup is Python's (one ``json.loads`` per
+document), the rest the same Rust call.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tarfile
 import zlib
@@ -163,7 +167,8 @@ class UrlFilter(Filter):
     class Config:
         enabled: bool = False
         #: the metadata field holding a JSONL/Parquet record's URL (crawl archives: the record URI,
-        #: ``url``, which is also read when a record lacks ``field``)
+        #: ``url``, which is also read when a record lacks ``field``); dotted for a nested key
+        #: (``metadata.url``)
         field: str = "url"
         #: UT1 blocklists: directories (``<category>/domains``, ``<category>/urls``) or .tar/.tar.gz of
         #: them (checked, archives read through, when the stage is built)
@@ -185,8 +190,10 @@ class UrlFilter(Filter):
                 raise ValueError(f"missing must be 'keep' or 'drop', not {self.missing!r}")
             if self.soft_word_threshold < 0:
                 raise ValueError("soft_word_threshold must be >= 0")
-            if not self.field:
-                raise ValueError("field must name a metadata field")
+            if not self.field or "" in self.field.split("."):
+                raise ValueError(
+                    f"field must name a metadata field (or a dotted path: metadata.url), not {self.field!r}"
+                )
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -219,7 +226,12 @@ class UrlFilter(Filter):
 
     def verdicts(self, batch: pa.RecordBatch) -> np.ndarray:
         """One verdict code per document (an index into ``REASONS``): one Rust call per batch."""
-        got = self.core.judge_metas(string_buffers(batch.column("meta")), self.fields)
+        metas = batch.column("meta")
+        if "." in self.cfg.field:  # a nested key: the URLs found here, judged in one call as the rest
+            urls = pa.array([url_at(m, self.fields) for m in metas.to_pylist()], pa.string())
+            got = self.core.judge_urls(string_buffers(urls))
+        else:
+            got = self.core.judge_metas(string_buffers(metas), self.fields)
         return np.frombuffer(got, dtype=np.uint8).copy()
 
     def _reasons(self, codes: np.ndarray) -> list[str | None]:
@@ -240,6 +252,27 @@ class UrlFilter(Filter):
         else:
             batch, words = counted(batch)
         return apply_reasons(batch, self._reasons(codes), counts, words)
+
+
+def url_at(meta: str | None, fields: list[str]) -> str:
+    """The URL of a document's metadata (JSON): the first of ``fields`` that holds a string, a dotted
+    field (``metadata.url``) looked up key by key when no top-level key has its name; "" for none (as
+    ``_core``'s ``judge_metas`` reads the top-level ones)."""
+    try:
+        obj = json.loads(meta) if meta else None
+    except ValueError:
+        return ""
+    if not isinstance(obj, dict):
+        return ""
+    for f in fields:
+        value = obj.get(f)
+        if value is None and "." in f:
+            value = obj
+            for key in f.split("."):
+                value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str):
+            return value
+    return ""
 
 
 def build_filter(cfg: UrlFilter.Config) -> Any:
