@@ -261,6 +261,9 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
             "--group-size must be a positive number of weights, got 0",
         ),
         (["export", str(run), "--step", "-1", "--out", out], "--step -1: a checkpoint's step is 0 or more"),
+        # a directory where a file is wanted is said as such, not as a missing file
+        (["tokenizer", "encode", "--tokenizer", str(run)], f"{run}: is a directory, not a file"),
+        (["tokenizer", "encode", "--tokenizer", str(tmp / "nope.json")], "nope.json: no such tokenizer file"),
     ]
 
 
@@ -275,6 +278,29 @@ def test_bad_values_fail_with_one_line_before_any_work(tmp_path: Path, capsys) -
         assert err.startswith("llmpipe: error:") and "\n" not in err, (argv, err)
         assert message in err, (argv, err)
         assert sorted(p.name for p in tmp_path.rglob("*")) == before, (argv, "left files behind")
+
+
+def test_a_directory_named_as_a_stage_file_is_said_so(tmp_path: Path) -> None:
+    """A model or evaluation file that is a directory is "is a directory, not a file", one that is not
+    there "does not exist": each one line when the stages are built, before any stage runs."""
+    from llmpipe.curate.settings import CurateConfig
+    from llmpipe.errors import ConfigError
+
+    d, gone = tmp_path / "models", tmp_path / "gone.bin"
+    d.mkdir()
+    for path, why in ((d, "is a directory, not a file"), (gone, "does not exist")):
+        for section, message in [
+            ({"language": {"backend": "fasttext", "model": str(path)}}, f"language: model: {path} {why}"),
+            ({"quality_model": {"enabled": True, "model": str(path)}}, f"quality_model.model: {path} {why}"),
+            (
+                {"decontaminate": {"enabled": True, "eval_sets": {"m": str(path)}}},
+                f"decontaminate.eval_sets.m: {path} {why}",
+            ),
+        ]:
+            cfg = CurateConfig.from_mapping(section)
+            with pytest.raises(ConfigError) as e:
+                cfg.build_stages()
+            assert str(e.value).endswith(message), (str(e.value), message)
 
 
 def test_pack_and_tokenizer_bounds_in_the_config() -> None:

@@ -22,6 +22,7 @@ import numpy as np
 
 import llmpipe._core as _core
 from llmpipe.errors import ConfigError, InputError, TokenizerError
+from llmpipe.io.fs import not_a_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -144,8 +145,10 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Tokenizer:
         """Load an HF ``tokenizer.json`` (byte-level BPE, written by llmpipe or by HF tokenizers)."""
-        if not Path(path).is_file():
-            raise InputError(f"{path}: no such tokenizer file")
+        if why := not_a_file(path):
+            raise InputError(
+                f"{path}: {why}" if why != "does not exist" else f"{path}: no such tokenizer file"
+            )
         return cls(_core.BpeTokenizer.from_file(str(path)))
 
     @classmethod

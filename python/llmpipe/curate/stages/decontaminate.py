@@ -42,6 +42,7 @@ from llmpipe.config import from_dict
 from llmpipe.curate.stage import Filter, Mapped, Mapper
 from llmpipe.curate.workdir import open_parquet
 from llmpipe.errors import ConfigError
+from llmpipe.io.fs import not_a_file
 
 REASON_PREFIX = "contaminated_"
 MODES = ("document", "spans")
@@ -104,8 +105,8 @@ class Decontaminate(Filter):
         self.sets = cfg.sets()
         self.names = list(self.sets)
         for name, s in self.sets.items():
-            if not Path(s.path).expanduser().is_file():
-                raise ConfigError(f"decontaminate.eval_sets.{name}: {s.path} does not exist")
+            if why := not_a_file(s.path):
+                raise ConfigError(f"decontaminate.eval_sets.{name}: {s.path} {why}")
         _ = self.table  # each evaluation file read now: a bad one stops the run before any stage runs
 
     @classmethod

@@ -14,7 +14,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -25,6 +24,7 @@ from llmpipe import _core, langcodes
 from llmpipe.buffers import string_buffers
 from llmpipe.curate.stage import Filter, StageCounts
 from llmpipe.errors import ConfigError
+from llmpipe.io.fs import not_a_file
 from llmpipe.quality import FastTextModel
 
 BACKENDS = ("cld2", "whatlang", "fasttext")
@@ -112,8 +112,8 @@ class LanguageFilter(Filter):
         if cfg.backend == "fasttext":
             if not cfg.model:
                 raise ValueError("model: the path of a fastText language-ID model (backend: fasttext)")
-            if not Path(cfg.model).is_file():
-                raise ValueError(f"model: {cfg.model} does not exist")
+            if why := not_a_file(cfg.model):
+                raise ValueError(f"model: {cfg.model} {why}")
         else:
             if cfg.model:
                 raise ValueError("model is only read by backend: fasttext")

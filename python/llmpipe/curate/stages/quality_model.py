@@ -29,6 +29,7 @@ from llmpipe.curate.executors import Executor
 from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, RunContext, word_counts
 from llmpipe.curate.workdir import read_parquet
 from llmpipe.errors import ConfigError
+from llmpipe.io.fs import not_a_file
 from llmpipe.quality import FastTextModel
 
 REASON = "low_quality_score"
@@ -82,8 +83,8 @@ class QualityModelFilter(GlobalStage):
     def __init__(self, cfg: Config) -> None:
         if not cfg.model:
             raise ValueError("quality_model.model: the path of a model trained by `llmpipe quality train`")
-        if not Path(cfg.model).is_file():
-            raise ValueError(f"quality_model.model: {cfg.model} does not exist")
+        if why := not_a_file(cfg.model):
+            raise ValueError(f"quality_model.model: {cfg.model} {why}")
         if cfg.target_retention is not None and not 0.0 < cfg.target_retention <= 1.0:
             raise ValueError(f"target_retention must be in (0, 1], not {cfg.target_retention}")
         if cfg.format not in ("llmpipe", "fasttext"):
