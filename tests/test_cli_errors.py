@@ -313,9 +313,22 @@ def test_pack_and_tokenizer_bounds_in_the_config() -> None:
         ({"tokenizer": {"vocab_size": 258, "special_tokens": ["mlm"]}}, "needs at least 259"),
         ({"pack": {"seq_len": MAX_SEQ_LEN + 1}}, "above the longest llmpipe packs"),
         ({"pack": {"samples_per_shard": 0}}, "pack.samples_per_shard must be at least 1"),
+        ({"pack": {"packing": "best_fit", "best_fit_window": 0}}, "pack.best_fit_window must be at least 1"),
+        (
+            {"pack": {"packing": "best_fit", "best_fit_window": -3}},
+            r"best_fit_window must be at least 1 \(samples\), not -3",
+        ),
     ]:
         with pytest.raises(ConfigError, match=message):
             CurateConfig.from_mapping(section)
+    from llmpipe.data.writer import ShardWriter
+
+    for window in (0, -3):  # the writer refuses it too, never clamps it to 1 (which packs other rows)
+        with pytest.raises(ValueError, match=f"best_fit_window must be at least 1, not {window}"):
+            ShardWriter(
+                Path("unused"), seq_len=8, vocab_size=300, eos_id=0, tokenizer_file=Path("t.json"),
+                packing="best_fit", best_fit_window=window,
+            )  # fmt: skip
     cfg = CurateConfig.from_mapping({"pack": {"seq_len": MAX_SEQ_LEN, "samples_per_shard": 4095}})
     assert cfg.pack.seq_len == MAX_SEQ_LEN
     assert CurateConfig.from_mapping({"tokenizer": {"vocab_size": 257}}).tokenizer.vocab_size == 257
