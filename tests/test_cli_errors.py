@@ -261,6 +261,47 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
             "--group-size must be a positive number of weights, got 0",
         ),
         (["export", str(run), "--step", "-1", "--out", out], "--step -1: a checkpoint's step is 0 or more"),
+        # special tokens of tokenizer train: each once, none that is ordinary text (as --special-tokens)
+        (
+            [
+                "tokenizer",
+                "train",
+                str(doc),
+                "--vocab-size",
+                "300",
+                "--special-token",
+                "<a>",
+                "--special-token",
+                "<a>",
+                "--out",
+                out,
+            ],
+            "special token(s) ['<a>'] named more than once: each takes one id",
+        ),
+        (
+            ["tokenizer", "train", str(doc), "--vocab-size", "300", "--special-token", "a", "--out", out],
+            "special token 'a': ordinary text; a special token holds a character other than letters, digits",
+        ),
+        (
+            [
+                "tokenizer",
+                "train",
+                str(doc),
+                "--vocab-size",
+                "300",
+                "--special-token",
+                "a",
+                "--special-token",
+                "a",
+                "--out",
+                out,
+            ],
+            "special token 'a': ordinary text",
+        ),
+        (
+            ["tokenizer", "train", str(doc), "--vocab-size", "300", "--special-token", "<s> ", "--out", out],
+            "special token '<s> ': empty or holds whitespace",
+        ),
         # a directory where a file is wanted is said as such, not as a missing file
         (["tokenizer", "encode", "--tokenizer", str(run)], f"{run}: is a directory, not a file"),
         (["tokenizer", "encode", "--tokenizer", str(tmp / "nope.json")], "nope.json: no such tokenizer file"),
