@@ -133,8 +133,17 @@ class LanguageFilter(Filter):
 
     @cached_property
     def fasttext(self) -> tuple[FastTextModel, list[str]]:
-        """The model and its labels, normalised (loaded once per process, on first use)."""
+        """The model and its labels, normalised (loaded once per process, on first use). A model none
+        of whose labels is a language (a quality classifier's ``__label__hq``) is a ConfigError: it
+        would drop every document as ``other_language``."""
         m = FastTextModel.load(str(self.cfg.model))
+        if not any(langcodes.is_language(label) for label in m.labels):
+            shown = ", ".join(m.labels[:5]) + (", ..." if len(m.labels) > 5 else "")
+            raise ConfigError(
+                f"language.model: {self.cfg.model}: none of its labels ({shown}) is a language code, so "
+                "every document would be dropped as other_language: give a fastText language-ID model "
+                "(lid.176, GlotLID, OpenLID); a quality classifier goes in quality_model (format: fasttext)"
+            )
         return m, [langcodes.normalize(label) for label in m.labels]
 
     @cached_property
