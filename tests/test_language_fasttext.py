@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import run_cli
@@ -145,6 +146,32 @@ def test_quality_stage_scores_with_a_fasttext_classifier(data_dir: Path, tmp_pat
         wrong.prepare(batch)
     with pytest.raises(ValueError, match="label"):
         QualityModelFilter(QualityModelFilter.Config(enabled=True, model=str(path), format="fasttext"))
+    # the fastText model read as an llmpipe one: the error says which format it is
+    with pytest.raises(ConfigError, match="not an llmpipe quality model .*: it is a fastText model; score with it by "
+                       "format: fasttext"):  # fmt: skip
+        QualityModelFilter(QualityModelFilter.Config(enabled=True, model=str(path))).prepare(batch)
+
+    # `quality calibrate` scores with the stage: --format fasttext --label, the threshold of these scores
+    from llmpipe.curate.stages.quality_model import calibrate
+
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    argv = ["quality", "calibrate", str(src), "--model", str(path), "--target-retention", "0.5"]
+    c = run_cli(*argv, "--format", "fasttext", "--label", "__label__hq")
+    words = np.array([len(t.split()) for t in docs])
+    thr = calibrate(np.array(scores), words, 0.5)  # the stage's scores: what a curate run would keep
+    assert f"threshold {thr:.6f} keeps" in c.stdout, (thr, c.stdout)
+    assert f"format: fasttext, label: '__label__hq', threshold: {thr:.6f}" in c.stdout
+    for extra, message in [
+        ([], "not an llmpipe quality model (bad magic): it is a fastText model; score with it by --format "
+             "fasttext --label LABEL"),
+        (["--format", "fasttext"], "--format fasttext needs --label"),
+        (["--format", "fasttext", "--label", "__label__good"], "--label: '__label__good' is not a label of"),
+        (["--label", "__label__hq"], "--label is only read with --format fasttext"),
+    ]:  # fmt: skip
+        p = run_cli(*argv, *extra, check=False)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and message in lines[0], (extra, p.stderr)
 
 
 def test_a_model_without_language_labels_is_one_line(data_dir: Path, tmp_path: Path) -> None:

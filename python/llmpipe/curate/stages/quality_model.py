@@ -33,6 +33,8 @@ from llmpipe.io.fs import not_a_file
 from llmpipe.quality import FastTextModel
 
 REASON = "low_quality_score"
+#: the first bytes of a fastText model file (its magic number, int32 little-endian)
+FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")
 
 
 def calibrate(scores: np.ndarray, words: np.ndarray, target: float) -> float:
@@ -80,7 +82,7 @@ class QualityModelFilter(GlobalStage):
             if not math.isfinite(self.threshold):  # nan keeps every document, inf none
                 raise ValueError(f"threshold must be a finite number, not {self.threshold}")
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, options: dict[str, str] | None = None) -> None:
         if not cfg.model:
             raise ValueError("quality_model.model: the path of a model trained by `llmpipe quality train`")
         if why := not_a_file(cfg.model):
@@ -96,6 +98,9 @@ class QualityModelFilter(GlobalStage):
         if cfg.target_of not in ("input", "stage"):
             raise ValueError(f"target_of must be 'input' or 'stage', not {cfg.target_of!r}")
         self.cfg = cfg
+        #: how the errors of loading the model name the options: the config's keys, or (``quality
+        #: calibrate``, which scores with this stage) the command's
+        self.options = options or {"format": "format: fasttext", "label": "quality_model.label"}
 
     @classmethod
     def from_config(cls, cfg: Config) -> QualityModelFilter | None:
@@ -107,10 +112,19 @@ class QualityModelFilter(GlobalStage):
             m = FastTextModel.load(str(self.cfg.model))
             if self.cfg.label not in m.labels:
                 raise ConfigError(
-                    f"quality_model.label: {self.cfg.label!r} is not a label of {self.cfg.model}: {m.labels}"
+                    f"{self.options['label']}: {self.cfg.label!r} is not a label of {self.cfg.model}: {m.labels}"
                 )
             return m
-        return _core.QualityModel.load(str(self.cfg.model))
+        try:
+            return _core.QualityModel.load(str(self.cfg.model))
+        except ConfigError as e:
+            with open(str(self.cfg.model), "rb") as f:
+                if f.read(4) != FASTTEXT_MAGIC:
+                    raise
+            raise ConfigError(
+                f"{e}: it is a fastText model; score with it by {self.options['format']} and the label to "
+                "score (e.g. __label__hq)"
+            ) from None
 
     def score(self, texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """The score of each text: probability of good quality / of the configured fastText label."""
