@@ -261,6 +261,50 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
             "--group-size must be a positive number of weights, got 0",
         ),
         (["export", str(run), "--step", "-1", "--out", out], "--step -1: a checkpoint's step is 0 or more"),
+        # special tokens of tokenizer train: each once, none that is ordinary text (as --special-tokens)
+        (
+            [
+                "tokenizer",
+                "train",
+                str(doc),
+                "--vocab-size",
+                "300",
+                "--special-token",
+                "<a>",
+                "--special-token",
+                "<a>",
+                "--out",
+                out,
+            ],
+            "special token(s) ['<a>'] named more than once: each takes one id",
+        ),
+        (
+            ["tokenizer", "train", str(doc), "--vocab-size", "300", "--special-token", "a", "--out", out],
+            "special token 'a': ordinary text; a special token holds a character other than letters, digits",
+        ),
+        (
+            [
+                "tokenizer",
+                "train",
+                str(doc),
+                "--vocab-size",
+                "300",
+                "--special-token",
+                "a",
+                "--special-token",
+                "a",
+                "--out",
+                out,
+            ],
+            "special token 'a': ordinary text",
+        ),
+        (
+            ["tokenizer", "train", str(doc), "--vocab-size", "300", "--special-token", "<s> ", "--out", out],
+            "special token '<s> ': empty or holds whitespace",
+        ),
+        # a directory where a file is wanted is said as such, not as a missing file
+        (["tokenizer", "encode", "--tokenizer", str(run)], f"{run}: is a directory, not a file"),
+        (["tokenizer", "encode", "--tokenizer", str(tmp / "nope.json")], "nope.json: no such tokenizer file"),
     ]
 
 
@@ -277,6 +321,29 @@ def test_bad_values_fail_with_one_line_before_any_work(tmp_path: Path, capsys) -
         assert sorted(p.name for p in tmp_path.rglob("*")) == before, (argv, "left files behind")
 
 
+def test_a_directory_named_as_a_stage_file_is_said_so(tmp_path: Path) -> None:
+    """A model or evaluation file that is a directory is "is a directory, not a file", one that is not
+    there "does not exist": each one line when the stages are built, before any stage runs."""
+    from llmpipe.curate.settings import CurateConfig
+    from llmpipe.errors import ConfigError
+
+    d, gone = tmp_path / "models", tmp_path / "gone.bin"
+    d.mkdir()
+    for path, why in ((d, "is a directory, not a file"), (gone, "does not exist")):
+        for section, message in [
+            ({"language": {"backend": "fasttext", "model": str(path)}}, f"language: model: {path} {why}"),
+            ({"quality_model": {"enabled": True, "model": str(path)}}, f"quality_model.model: {path} {why}"),
+            (
+                {"decontaminate": {"enabled": True, "eval_sets": {"m": str(path)}}},
+                f"decontaminate.eval_sets.m: {path} {why}",
+            ),
+        ]:
+            cfg = CurateConfig.from_mapping(section)
+            with pytest.raises(ConfigError) as e:
+                cfg.build_stages()
+            assert str(e.value).endswith(message), (str(e.value), message)
+
+
 def test_pack_and_tokenizer_bounds_in_the_config() -> None:
     """The bounds are the config's own: a YAML config gets them as the options do."""
     from llmpipe.curate.settings import MAX_SEQ_LEN, CurateConfig
@@ -287,9 +354,22 @@ def test_pack_and_tokenizer_bounds_in_the_config() -> None:
         ({"tokenizer": {"vocab_size": 258, "special_tokens": ["mlm"]}}, "needs at least 259"),
         ({"pack": {"seq_len": MAX_SEQ_LEN + 1}}, "above the longest llmpipe packs"),
         ({"pack": {"samples_per_shard": 0}}, "pack.samples_per_shard must be at least 1"),
+        ({"pack": {"packing": "best_fit", "best_fit_window": 0}}, "pack.best_fit_window must be at least 1"),
+        (
+            {"pack": {"packing": "best_fit", "best_fit_window": -3}},
+            r"best_fit_window must be at least 1 \(samples\), not -3",
+        ),
     ]:
         with pytest.raises(ConfigError, match=message):
             CurateConfig.from_mapping(section)
+    from llmpipe.data.writer import ShardWriter
+
+    for window in (0, -3):  # the writer refuses it too, never clamps it to 1 (which packs other rows)
+        with pytest.raises(ValueError, match=f"best_fit_window must be at least 1, not {window}"):
+            ShardWriter(
+                Path("unused"), seq_len=8, vocab_size=300, eos_id=0, tokenizer_file=Path("t.json"),
+                packing="best_fit", best_fit_window=window,
+            )  # fmt: skip
     cfg = CurateConfig.from_mapping({"pack": {"seq_len": MAX_SEQ_LEN, "samples_per_shard": 4095}})
     assert cfg.pack.seq_len == MAX_SEQ_LEN
     assert CurateConfig.from_mapping({"tokenizer": {"vocab_size": 257}}).tokenizer.vocab_size == 257

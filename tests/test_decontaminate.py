@@ -157,6 +157,69 @@ def test_planted_passages_are_removed_and_attributed(corpus: dict, tmp_path: Pat
         ).table
 
 
+def test_an_eval_set_that_matches_nothing_is_one_line(corpus: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """An evaluation file whose records are not objects, none of whose records holds the field, or
+    that yields no n-gram, stops the run with one line naming the set, the file and the field (never
+    a run that removes nothing); a .json file of one array of objects is read as its objects."""
+    alice = corpus["texts"]["alice"]
+    docs = corpus["docs"]
+    batch = pa.RecordBatch.from_pydict({"id": [r["id"] for r in docs], "text": [r["text"] for r in docs]})
+    array = tmp_path / "ev.json"  # one array of objects: the same set as alice.jsonl
+    array.write_text(json.dumps([{"question": p} for p in alice], indent=1))
+    want = Decontaminate(Decontaminate.Config(enabled=True, eval_sets={"alice": corpus["sets"]["alice"]}))
+    got = Decontaminate(Decontaminate.Config(enabled=True, field="question", eval_sets={"m": str(array)}))
+    hits = [r is not None for r in got.reasons(batch)]
+    assert hits == [r is not None for r in want.reasons(batch)] and sum(hits) == 4
+
+    bad = {
+        # JSONL of other keys: nothing would match
+        "query.jsonl": (
+            "".join(json.dumps({"query": p}) + "\n" for p in alice[:5]),
+            r"eval_sets\.m: .*query\.jsonl: no record has the field 'question' \(the first record's keys: \['query'\]\)",
+        ),
+        "strings.jsonl": (
+            "".join(json.dumps(p) + "\n" for p in alice[:5]),
+            r"strings\.jsonl:1: a JSON string, not an object: JSONL is expected, one object per line",
+        ),
+        "mixed.jsonl": (
+            json.dumps({"question": alice[0]}) + "\n\n" + json.dumps([alice[1]]) + "\n",
+            r"mixed\.jsonl:3: a JSON array, not an object",
+        ),
+        "numbers.json": ("[1, 2]", r"numbers\.json: item 0 of its array: a JSON number, not an object"),
+        "short.jsonl": (
+            json.dumps({"question": "too few words"}) + "\n",
+            r"short\.jsonl: no text of 13 words or more in field 'question' \(1 text\(s\)\)",
+        ),
+        "empty.json": ("\n", r"empty\.json: holds no record"),
+    }
+    for name, (text, message) in bad.items():
+        (tmp_path / name).write_text(text)
+        spec = {"m": {"path": str(tmp_path / name), "field": "question"}}
+        with pytest.raises(ConfigError, match=message):
+            Decontaminate(Decontaminate.Config(enabled=True, eval_sets=spec))
+    pq.write_table(pa.table({"question": [None, "a few words"]}), tmp_path / "nulls.parquet")
+    with pytest.raises(ConfigError, match=r"nulls\.parquet: no text of 13 words or more in field 'question'"):
+        Decontaminate(
+            Decontaminate.Config(
+                enabled=True, field="question", eval_sets={"m": str(tmp_path / "nulls.parquet")}
+            )
+        )
+    # curate: one line, before any stage runs (no shard, no stats)
+    (tmp_path / "in.jsonl").write_text(json.dumps({"text": alice[0]}) + "\n")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        f"decontaminate: {{enabled: true, field: question, eval_sets: {{m: {tmp_path / 'query.jsonl'}}}}}\n"
+    )
+    p = run_cli(
+        "curate", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "o"), "--config", str(cfg), check=False
+    )
+    assert p.returncode == 2 and p.stderr.strip().startswith("llmpipe: error: decontaminate.eval_sets.m:"), (
+        p.stderr
+    )
+    assert "no record has the field 'question'" in p.stderr and "\n" not in p.stderr.strip()
+    assert "curate: 1 input(s)" not in p.stdout + p.stderr
+
+
 def oracle_cut(text: str, grams: dict[str, set[str]], n: int) -> tuple[str | None, str]:
     """lm-eval's normalisation per whitespace token (a token of punctuation alone is no word), Python
     sets: the set of the first matching n-gram, and the text without the merged matching windows

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import run_cli
@@ -145,3 +146,60 @@ def test_quality_stage_scores_with_a_fasttext_classifier(data_dir: Path, tmp_pat
         wrong.prepare(batch)
     with pytest.raises(ValueError, match="label"):
         QualityModelFilter(QualityModelFilter.Config(enabled=True, model=str(path), format="fasttext"))
+    # the fastText model read as an llmpipe one: the error says which format it is
+    with pytest.raises(ConfigError, match="not an llmpipe quality model .*: it is a fastText model; score with it by "
+                       "format: fasttext"):  # fmt: skip
+        QualityModelFilter(QualityModelFilter.Config(enabled=True, model=str(path))).prepare(batch)
+
+    # `quality calibrate` scores with the stage: --format fasttext --label, the threshold of these scores
+    from llmpipe.curate.stages.quality_model import calibrate
+
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    argv = ["quality", "calibrate", str(src), "--model", str(path), "--target-retention", "0.5"]
+    c = run_cli(*argv, "--format", "fasttext", "--label", "__label__hq")
+    words = np.array([len(t.split()) for t in docs])
+    thr = calibrate(np.array(scores), words, 0.5)  # the stage's scores: what a curate run would keep
+    assert f"threshold {thr:.6f} keeps" in c.stdout, (thr, c.stdout)
+    assert f"format: fasttext, label: '__label__hq', threshold: {thr:.6f}" in c.stdout
+    for extra, message in [
+        ([], "not an llmpipe quality model (bad magic): it is a fastText model; score with it by --format "
+             "fasttext --label LABEL"),
+        (["--format", "fasttext"], "--format fasttext needs --label"),
+        (["--format", "fasttext", "--label", "__label__good"], "--label: '__label__good' is not a label of"),
+        (["--label", "__label__hq"], "--label is only read with --format fasttext"),
+    ]:  # fmt: skip
+        p = run_cli(*argv, *extra, check=False)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and message in lines[0], (extra, p.stderr)
+
+
+def test_a_model_without_language_labels_is_one_line(data_dir: Path, tmp_path: Path) -> None:
+    """A fastText model whose labels are no languages (a quality classifier's ``__label__hq`` and
+    ``__label__lq``) as the language model: one line saying so, not every document dropped as
+    other_language."""
+    from llmpipe.errors import ConfigError
+    from quality_data import reference_docs, web_docs
+
+    pos = [" ".join(d.split()) for d in reference_docs(data_dir, per_source=8)][:150]
+    neg = [" ".join(d.split()) for d in web_docs(data_dir)[:200] if d.strip()][:150]
+    train = tmp_path / "q.txt"
+    train.write_text("".join(f"__label__hq {t}\n" for t in pos) + "".join(f"__label__lq {t}\n" for t in neg))
+    path = tmp_path / "q.bin"
+    train_supervised(input=str(train), dim=8, bucket=20_000, **TRAIN).save_model(str(path))
+    stage = LanguageFilter(LanguageFilter.Config(backend="fasttext", model=str(path), languages=["eng"]))
+    batch = pa.record_batch({"id": ["0"], "text": [pos[0]], "source": ["s"], "position": [0]})
+    with pytest.raises(
+        ConfigError, match=r"none of its labels \(__label__(hq|lq), __label__(hq|lq)\) is a language"
+    ):
+        stage.run(batch, StageCounts("language"))
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in pos[:20]))
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"language: {{backend: fasttext, model: {path}}}\n")
+    p = run_cli("curate", str(src), "--out", str(tmp_path / "o"), "--config", str(cfg), check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"llmpipe: error: language.model: {path}: none of its labels"), p.stderr
+    assert langcodes.is_language("__label__en") and langcodes.is_language("__label__srp_Latn")
+    assert not langcodes.is_language("__label__hq") and not langcodes.is_language("__label__und")

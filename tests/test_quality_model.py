@@ -54,6 +54,24 @@ def test_calibrate_picks_the_word_quantile() -> None:
     assert calibrate(scores, words, 1.0) == 0.5
 
 
+def test_calibration_sample_and_threshold_bounds_in_the_config() -> None:
+    """``sample_docs`` below 1 (which calibrated on no document, or on all but the last few) and a
+    threshold that is not a finite number (nan kept every document) are refused with one line."""
+    from llmpipe.curate.settings import CurateConfig
+    from llmpipe.errors import ConfigError
+
+    for section, message in [
+        ({"sample_docs": 0}, "quality_model: sample_docs must be at least 1, not 0"),
+        ({"sample_docs": -4}, "quality_model: sample_docs must be at least 1, not -4"),
+        ({"threshold": float("nan")}, "quality_model: threshold must be a finite number, not nan"),
+        ({"threshold": float("inf")}, "quality_model: threshold must be a finite number, not inf"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            CurateConfig.from_mapping({"quality_model": {"enabled": True, **section}})
+    cfg = CurateConfig.from_mapping({"quality_model": {"sample_docs": 1, "threshold": -1}})
+    assert cfg.stages["quality_model"].sample_docs == 1
+
+
 def test_cli_train_calibrate_and_a_run_at_target_retention(
     tmp_path: Path, data_dir: Path, corpus: tuple[list[str], list[str]]
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -135,3 +136,116 @@ def test_stage_in_curate_workers_and_errors(data_dir: Path, tmp_path: Path) -> N
     assert len(p.stderr.strip().splitlines()) == 1
     with pytest.raises(ConfigError, match="holds no 'domains'"):
         UrlFilter(UrlFilter.Config(enabled=True, blocklists=[str(tmp_path / "in")])).core  # noqa: B018
+
+
+def test_a_blocklist_that_is_no_ut1_tree_is_one_line_before_any_work(tmp_path: Path) -> None:
+    """A blocklist file that is not an archive (a plain list of domains) and an archive cut short or
+    corrupt are said as such, not as "does not exist", when the stage is built (curate: before any
+    stage runs, not from a worker); a .tar and a .tar.gz of a UT1 tree load the same lists."""
+    import gzip
+    import io
+    import tarfile
+
+    ut1 = tmp_path / "ut1"
+    (ut1 / "adult").mkdir(parents=True)
+    (ut1 / "adult" / "domains").write_text("".join(f"site{i}.com\n" for i in range(5000)))
+    (ut1 / "adult" / "urls").write_text("example.org/listed/page\n")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(ut1, arcname="blacklists")
+    (tmp_path / "ut1.tar").write_bytes(buf.getvalue())
+    packed = gzip.compress(buf.getvalue(), mtime=0)
+    (tmp_path / "ut1.tar.gz").write_bytes(packed)
+    (tmp_path / "cut.tar.gz").write_bytes(packed[: len(packed) // 2])
+    (tmp_path / "head.tar.gz").write_bytes(packed[:30])
+    corrupt = bytearray(packed)
+    corrupt[len(packed) // 2 : len(packed) // 2 + 64] = bytes(64)
+    (tmp_path / "corrupt.tar.gz").write_bytes(bytes(corrupt))
+    raw = bytearray(buf.getvalue())  # a .tar whose last member's header is corrupt: tarfile ends there
+    with tarfile.open(fileobj=io.BytesIO(buf.getvalue())) as tar:
+        last = max(m.offset for m in tar.getmembers())
+    raw[last + 10 : last + 20] = b"x" * 10
+    (tmp_path / "header.tar").write_bytes(bytes(raw))
+    (tmp_path / "doms.txt").write_text("site1.example.com\n")
+    (tmp_path / "list.tar.gz").write_text("site1.example.com\n")  # a plain list, named as an archive
+    batch = pa.record_batch(
+        {
+            "meta": [
+                json.dumps({"url": u})
+                for u in ("http://www.site7.com/a", "example.org/listed/page", "http://site7.org/")
+            ]
+        }
+    )
+    for name in ("ut1", "ut1.tar", "ut1.tar.gz"):
+        stage = UrlFilter(UrlFilter.Config(enabled=True, blocklists=[str(tmp_path / name)]))
+        assert stage.reasons(batch) == ["url_domain", "url_url", None], name
+    cases = {
+        "doms.txt": "doms.txt exists but is not a directory or a .tar/.tar.gz archive of UT1 lists",
+        "list.tar.gz": "list.tar.gz exists but is not a directory or a .tar/.tar.gz archive of UT1 lists",
+        "cut.tar.gz": "cut.tar.gz: the archive is unreadable",
+        "head.tar.gz": "head.tar.gz: the archive is unreadable",
+        "corrupt.tar.gz": "corrupt.tar.gz: the archive is unreadable",
+        "header.tar": "header.tar: the archive is unreadable (a corrupt member header at byte",
+    }
+    for name, message in cases.items():
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            UrlFilter(UrlFilter.Config(enabled=True, blocklists=[str(tmp_path / name)]))
+    # curate: the one line, before any stage runs
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "words " * 20, "url": "http://a.example/"}) + "\n")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"url_filter: {{enabled: true, blocklists: [{tmp_path / 'doms.txt'}]}}\n")
+    p = run_cli(
+        "curate", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "o"), "--config", str(cfg), check=False
+    )
+    assert p.returncode == 2 and p.stderr.startswith(
+        f"llmpipe: error: url_filter.blocklists: {tmp_path / 'doms.txt'} exists"
+    )
+    assert len(p.stderr.strip().splitlines()) == 1 and "stages:" not in p.stdout, (p.stdout, p.stderr)
+
+
+def test_a_dotted_field_reads_the_url_of_nested_metadata(tmp_path: Path) -> None:
+    """Dolma-style records keep their URL at ``metadata.url``: ``field: metadata.url`` finds it (the
+    reader keeps the nested metadata), a record without it falls back to a top-level ``url``, and one
+    with neither is counted as without a URL; a top-level key named ``metadata.url`` comes first."""
+    domains = tmp_path / "domains.txt"
+    domains.write_text("blocked-site.com\n")
+    rows = [
+        {"id": "nested-blocked", "metadata": {"url": "http://www.blocked-site.com/a", "date": "2020"}},
+        {"id": "nested-fine", "metadata": {"url": "http://fine-site.com/b"}},
+        {"id": "top-blocked", "url": "http://blocked-site.com/c", "metadata": {"date": "2020"}},
+        {"id": "none", "metadata": {"link": "http://blocked-site.com/d"}},
+        {
+            "id": "literal",
+            "metadata.url": "http://blocked-site.com/e",
+            "metadata": {"url": "http://ok-site.com"},
+        },
+        {"id": "not-a-string", "metadata": {"url": ["http://blocked-site.com/f"]}},
+    ]
+    src = tmp_path / "dolma.jsonl"
+    src.write_text(
+        "".join(
+            json.dumps({**r, "text": f"a page of words number {i} " * 8}) + "\n" for i, r in enumerate(rows)
+        )
+    )
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        f"url_filter: {{enabled: true, field: metadata.url, domain_lists: [{domains}]}}\n"
+        + "".join(
+            f"{s}: {{enabled: false}}\n"
+            for s in ("length", "language", "gopher_repetition", "gopher_quality")
+        )
+        + "".join(f"{s}: {{enabled: false}}\n" for s in ("c4", "fineweb", "exact_dedup", "near_dedup"))
+        + "pack: {seq_len: 16, samples_per_shard: 50, val_fraction: 0.0}\ntokenizer: {vocab_size: 300}\n"
+    )
+    out = tmp_path / "out"
+    run_cli("curate", str(src), "--out", str(out), "--config", str(cfg))
+    stats = json.loads((out / "stats.json").read_text())
+    st = next(s for s in stats["stages"] if s["name"] == "url_filter")
+    assert st["dropped"] == {"url_domain": 3}, st
+    dropped = sorted(e["id"].rsplit("/", 1)[-1] for e in st["examples"]["url_domain"])
+    assert dropped == ["literal", "nested-blocked", "top-blocked"], st["examples"]
+    assert st["counters"]["documents_without_url"] == 2
+    with pytest.raises(ConfigError, match=r"field must name a metadata field .* not 'metadata\.'"):
+        from llmpipe.curate.settings import CurateConfig
+
+        CurateConfig.from_mapping({"url_filter": {"field": "metadata."}})

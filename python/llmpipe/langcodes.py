@@ -82,6 +82,14 @@ def normalize(label: str) -> str:
     return f"{lang}_{SCRIPTS.get(lang, 'Zyyy' if lang == 'und' else 'Latn')}"
 
 
+def is_language(label: str) -> bool:
+    """Whether a detector's label normalises to a language: ISO 639-3 plus script, not ``und``
+    (``__label__en``, ``eng_Latn``, ``__label__srp_Cyrl`` are; ``__label__hq``, ``__label__good``
+    are not)."""
+    code = normalize(label)  # a two-letter code it does not know stays two letters: no language
+    return bool(re.fullmatch(r"[a-z]{3}_[A-Z][a-z]{3}", code)) and not code.startswith("und_")
+
+
 def normalize_cld2(code: str) -> str:
     """``lang_Script`` for a CLD2 language code (``en``, ``zh-Hant``, ``xx-Bugi``)."""
     return normalize(CLD2_CODES.get(code, code))

@@ -22,6 +22,7 @@ import numpy as np
 
 import llmpipe._core as _core
 from llmpipe.errors import ConfigError, InputError, TokenizerError
+from llmpipe.io.fs import not_a_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,19 +57,26 @@ def expand_special_tokens(items: Sequence[str]) -> list[str]:
     for item in items:
         if item in SPECIAL_PRESETS:
             names: Sequence[str] = SPECIAL_PRESETS[item]
-        elif not item or item != item.strip() or any(c.isspace() for c in item):
-            raise ConfigError(f"special token {item!r}: empty or holds whitespace")
-        elif item.replace("_", "").isalnum():
-            raise ConfigError(
-                f"special token {item!r}: not a preset ({', '.join(SPECIAL_PRESETS)}); a literal token "
-                "holds a character other than letters, digits and _, such as <cls> or [SEP]"
-            )
         elif item == EOS:
             raise ConfigError(f"special token {EOS}: it is always there (the first id), do not name it")
         else:
+            check_literal_special(item, f"not a preset ({', '.join(SPECIAL_PRESETS)}); a literal token")
             names = (item,)
         out += [n for n in names if n not in out]
     return out
+
+
+def check_literal_special(token: str, what: str = "ordinary text; a special token") -> None:
+    """A literal special token is not empty, holds no whitespace, and holds a character other than a
+    letter, digit or ``_`` (``<cls>``, ``[SEP]``): a plain word would be taken out of ordinary text
+    (and a mistyped preset name would become a token). ``what`` begins the reason of the error."""
+    if not token or any(c.isspace() for c in token):
+        raise ConfigError(f"special token {token!r}: empty or holds whitespace")
+    if token.replace("_", "").isalnum():
+        raise ConfigError(
+            f"special token {token!r}: {what} holds a character other than letters, digits and _, "
+            "such as <cls> or [SEP]"
+        )
 
 
 AllowedSpecial = Literal["all"] | Iterable[str] | None
@@ -144,8 +152,10 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Tokenizer:
         """Load an HF ``tokenizer.json`` (byte-level BPE, written by llmpipe or by HF tokenizers)."""
-        if not Path(path).is_file():
-            raise InputError(f"{path}: no such tokenizer file")
+        if why := not_a_file(path):
+            raise InputError(
+                f"{path}: {why}" if why != "does not exist" else f"{path}: no such tokenizer file"
+            )
         return cls(_core.BpeTokenizer.from_file(str(path)))
 
     @classmethod
@@ -331,6 +341,11 @@ class DocumentCounts:
 def _check_train_args(
     vocab_size: int, min_frequency: int, max_token_length: int | None, special_tokens: Sequence[str]
 ) -> None:
+    for token in special_tokens:
+        check_literal_special(token)
+    twice = sorted({t for t in special_tokens if list(special_tokens).count(t) > 1})
+    if twice:
+        raise ConfigError(f"special token(s) {twice} named more than once: each takes one id")
     if vocab_size < 256 + len(special_tokens):
         raise ConfigError(
             f"vocab_size {vocab_size} is too small: byte-level BPE needs 256 byte tokens "
@@ -340,5 +355,3 @@ def _check_train_args(
         raise ConfigError(f"min_frequency must be >= 0, got {min_frequency}")
     if max_token_length is not None and max_token_length < 2:
         raise ConfigError(f"max_token_length must be >= 2, got {max_token_length}")
-    if any(not s for s in special_tokens):
-        raise ConfigError("special tokens must be non-empty strings")

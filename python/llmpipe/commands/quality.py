@@ -3,6 +3,7 @@
 llmpipe quality train --positive ref/ --negative crawl/ --out model.bin
 llmpipe quality train --labelled labels.jsonl --positive-label hq --out model.bin
 llmpipe quality calibrate --model model.bin --target-retention 0.3 crawl/
+llmpipe quality calibrate --model dclm.bin --format fasttext --label __label__hq --target-retention 0.1 crawl/
 llmpipe quality check crawl/ [--config configs/curate/web.yaml]
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from llmpipe.argtypes import int_at_least
 from llmpipe.errors import ConfigError, InputError
 
 
@@ -77,13 +79,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     c.add_argument("inputs", nargs="+", metavar="INPUT")
     c.add_argument("--model", required=True, type=Path)
     c.add_argument(
+        "--format",
+        choices=("llmpipe", "fasttext"),
+        default="llmpipe",
+        help="the model's format, as the quality_model stage's `format`: llmpipe (written by `llmpipe "
+        "quality train`, the default) or fasttext (a supervised fastText .bin/.ftz classifier)",
+    )
+    c.add_argument(
+        "--label",
+        metavar="LABEL",
+        help="--format fasttext: the label whose probability is the score (e.g. __label__hq)",
+    )
+    c.add_argument(
         "--target-retention",
         required=True,
         type=float,
         metavar="R",
         help="fraction of words to keep, e.g. 0.3",
     )
-    c.add_argument("--sample-docs", type=int, default=200_000)
+    c.add_argument(
+        "--sample-docs",
+        type=int_at_least(1),
+        default=200_000,
+        metavar="N",
+        help="calibrate on the first N documents of the inputs (default 200,000)",
+    )
     c.set_defaults(func=run_calibrate)
 
     k = qs.add_parser("check", help="run the heuristic filters on inputs and count drops by reason")
@@ -211,24 +231,37 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     import numpy as np
+    import pyarrow as pa
 
-    from llmpipe.curate.stages.quality_model import calibrate
-    from llmpipe.quality import QualityModel
+    from llmpipe.curate.stages.quality_model import QualityModelFilter, calibrate
+    from llmpipe.io.fs import not_a_file
 
     if not 0.0 < args.target_retention <= 1.0:
         raise ConfigError(f"--target-retention must be in (0, 1], not {args.target_retention}")
-    if not Path(args.model).is_file():
-        raise InputError(f"--model {args.model}: no such model file (write one with `llmpipe quality train`)")
+    if why := not_a_file(args.model):
+        if why == "does not exist":
+            why = "no such model file (write one with `llmpipe quality train`)"
+        raise InputError(f"--model {args.model}: {why}")
+    if args.format == "fasttext" and not args.label:
+        raise ConfigError(
+            "--format fasttext needs --label, the label whose probability is the score (__label__hq)"
+        )
+    if args.format == "llmpipe" and args.label:
+        raise ConfigError("--label is only read with --format fasttext")
+    # the quality_model stage's own loading and scoring: the scores a curate run would give
+    cfg = QualityModelFilter.Config(enabled=True, model=str(args.model), format=args.format, label=args.label)
+    stage = QualityModelFilter(cfg, options={"format": "--format fasttext --label LABEL", "label": "--label"})
+    _ = stage.model  # a model file that is not one: one line before the inputs are read
     texts = list(iter_texts(args.inputs))[: args.sample_docs]
     if not texts:
         raise InputError("no documents in the inputs")
-    model = QualityModel.load(str(args.model))
-    scores = np.asarray(model.score(texts))
+    scores = stage.score(pa.array(texts, pa.large_string()))
     words = np.asarray([len(t.split()) for t in texts])
     thr = calibrate(scores, words, args.target_retention)
     kept = words[scores >= thr].sum() / max(words.sum(), 1)
     print(f"threshold {thr:.6f} keeps {100 * kept:.2f}% of {words.sum():,} words ({len(texts):,} documents)")
-    print(f"curate config:  quality_model: {{enabled: true, model: {args.model}, threshold: {thr:.6f}}}")
+    fmt = f", format: fasttext, label: '{args.label}'" if args.format == "fasttext" else ""
+    print(f"curate config:  quality_model: {{enabled: true, model: {args.model}{fmt}, threshold: {thr:.6f}}}")
     return 0
 
 

@@ -91,12 +91,14 @@ class PackConfig:
     #: "concat" (one stream cut into samples, no padding but the last) or "best_fit" (documents
     #: split only when longer than a sample; rows padded with EOS)
     packing: str = "concat"
-    #: best_fit only: how many samples' worth of documents are packed together
+    #: best_fit only: how many samples' worth of documents are packed together, at least 1
     best_fit_window: int = 512
 
     def __post_init__(self) -> None:
         if self.packing not in ("concat", "best_fit"):
             raise ValueError(f"pack.packing must be 'concat' or 'best_fit', not {self.packing!r}")
+        if self.best_fit_window < 1:
+            raise ValueError(f"pack.best_fit_window must be at least 1 (samples), not {self.best_fit_window}")
         if self.seq_len < 2:
             raise ValueError("pack.seq_len must be at least 2")
         if self.seq_len > MAX_SEQ_LEN:

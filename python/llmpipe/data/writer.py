@@ -62,8 +62,10 @@ class ShardWriter:
             raise ValueError("seq_len must be at least 2")
         if packing not in PACKINGS:
             raise ValueError(f"packing must be one of {PACKINGS}, not {packing!r}")
+        if best_fit_window < 1:  # never clamped: another window packs other samples
+            raise ValueError(f"best_fit_window must be at least 1, not {best_fit_window}")
         self.packing = packing
-        self.best_fit_window = max(1, best_fit_window)
+        self.best_fit_window = best_fit_window
         self.out_dir = Path(out_dir)
         self.seq_len = seq_len
         self.vocab_size = vocab_size

@@ -33,6 +33,17 @@ def is_url(s: str | os.PathLike[str]) -> bool:
     return isinstance(s, str) and bool(_URL.match(s)) and not s.startswith("file://")
 
 
+def not_a_file(path: str | os.PathLike[str]) -> str | None:
+    """Why a local path that should name a file does not, for an error line: "is a directory, not a
+    file", "is not a regular file" (a FIFO, a device) or "does not exist"; None when it is a file."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return None
+    if p.is_dir():
+        return "is a directory, not a file"
+    return "is not a regular file" if p.exists() else "does not exist"
+
+
 def local_or_url(s: str) -> str:
     """``file:///x`` -> ``/x``; anything else unchanged."""
     return s.removeprefix("file://") if s.startswith("file://") else s

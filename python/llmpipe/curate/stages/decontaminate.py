@@ -3,9 +3,11 @@
 N-grams are ``ngram`` (default 13, as GPT-3 and lm-eval) consecutive words after lm-eval's
 decontamination normalisation (``Janitor.normalize_string``: ASCII letters lowercased, ASCII
 punctuation deleted, then split on whitespace). Each evaluation set's n-grams are hashed to 64 bits
-once per process (one Rust call per file, the same in every worker, as the quality model is loaded);
-each batch of documents is then one Rust call (GIL released) that finds, per document, the first
-n-gram (in text order) that an evaluation set holds. A match drops the document as
+once per process, when the stage is built (one Rust call per file, the same in every worker), so a
+bad evaluation file, or one that yields no n-gram (no record holds ``field``, every text shorter than
+``ngram`` words), stops the run with one line before any stage runs. Each batch of documents is then
+one Rust call (GIL released) that finds, per document, the first n-gram (in text order) that an
+evaluation set holds. A match drops the document as
 ``contaminated_<set>``: ``stats.json`` counts the removals per evaluation set. An n-gram in several
 sets is attributed to the first set of the config.
 
@@ -40,6 +42,7 @@ from llmpipe.config import from_dict
 from llmpipe.curate.stage import Filter, Mapped, Mapper
 from llmpipe.curate.workdir import open_parquet
 from llmpipe.errors import ConfigError
+from llmpipe.io.fs import not_a_file
 
 REASON_PREFIX = "contaminated_"
 MODES = ("document", "spans")
@@ -48,8 +51,9 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 @dataclass
 class EvalSet:
-    """One evaluation file: JSONL (``.jsonl``/``.json``, optionally ``.gz``, one object per line),
-    Parquet, or plain text (``.txt``: the whole file is one text)."""
+    """One evaluation file: JSONL (``.jsonl``/``.json``, optionally ``.gz``, one object per line; a
+    ``.json`` file may instead hold one array of objects), Parquet, or plain text (``.txt``: the whole
+    file is one text)."""
 
     path: str
     #: the field (JSONL key, Parquet column) that holds the text; not read for .txt
@@ -101,8 +105,9 @@ class Decontaminate(Filter):
         self.sets = cfg.sets()
         self.names = list(self.sets)
         for name, s in self.sets.items():
-            if not Path(s.path).expanduser().is_file():
-                raise ConfigError(f"decontaminate.eval_sets.{name}: {s.path} does not exist")
+            if why := not_a_file(s.path):
+                raise ConfigError(f"decontaminate.eval_sets.{name}: {s.path} {why}")
+        _ = self.table  # each evaluation file read now: a bad one stops the run before any stage runs
 
     @classmethod
     def from_config(cls, cfg: Config) -> Decontaminate | CutContaminated | None:
@@ -119,6 +124,12 @@ class Decontaminate(Filter):
         for k, (name, es) in enumerate(self.sets.items()):
             texts = pa.array(list(eval_texts(name, es)), pa.large_string())
             h = np.frombuffer(_core.decont_ngram_hashes(string_buffers(texts), self.cfg.ngram), np.uint64)
+            if len(h) == 0:  # it would match nothing: never a silent no-op
+                field = "" if es.path.lower().endswith(".txt") else f" in field {es.field!r}"
+                raise ConfigError(
+                    f"decontaminate.eval_sets.{name}: {Path(es.path).expanduser()}: no text of "
+                    f"{self.cfg.ngram} words or more{field} ({len(texts):,} text(s)), so no n-gram to match"
+                )
             hashes.append(h)
             owners.append(np.full(len(h), k, np.int32))
         h, s = np.concatenate(hashes), np.concatenate(owners)
@@ -184,7 +195,8 @@ class CutContaminated(Mapper):
 
 
 def eval_texts(name: str, s: EvalSet) -> Iterator[str]:
-    """The texts of one evaluation file; a bad file is a ConfigError naming it and the line."""
+    """The texts of one evaluation file; a bad file is a ConfigError naming it and the line. A JSON
+    file (``.json``, ``.json.gz``) may also be one top-level array of objects."""
     path = Path(s.path).expanduser()
     where = f"decontaminate.eval_sets.{name}: {path}"
     suffixes = [x.lower() for x in path.suffixes]
@@ -198,23 +210,82 @@ def eval_texts(name: str, s: EvalSet) -> Iterator[str]:
         elif suffixes[-1:] == [".txt"]:
             yield path.read_text("utf-8", errors="replace")
         elif ".jsonl" in suffixes or ".json" in suffixes:
-            opener: Any = gzip.open if suffixes[-1] == ".gz" else open
-            with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-                for n, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        rec = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise ConfigError(f"{where}:{n}: not JSON ({e.msg})") from None
-                    except RecursionError:  # as eval's reader: one line, never a traceback
-                        raise ConfigError(f"{where}:{n}: JSON nested too deeply to read") from None
-                    value = rec.get(s.field) if isinstance(rec, dict) else None
-                    if isinstance(value, str):
-                        yield value
-                    elif value is not None:
-                        raise ConfigError(f"{where}:{n}: field {s.field!r} is not a string")
+            yield from _json_texts(path, where, s.field)
         else:
             raise ConfigError(f"{where}: not .jsonl, .json, .jsonl.gz, .parquet or .txt")
     except (OSError, EOFError, pa.ArrowException) as e:
         raise ConfigError(f"{where}: cannot read it ({e})") from None
+
+
+def _json_texts(path: Path, where: str, field: str) -> Iterator[str]:
+    """The ``field`` of each object of a JSONL file (or of a ``.json`` file's top-level array). A
+    record that is not an object, a field that is not a string, and a file in which no object has
+    the field are each a ConfigError: a set that matches nothing is never a silent one."""
+    opener: Any = gzip.open if path.suffix.lower() == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        head = ""  # a .json file's leading whitespace and first character: "[" for one array
+        if ".json" in [x.lower() for x in path.suffixes]:
+            while (c := f.read(1)) and c.isspace():
+                head += c
+            head += c
+        records: Iterator[tuple[str, Any]]
+        if head.endswith("["):
+            try:
+                items = json.loads(head + f.read())
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{where}:{e.lineno}: not JSON ({e.msg})") from None
+            except RecursionError:
+                raise ConfigError(f"{where}: JSON nested too deeply to read") from None
+            records = ((f": item {i} of its array", rec) for i, rec in enumerate(items))
+        else:
+            records = _json_lines(head, f, where)
+        seen = 0
+        keys: list[str] | None = None
+        for at, rec in records:
+            if not isinstance(rec, dict):
+                raise ConfigError(
+                    f"{where}{at}: a JSON {_kind(rec)}, not an object: JSONL is expected, one object per line "
+                    f"(or a .json file of one array of objects), its text in {field!r}"
+                )
+            keys = list(rec) if keys is None else keys
+            value = rec.get(field)
+            if isinstance(value, str):
+                seen += 1
+                yield value
+            elif value is not None:
+                raise ConfigError(f"{where}{at}: field {field!r} is not a string")
+    if keys is None:
+        raise ConfigError(f"{where}: holds no record (JSONL: one object per line)")
+    if not seen:
+        raise ConfigError(
+            f"{where}: no record has the field {field!r} (the first record's keys: {keys}); "
+            "set field: to the key that holds the text"
+        )
+
+
+def _json_lines(head: str, f: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """(``:N``, value) of each non-blank line N of a JSONL file whose first characters (``head``) were
+    read already."""
+    start = head.count("\n")
+    for n, line in enumerate(f, start + 1):
+        if n == start + 1:
+            line = head[head.rfind("\n") + 1 :] + line
+        if not line.strip():
+            continue
+        try:
+            yield f":{n}", json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{where}:{n}: not JSON ({e.msg})") from None
+        except RecursionError:  # as eval's reader: one line, never a traceback
+            raise ConfigError(f"{where}:{n}: JSON nested too deeply to read") from None
+
+
+def _kind(value: Any) -> str:
+    """The JSON kind of a decoded value that is not an object."""
+    if isinstance(value, bool):
+        return "true/false"
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "array"
+    return "string" if isinstance(value, str) else "number"

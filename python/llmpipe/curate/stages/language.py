@@ -14,7 +14,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -25,6 +24,7 @@ from llmpipe import _core, langcodes
 from llmpipe.buffers import string_buffers
 from llmpipe.curate.stage import Filter, StageCounts
 from llmpipe.errors import ConfigError
+from llmpipe.io.fs import not_a_file
 from llmpipe.quality import FastTextModel
 
 BACKENDS = ("cld2", "whatlang", "fasttext")
@@ -112,8 +112,8 @@ class LanguageFilter(Filter):
         if cfg.backend == "fasttext":
             if not cfg.model:
                 raise ValueError("model: the path of a fastText language-ID model (backend: fasttext)")
-            if not Path(cfg.model).is_file():
-                raise ValueError(f"model: {cfg.model} does not exist")
+            if why := not_a_file(cfg.model):
+                raise ValueError(f"model: {cfg.model} {why}")
         else:
             if cfg.model:
                 raise ValueError("model is only read by backend: fasttext")
@@ -133,8 +133,17 @@ class LanguageFilter(Filter):
 
     @cached_property
     def fasttext(self) -> tuple[FastTextModel, list[str]]:
-        """The model and its labels, normalised (loaded once per process, on first use)."""
+        """The model and its labels, normalised (loaded once per process, on first use). A model none
+        of whose labels is a language (a quality classifier's ``__label__hq``) is a ConfigError: it
+        would drop every document as ``other_language``."""
         m = FastTextModel.load(str(self.cfg.model))
+        if not any(langcodes.is_language(label) for label in m.labels):
+            shown = ", ".join(m.labels[:5]) + (", ..." if len(m.labels) > 5 else "")
+            raise ConfigError(
+                f"language.model: {self.cfg.model}: none of its labels ({shown}) is a language code, so "
+                "every document would be dropped as other_language: give a fastText language-ID model "
+                "(lid.176, GlotLID, OpenLID); a quality classifier goes in quality_model (format: fasttext)"
+            )
         return m, [langcodes.normalize(label) for label in m.labels]
 
     @cached_property

@@ -12,6 +12,7 @@ fraction of the words it receives; without it the fixed ``threshold`` applies.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -28,9 +29,12 @@ from llmpipe.curate.executors import Executor
 from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, RunContext, word_counts
 from llmpipe.curate.workdir import read_parquet
 from llmpipe.errors import ConfigError
+from llmpipe.io.fs import not_a_file
 from llmpipe.quality import FastTextModel
 
 REASON = "low_quality_score"
+#: the first bytes of a fastText model file (its magic number, int32 little-endian)
+FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")
 
 
 def calibrate(scores: np.ndarray, words: np.ndarray, target: float) -> float:
@@ -69,14 +73,20 @@ class QualityModelFilter(GlobalStage):
         #: entering this stage (``target_of: stage``)
         target_retention: float | None = None
         target_of: str = "input"
-        #: calibration sample size (documents, chosen by a hash of their id)
+        #: calibration sample size (documents, chosen by a hash of their id), at least 1
         sample_docs: int = 200_000
 
-    def __init__(self, cfg: Config) -> None:
+        def __post_init__(self) -> None:
+            if self.sample_docs < 1:
+                raise ValueError(f"sample_docs must be at least 1, not {self.sample_docs}")
+            if not math.isfinite(self.threshold):  # nan keeps every document, inf none
+                raise ValueError(f"threshold must be a finite number, not {self.threshold}")
+
+    def __init__(self, cfg: Config, options: dict[str, str] | None = None) -> None:
         if not cfg.model:
             raise ValueError("quality_model.model: the path of a model trained by `llmpipe quality train`")
-        if not Path(cfg.model).is_file():
-            raise ValueError(f"quality_model.model: {cfg.model} does not exist")
+        if why := not_a_file(cfg.model):
+            raise ValueError(f"quality_model.model: {cfg.model} {why}")
         if cfg.target_retention is not None and not 0.0 < cfg.target_retention <= 1.0:
             raise ValueError(f"target_retention must be in (0, 1], not {cfg.target_retention}")
         if cfg.format not in ("llmpipe", "fasttext"):
@@ -88,6 +98,9 @@ class QualityModelFilter(GlobalStage):
         if cfg.target_of not in ("input", "stage"):
             raise ValueError(f"target_of must be 'input' or 'stage', not {cfg.target_of!r}")
         self.cfg = cfg
+        #: how the errors of loading the model name the options: the config's keys, or (``quality
+        #: calibrate``, which scores with this stage) the command's
+        self.options = options or {"format": "format: fasttext", "label": "quality_model.label"}
 
     @classmethod
     def from_config(cls, cfg: Config) -> QualityModelFilter | None:
@@ -99,10 +112,19 @@ class QualityModelFilter(GlobalStage):
             m = FastTextModel.load(str(self.cfg.model))
             if self.cfg.label not in m.labels:
                 raise ConfigError(
-                    f"quality_model.label: {self.cfg.label!r} is not a label of {self.cfg.model}: {m.labels}"
+                    f"{self.options['label']}: {self.cfg.label!r} is not a label of {self.cfg.model}: {m.labels}"
                 )
             return m
-        return _core.QualityModel.load(str(self.cfg.model))
+        try:
+            return _core.QualityModel.load(str(self.cfg.model))
+        except ConfigError as e:
+            with open(str(self.cfg.model), "rb") as f:
+                if f.read(4) != FASTTEXT_MAGIC:
+                    raise
+            raise ConfigError(
+                f"{e}: it is a fastText model; score with it by {self.options['format']} and the label to "
+                "score (e.g. __label__hq)"
+            ) from None
 
     def score(self, texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """The score of each text: probability of good quality / of the configured fastText label."""
