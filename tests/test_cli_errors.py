@@ -216,6 +216,9 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
     curate = ["curate", str(doc), "--out", out, "--quiet"]
     (tmp / "flow.yaml").write_text("language:\n  enabled: [true\n")
     (tmp / "indent.yaml").write_text("a: b\n c: d\n")
+    (tmp / "decont.yaml").write_text(
+        f"decontaminate:\n  enabled: true\n  eval_sets: {{m: {tmp / 'no-set.jsonl'}}}\n"
+    )
     return [
         # --chunk-mb: a positive number of MB
         ([*curate, "--chunk-mb", "nan"], "--chunk-mb must be a positive number of MB, got nan"),
@@ -242,6 +245,11 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
         (
             ["curate", str(doc), "--out", out, "--config", str(tmp / "indent.yaml")],
             "indent.yaml: not valid YAML at line 2, column 3: mapping values are not allowed here",
+        ),
+        # a file the config names that a stage refuses: found before the --out directory is made
+        (
+            ["curate", str(doc), "--out", out, "--config", str(tmp / "decont.yaml")],
+            f"decontaminate.eval_sets.m: {tmp / 'no-set.jsonl'} does not exist",
         ),
         # inputs that hold nothing to read: no --out directory is made for them
         (["curate", str(tmp / "nothing-here"), "--out", out], "nothing-here: no such file or directory"),

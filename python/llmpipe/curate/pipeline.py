@@ -33,6 +33,7 @@ from llmpipe.curate.steps import (
     Job,
     Part,
     before_extract,
+    built_stages,
     map_segment,
     ready,
     resolve_global,
@@ -105,6 +106,7 @@ def run_curate(
     CURATE_OUT.check(local, overwrite, what)  # a directory of the user's files is not written into
     # the inputs before the output directory: a run that finds none leaves no directory behind
     files, skipped = _discover(inputs, [local, *([store.url] if store else [])], strict, log, follow_symlinks)
+    built_stages(config)  # and the stages: a model or list file the config names that they refuse too
     try:
         local.mkdir(parents=True, exist_ok=True)
     except OSError as e:

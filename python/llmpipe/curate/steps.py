@@ -113,11 +113,19 @@ _BUILT: dict[str, list[Any]] = {}
 
 def stages_of(job: Job) -> list[Any]:
     """The job's stages, built once per process (not once per part)."""
-    stages = _BUILT.get(job.config_key)
+    return built_stages(job.config, job.config_key)
+
+
+def built_stages(config: CurateConfig, key: str | None = None) -> list[Any]:
+    """The stages of ``config`` (key: its sha256), built once per process; building them checks
+    what the config names (model and list files, options), so a driver builds them before it makes
+    the output directory."""
+    key = key or config.sha256()
+    stages = _BUILT.get(key)
     if stages is None:
         if len(_BUILT) >= 8:
             del _BUILT[next(iter(_BUILT))]
-        stages = _BUILT[job.config_key] = job.config.build_stages()
+        stages = _BUILT[key] = config.build_stages()
     return stages
 
 
