@@ -325,3 +325,88 @@ def test_bad_models_are_one_line(models: dict[str, Path], tmp_path: Path, data_d
     assert p.returncode == 2 and len(lines) == 1 and "not a sequence classification model" in lines[0], (
         p.stderr
     )
+
+
+def _with_own_code(src: Path, dest: Path, marker: Path, where: str) -> Path:
+    """A copy of the model directory ``src`` whose ``where`` (config.json or tokenizer_config.json) names
+    code of its own (``auto_map``) in evil.py, which creates ``marker`` when it is imported."""
+    import shutil
+
+    shutil.copytree(src, dest)
+    (dest / "evil.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "from transformers import BertConfig, BertModel, BertTokenizer\n"
+        "class EvilConfig(BertConfig):\n    model_type = 'evil'\n"
+        "class EvilModel(BertModel):\n    config_class = EvilConfig\n"
+        "class EvilTokenizer(BertTokenizer):\n    pass\n"
+    )
+    cfg = json.loads((dest / where).read_text())
+    if where == "config.json":
+        cfg["model_type"] = "evil"  # a type transformers does not know: only the directory's code has it
+        cfg["auto_map"] = {
+            k: f"evil.{v}"
+            for k, v in (
+                ("AutoConfig", "EvilConfig"),
+                ("AutoModel", "EvilModel"),
+                ("AutoModelForSequenceClassification", "EvilModel"),
+                ("AutoModelForCausalLM", "EvilModel"),
+            )
+        }
+    else:
+        cfg["tokenizer_class"] = "EvilTokenizer"
+        cfg["auto_map"] = {"AutoTokenizer": ["evil.EvilTokenizer", None]}
+    (dest / where).write_text(json.dumps(cfg))
+    return dest
+
+
+def test_model_code_never_runs(
+    models: dict[str, Path], data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model directory whose config or tokenizer config names its own code (auto_map) is refused in
+    one line: the code never runs, even when the user answers "y" to a question, and none is asked."""
+    import io
+    import subprocess
+    import sys
+
+    from llmpipe.errors import ConfigError
+
+    def evil(j: int, model: str, where: str) -> tuple[Path, Path]:
+        marker = tmp_path / f"ran{j}"
+        return marker, _with_own_code(models[model], tmp_path / f"m{j}", marker, where)
+
+    # in this process, "y" on stdin: the stages' checks at config time
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n" * 10))
+    for j, (model, where, section, body) in enumerate(
+        (
+            ("clf", "tokenizer_config.json", "classifier", {"label": "high"}),
+            ("enc", "config.json", "semantic_dedup", {"enabled": True}),
+            ("enc", "tokenizer_config.json", "semantic_dedup", {"enabled": True}),
+        )
+    ):
+        marker, d = evil(j, model, where)
+        with pytest.raises(ConfigError, match=r"asks to run its own code \(auto_map\); llmpipe never") as e:
+            CurateConfig.from_mapping({section: {**body, "model": str(d)}}).build_stages()
+        assert "\n" not in str(e.value) and str(d) in str(e.value)
+        assert not marker.exists(), (model, where)
+
+    # through the commands, "y" on stdin: curate with a classifier, and eval of a HF directory
+    exe = str(Path(sys.executable).with_name("llmpipe"))
+    doc = tmp_path / "doc.txt"
+    doc.write_text("To be, or not to be, that is the question.\n")
+    m1, d1 = evil(10, "clf", "config.json")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"classifier:\n  label: high\n  model: {d1}\n")
+    m2, d2 = evil(11, "clf", "config.json")
+    for marker, args in (
+        (
+            m1,
+            ["curate", str(data_dir / "web" / INPUTS[1]), "--out", str(tmp_path / "o"), "--config", str(cfg)],
+        ),
+        (m2, ["eval", str(d2), "--text", str(doc), "--device", "cpu"]),
+    ):
+        p = subprocess.run([exe, *args], input="y\n", capture_output=True, text=True, timeout=300)
+        lines = [x for x in p.stderr.splitlines() if x.strip() and not x.startswith("W1")]
+        assert not marker.exists(), args
+        assert "custom code" not in p.stdout + p.stderr, (args, p.stdout, p.stderr)
+        assert p.returncode == 2 and len(lines) == 1, (args, p.stderr)
+        assert lines[0].startswith("llmpipe: error: ") and "asks to run its own code (auto_map)" in lines[0]

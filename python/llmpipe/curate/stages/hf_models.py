@@ -12,7 +12,8 @@ first ``max_length`` tokens of the tokenizer's encoding (special tokens included
 the documents are sorted by token count so that a batch pads little (on a GPU to a multiple of
 ``GPU_WIDTH_STEP`` tokens); results keep the input order.
 On a GPU the model runs in bf16, on CPU in fp32. Only safetensors weights are read (no pickle) and no
-code from the model directory runs.
+code from the model directory runs: every load passes ``trust_remote_code=False`` (without it transformers
+asks on the terminal whether to run a directory's ``auto_map`` code), and such a directory is one line.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ GPU_WIDTH_STEP = 64
 #: cost follows the tokens it is given, padding included, and a batch gains little over one document
 CPU_MAX_PADDING = 0.05
 EXTRA = "classify"
+#: why a model directory that names its own code is refused
+OWN_CODE = "the model asks to run its own code (auto_map); llmpipe never runs code from a model directory"
 
 
 def need_extra(what: str) -> None:
@@ -108,8 +111,11 @@ class Checked:
         self.spec = spec
         where = spec.path
         try:
-            self.config = AutoConfig.from_pretrained(spec.path, local_files_only=True)
+            self.config = AutoConfig.from_pretrained(
+                spec.path, local_files_only=True, trust_remote_code=False
+            )
         except (OSError, ValueError, KeyError) as e:
+            refuse_own_code(where, e)
             raise ConfigError(
                 f"{where}: not a model directory transformers can read ({first_line(e)})"
             ) from None
@@ -120,8 +126,11 @@ class Checked:
                 "the classifier needs a *ForSequenceClassification head"
             )
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(spec.path, local_files_only=True)
+            self.tokenizer = AutoTokenizer.from_pretrained(
+                spec.path, local_files_only=True, trust_remote_code=False
+            )
         except (OSError, ValueError, KeyError, TypeError) as e:
+            refuse_own_code(where, e)
             raise ConfigError(f"{where}: no tokenizer that transformers can load ({first_line(e)})") from None
         vocab = int(getattr(self.config, "vocab_size", 0) or 0)
         if vocab and len(self.tokenizer) > vocab:
@@ -157,8 +166,11 @@ class Loaded(Checked):
         )
         try:
             with quiet_imports():  # transformers' quantizers import torchao, which logs deprecations
-                model = cls.from_pretrained(spec.path, local_files_only=True, use_safetensors=True)
+                model = cls.from_pretrained(
+                    spec.path, local_files_only=True, use_safetensors=True, trust_remote_code=False
+                )
         except (OSError, ValueError, KeyError) as e:
+            refuse_own_code(spec.path, e)
             raise ConfigError(
                 f"{spec.path}: cannot load the model's safetensors weights ({first_line(e)})"
             ) from None
@@ -237,6 +249,13 @@ class Loaded(Checked):
                 out = np.zeros((len(texts), arr.shape[1]), dtype=np.float32)
             out[sel] = arr
         return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+
+def refuse_own_code(where: str, e: BaseException) -> None:
+    """The one line for a directory whose config or tokenizer config names its own code (``auto_map``):
+    transformers, told ``trust_remote_code=False``, refuses it rather than asking on the terminal."""
+    if "trust_remote_code" in str(e):
+        raise ConfigError(f"{where}: {OWN_CODE}") from None
 
 
 def first_line(e: BaseException) -> str:
