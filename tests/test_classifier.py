@@ -307,6 +307,15 @@ def test_bad_models_are_one_line(models: dict[str, Path], tmp_path: Path, data_d
     )
     assert "not a label" in err("classifier", {"model": str(models["clf"]), "label": "medium"})
     assert "one-output head" in err("classifier", {"model": str(models["clf"]), "score": "regression"})
+    # a score named as a column the pipeline uses would replace it (the text, the language ...)
+    for name in ("text", "id", "lang", "lang_score", "words", "source", "meta"):
+        assert f"name {name!r} is a column the pipeline uses" in err(
+            "classifier", {"model": str(models["clf"]), "label": "high", "name": name}
+        )
+    with pytest.raises(ConfigError, match="two models have the same name"):
+        CurateConfig.from_mapping(
+            {"classifier": [{"model": str(models["clf"]), "label": "high", "name": "q"}] * 2}
+        )
     with pytest.raises(ConfigError, match=r"classifier\[1\]: unknown key"):
         CurateConfig.from_mapping({"classifier": [{"model": "x", "label": "a"}, {"modle": "y"}]})
     # through the command: one line, exit code 2
