@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,13 @@ def test_scores_equal_the_pipeline(models: dict[str, Path], data_dir: Path, tmp_
     )
     mixed = texts[:16] + [" ".join(t.split()[:n]) for n, t in zip(range(2, 50, 3), texts[:16], strict=True)]
     exact = loaded.run(mixed)
+    # a file is tokenized and scored a window (WINDOW_BATCHES batches) at a time, with the same scores
+    one = hf_models.Loaded(replace(loaded.spec, batch_size=1))
+    sizes: list[int] = []
+    encode = one.encode
+    one.encode = lambda t: (sizes.append(len(t)), encode(t))[1]  # type: ignore[method-assign]
+    assert np.abs(one.run(pa.chunked_array([mixed])) - exact).max() < 1e-5
+    assert sizes == [hf_models.WINDOW_BATCHES, hf_models.WINDOW_BATCHES], sizes
     widths: list[int] = []
     forward = loaded.model.forward
     loaded.model.forward = lambda **kw: (widths.append(kw["input_ids"].shape[1]), forward(**kw))[1]
@@ -419,3 +427,108 @@ def test_model_code_never_runs(
         assert "custom code" not in p.stdout + p.stderr, (args, p.stdout, p.stderr)
         assert p.returncode == 2 and len(lines) == 1, (args, p.stderr)
         assert lines[0].startswith("llmpipe: error: ") and "asks to run its own code (auto_map)" in lines[0]
+
+
+def _byte_bpe(data_dir: Path):  # type: ignore[no-untyped-def]
+    """A byte-level BPE (GPT-2/RoBERTa style, no normalizer) trained on crawl text, as a fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=800, special_tokens=["<s>", "</s>", "<pad>"])
+    tok.train_from_iterator(crawl_texts(data_dir, 200), trainer)
+    tok.post_processor = processors.RobertaProcessing(("</s>", 1), ("<s>", 0))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+def test_long_texts_give_the_tokens_of_the_whole_text(
+    models: dict[str, Path], data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ids of a long text are those the tokenizer gives the whole text, truncated, though only a
+    bounded prefix of it is tokenized: texts of ordinary words, of words longer than a WordPiece word
+    may be, with no whitespace at all, of multi-byte characters without spaces, with combining accents;
+    on WordPiece (fast and slow) and byte-level BPE tokenizers."""
+    from types import SimpleNamespace
+
+    from llmpipe.curate.stages import hf_models
+    from transformers import AutoTokenizer, BertTokenizer
+
+    crawl = " ".join(crawl_texts(data_dir, 20))
+    rng = random.Random(1)
+    long_words = " ".join("".join(rng.choice("abcdefgh") for _ in range(150)) for _ in range(200))
+    texts = [
+        crawl,
+        long_words,  # one [UNK] per 151 characters: the first cuts give too few tokens
+        "abc" * 20_000,  # one word: one token, whatever the cut; only the whole text is exact
+        "ab,c" * 10_000,  # no whitespace, but punctuation splits it
+        "日本語のテキストと中文文本😀" * 3_000,  # multi-byte characters, no whitespace
+        "cafe\u0301 " * 8_000,  # a combining accent after each word
+        "x" * 9_000 + " " + crawl[:20_000],  # the first whitespace far beyond the cut
+        "short text",
+    ]
+    tokenizers = {
+        "wordpiece": AutoTokenizer.from_pretrained(models["clf"]),
+        "wordpiece slow": BertTokenizer(str(models["clf"] / "vocab.txt"), model_max_length=64),
+        "byte-level bpe": _byte_bpe(data_dir),
+    }
+    for name, tok in tokenizers.items():
+        for max_length in (8, 64):
+            longest: list[int] = []
+            call = tok.__call__
+
+            def spy(pieces: list[str], call=call, longest=longest, **kw):  # type: ignore[no-untyped-def]
+                longest.append(max(map(len, pieces)))
+                return call(pieces, **kw)
+
+            checked = SimpleNamespace(tokenizer=_Spy(spy), max_length=max_length)
+            got = hf_models.Checked.encode(checked, texts)  # type: ignore[arg-type]
+            want = tok(texts, truncation=True, max_length=max_length)["input_ids"]
+            assert got == [list(x) for x in want], (name, max_length)
+            assert any(len(w) == max_length for w in want) and any(len(w) < max_length for w in want)
+            # the ordinary long text was tokenized from a prefix: the first call's pieces are bounded
+            assert longest[0] <= 2 * max_length * hf_models.CHARS_PER_TOKEN < len(crawl), (name, longest)
+
+
+class _Spy:
+    """A tokenizer whose calls go through ``call`` (to see the texts it is given)."""
+
+    def __init__(self, call) -> None:  # type: ignore[no-untyped-def]
+        self._call = call
+
+    def __call__(self, pieces: list[str], **kw):  # type: ignore[no-untyped-def]
+        return self._call(pieces, **kw)
+
+
+def test_a_huge_document_keeps_memory_bounded(
+    models: dict[str, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """A part with one 10.5 MB document is scored in a process whose peak memory grows by little over
+    what loading the model took (the whole text tokenized before truncation grew it by 2.4 GB)."""
+    import subprocess
+    import sys
+
+    texts = crawl_texts(data_dir, 30)
+    big = " ".join(texts)
+    big = " ".join([big] * (10_500_000 // len(big) + 1))
+    keys = tmp_path / "k.keys.parquet"
+    pq.write_table(
+        pa.table({"id": [str(i) for i in range(31)], "text": [*texts[:15], big, *texts[15:]]}), keys
+    )
+    child = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from llmpipe.curate.stages import hf_models\n"
+        "spec = hf_models.ModelSpec(sys.argv[1], 'classifier', None, 8)\n"
+        "hf_models.loaded(spec)\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "out = hf_models.run_model_file(spec, Path(sys.argv[2]), Path(sys.argv[3]))\n"
+        "print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, out)\n"
+    )
+    args = [sys.executable, "-c", child, str(models["clf"]), str(keys), str(tmp_path / "cache")]
+    p = subprocess.run(args, capture_output=True, text=True, check=True, timeout=300)
+    before, peak, out = p.stdout.split()
+    grew_mb = (int(peak) - int(before)) / 1024  # ru_maxrss: KiB on Linux
+    assert grew_mb < 500, grew_mb
+    assert np.load(out).shape == (31, 2)

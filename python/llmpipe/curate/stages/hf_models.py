@@ -8,7 +8,9 @@ local worker, once per Ray actor (``run_on_models``).
 
 Text is cut exactly as ``transformers.pipeline("text-classification", truncation=True)`` cuts it: the
 first ``max_length`` tokens of the tokenizer's encoding (special tokens included); by default
-``max_length`` is the tokenizer's ``model_max_length``. Within a window of ``WINDOW_BATCHES`` batches
+``max_length`` is the tokenizer's ``model_max_length``. A long text is tokenized from a prefix that gives
+the same tokens (``Checked.encode``), and a file a window of documents at a time, so that neither a
+long document nor a large part makes memory grow. Within a window of ``WINDOW_BATCHES`` batches
 the documents are sorted by token count so that a batch pads little (on a GPU to a multiple of
 ``GPU_WIDTH_STEP`` tokens); results keep the input order.
 On a GPU the model runs in bf16, on CPU in fp32. Only safetensors weights are read (no pickle) and no
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +47,8 @@ GPU_WIDTH_STEP = 64
 #: cost follows the tokens it is given, padding included, and a batch gains little over one document
 CPU_MAX_PADDING = 0.05
 EXTRA = "classify"
+#: a text is tokenized from its first ``max_length`` times this many characters (then more if need be)
+CHARS_PER_TOKEN = 64
 #: why a model directory that names its own code is refused
 OWN_CODE = "the model asks to run its own code (auto_map); llmpipe never runs code from a model directory"
 
@@ -147,6 +152,30 @@ class Checked:
                 f"{where}: max_length {self.max_length} exceeds the model's {positions} positions"
             )
 
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """The token ids of each text cut to its first ``max_length`` (special tokens included): what the
+        tokenizer gives the whole text with ``truncation=True``, without tokenizing all of a long text (a
+        tokenizer encodes the whole input before it truncates: 3 GB and 40 s for one 10 MB text).
+
+        Each text is cut after ``max_length * CHARS_PER_TOKEN`` characters, just before the next
+        whitespace (where pre-tokenizers split, so the tokens before the cut are the whole text's); where
+        the cut text gives fewer than ``max_length`` ids (long words, one [UNK] each), it is tried again
+        with twice the characters, until its ids fill ``max_length`` or the text is whole."""
+        cut = self.max_length * CHARS_PER_TOKEN
+        out: list[list[int]] = [[] for _ in texts]
+        todo = list(range(len(texts)))
+        while todo:
+            pieces = [cut_text(texts[i], cut) for i in todo]
+            enc = self.tokenizer(pieces, truncation=True, max_length=self.max_length)["input_ids"]
+            again = []
+            for ids, piece, i in zip(enc, pieces, todo, strict=True):
+                if len(ids) >= self.max_length or len(piece) == len(texts[i]):
+                    out[i] = list(ids)
+                else:
+                    again.append(i)
+            todo, cut = again, cut * 2
+        return out
+
 
 class Loaded(Checked):
     """A checked model with its weights, on the best device of this process."""
@@ -180,10 +209,6 @@ class Loaded(Checked):
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.width_step = GPU_WIDTH_STEP if self.device.type == "cuda" else 1
         self.max_padding = None if self.device.type == "cuda" else CPU_MAX_PADDING
-
-    def encode(self, texts: list[str]) -> list[list[int]]:
-        enc = self.tokenizer(texts, truncation=True, max_length=self.max_length)
-        return list(enc["input_ids"])
 
     def batches(self, ids: list[list[int]]) -> list[np.ndarray]:
         """The documents of each batch (indices into ``ids``), sorted by length within each window; a
@@ -226,29 +251,51 @@ class Loaded(Checked):
         with torch.inference_mode():
             return self.model(input_ids=t_ids, attention_mask=t_mask), t_mask
 
-    def run(self, texts: list[str]) -> np.ndarray:
+    def run(self, texts: Sequence[str] | pa.ChunkedArray) -> np.ndarray:
         """Classifier: the logits (float32, [n, labels]); encoder: normalised embeddings ([n, dim])."""
+        out: np.ndarray | None = None
+        window = self.spec.batch_size * WINDOW_BATCHES
+        for start in range(0, len(texts), window):  # a window at a time: memory does not grow with the file
+            part = texts[start : start + window]
+            ids = self.encode(
+                part.to_pylist() if isinstance(part, pa.ChunkedArray | pa.Array) else list(part)
+            )
+            for sel in self.batches(ids):
+                vec = self.vectors([ids[j] for j in sel])
+                if out is None:
+                    out = np.zeros((len(texts), vec.shape[1]), dtype=np.float32)
+                out[start + sel] = vec
+        return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+    def vectors(self, ids: list[list[int]]) -> np.ndarray:
+        """The logits or normalised embeddings of one batch (float32 numpy, in the batch's order)."""
         import torch
 
-        ids = self.encode(texts)
-        out: np.ndarray | None = None
-        for sel in self.batches(ids):
-            res, mask = self.forward([ids[j] for j in sel])
-            if self.spec.kind == "classifier":
-                vec = res.logits
+        res, mask = self.forward(ids)
+        if self.spec.kind == "classifier":
+            vec = res.logits
+        else:
+            hidden = res.last_hidden_state
+            if self.spec.pooling == "cls":
+                vec = hidden[:, 0]
             else:
-                hidden = res.last_hidden_state
-                if self.spec.pooling == "cls":
-                    vec = hidden[:, 0]
-                else:
-                    m = mask.unsqueeze(-1).to(hidden.dtype)
-                    vec = (hidden * m).sum(1) / m.sum(1).clamp(min=1)
-                vec = torch.nn.functional.normalize(vec.float(), dim=-1)
-            arr = vec.float().cpu().numpy()
-            if out is None:
-                out = np.zeros((len(texts), arr.shape[1]), dtype=np.float32)
-            out[sel] = arr
-        return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+                m = mask.unsqueeze(-1).to(hidden.dtype)
+                vec = (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+            vec = torch.nn.functional.normalize(vec.float(), dim=-1)
+        out: np.ndarray = vec.float().cpu().numpy()
+        return out
+
+
+_SPACE = re.compile(r"\s")
+
+
+def cut_text(text: str, chars: int) -> str:
+    """``text`` cut after ``chars`` characters, just before the next whitespace within as many again
+    (a text without whitespace there is cut at ``2 * chars``); a shorter text whole."""
+    if len(text) <= chars:
+        return text
+    space = _SPACE.search(text, chars, 2 * chars)
+    return text[: space.start() if space else 2 * chars]
 
 
 def refuse_own_code(where: str, e: BaseException) -> None:
@@ -299,7 +346,7 @@ def run_model_file(spec: ModelSpec, key_file: Path, cache: Path) -> Path:
     out = cache / f"{cache_key(spec, ids, texts)}.npy"
     if out.exists():
         return out
-    arr = loaded(spec).run(texts.to_pylist()) if t.num_rows else np.zeros((0, 0), dtype=np.float32)
+    arr = loaded(spec).run(texts) if t.num_rows else np.zeros((0, 0), dtype=np.float32)
     with atomic_path(out) as tmp, tmp.open("wb") as fh:
         np.save(fh, arr, allow_pickle=False)
     return out
