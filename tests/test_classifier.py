@@ -10,6 +10,7 @@ import json
 import random
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -532,3 +533,114 @@ def test_a_huge_document_keeps_memory_bounded(
     grew_mb = (int(peak) - int(before)) / 1024  # ru_maxrss: KiB on Linux
     assert grew_mb < 500, grew_mb
     assert np.load(out).shape == (31, 2)
+
+
+def _broken(src: Path, dest: Path, change) -> Path:  # type: ignore[no-untyped-def]
+    import shutil
+
+    shutil.copytree(src, dest)
+    change(dest)
+    return dest
+
+
+def _edit_json(name: str, **changes) -> Any:  # type: ignore[no-untyped-def]
+    def change(d: Path) -> None:
+        cfg = json.loads((d / name).read_text())
+        (d / name).write_text(json.dumps({**cfg, **changes}))
+
+    return change
+
+
+def _edit_weights(edit) -> Any:  # type: ignore[no-untyped-def]
+    def change(d: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        save_file(edit(load_file(d / "model.safetensors")), d / "model.safetensors")
+
+    return change
+
+
+def _nan_weights(weights: dict) -> dict:  # type: ignore[type-arg]
+    """Every weight NaN: the model's outputs are all NaN."""
+    return {k: v.float().fill_(float("nan")) if v.is_floating_point() else v for k, v in weights.items()}
+
+
+def test_broken_model_files_are_one_line(models: dict[str, Path], tmp_path: Path, data_dir: Path) -> None:
+    """Model directories damaged or made by someone else: one ConfigError line naming the directory and
+    what is wrong, when the config is read (the headers of the weights checked against the config,
+    nothing loaded), or where only loading shows it, when the model loads."""
+    from llmpipe.curate.stage import RunContext
+    from llmpipe.curate.stages import hf_models
+    from llmpipe.curate.stages.semantic_dedup import SemanticDedup
+    from llmpipe.errors import ConfigError
+
+    half = lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:5000])  # noqa: E731
+    cases: list[tuple[str, str, Any, dict, str]] = [  # type: ignore[type-arg]
+        ("clf", "random", lambda d: (d / "model.safetensors").write_bytes(random.Random(0).randbytes(100_000)),
+         {}, "model.safetensors is not a safetensors file (Error while deserializing header: header too large)"),
+        ("clf", "half", half, {}, "model.safetensors is not a safetensors file (Error while deserializing header: "
+         "incomplete metadata"),
+        ("clf", "tokenizer", lambda d: (d / "tokenizer.json").write_text("garbage{"), {},
+         "no tokenizer that transformers can load (expected value at line 1 column 1)"),
+        ("clf", "labels3", _edit_json("config.json", id2label={"0": "low", "1": "mid", "2": "high"},
+         label2id={"low": 0, "mid": 1, "high": 2}), {},
+         "the weights do not fit config.json: classifier.bias is [2] in model.safetensors, the config makes it [3]"),
+        ("clf", "hidden", _edit_json("config.json", hidden_size=64), {}, "the weights do not fit config.json"),
+        ("enc", "hidden", _edit_json("config.json", hidden_size=64), {}, "the weights do not fit config.json"),
+        ("clf", "list", lambda d: (d / "config.json").write_text("[1,2]"), {},
+         "not a model directory transformers can read"),
+        ("clf", "nohead", _edit_weights(lambda w: {k: v for k, v in w.items() if not k.startswith("classifier")}),
+         {}, "the weights have no classification head (classifier.bias, classifier.weight)"),
+        ("enc", "other", _edit_weights(lambda w: {f"x{k}": v for k, v in w.items()}), {},
+         "the safetensors weights hold none of the model's tensors"),
+        ("enc", "pickle", lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin"), {},
+         "no model.safetensors (only safetensors weights are read, never a pickle)"),
+        ("enc", "index", lambda d: (d / "model.safetensors").unlink()
+         or (d / "model.safetensors.index.json").write_text('{"weight_map": {"a": "../enc/model.safetensors"}}'),
+         {}, "model.safetensors.index.json names shards that are not files of the directory"),
+        ("enc", "index-binary", lambda d: (d / "model.safetensors").rename(d / "model.safetensors.index.json"),
+         {}, "model.safetensors.index.json is not a safetensors index"),
+        ("enc", "max_length", lambda d: None, {"max_length": 1}, "max_length must be >= 2"),
+        ("clf", "model_max_length", _edit_json("tokenizer_config.json", model_max_length=2), {},
+         "max_length 2 leaves no token of text after the tokenizer's 2 special tokens"),
+    ]  # fmt: skip
+    for j, (base, what, change, extra, want) in enumerate(cases):
+        d = _broken(models[base], tmp_path / f"{base}-{what}-{j}", change)
+        section = (
+            {"classifier": {"model": str(d), "label": "high", **extra}}
+            if base == "clf"
+            else {"semantic_dedup": {"enabled": True, "model": str(d), **extra}}
+        )
+        with pytest.raises(ConfigError) as e:
+            CurateConfig.from_mapping(section).build_stages()
+        assert want in str(e.value) and "\n" not in str(e.value), (what, str(e.value))
+        assert str(d) in str(e.value) or what == "max_length", (what, str(e.value))
+
+    # only loading shows it: a legacy LayerNorm name (gamma, which transformers renames) of the wrong shape
+    legacy = _broken(
+        models["clf"],
+        tmp_path / "legacy",
+        _edit_weights(
+            lambda w: {
+                (k.replace(".weight", ".gamma") if k == "bert.embeddings.LayerNorm.weight" else k): (
+                    v[:16] if k == "bert.embeddings.LayerNorm.weight" else v
+                )
+                for k, v in w.items()
+            }
+        ),
+    )
+    with pytest.raises(
+        ConfigError, match=r"cannot load the model's safetensors weights \(size mismatch for weight"
+    ):
+        hf_models.Loaded(hf_models.ModelSpec(str(legacy), "classifier"))
+
+    # an encoder whose embeddings are all NaN: one line, not scikit-learn's traceback from k-means
+    nan = _broken(models["enc"], tmp_path / "nan", _edit_weights(_nan_weights))
+    cfg = SemanticDedup.Config(enabled=True, model=str(nan), clusters=2)
+    stage = SemanticDedup(cfg)
+    texts = crawl_texts(data_dir, 8)
+    batch = pa.record_batch([pa.array([f"d{i}" for i in range(8)]), pa.array(texts)], names=["id", "text"])
+    keys = tmp_path / "nan.keys.parquet"
+    pq.write_table(stage.prepare(batch), keys)
+    with pytest.raises(ConfigError, match=f"{nan}: the encoder gives no finite embedding"):
+        stage.resolve([keys], tmp_path / "w", RunContext(0, cache=tmp_path / "cache"))

@@ -21,6 +21,7 @@ asks on the terminal whether to run a directory's ``auto_map`` code), and such a
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -105,7 +106,9 @@ def check_dir(path: str | None, where: str) -> str:
 
 
 class Checked:
-    """A model directory's config and tokenizer, checked against each other and the spec (no weights)."""
+    """A model directory's config, tokenizer and safetensors headers, checked against each other and the
+    spec without reading the weights: a file that cannot be read, weights that do not fit the config
+    or a head that is missing is one line before any work (``check_weights``)."""
 
     def __init__(self, spec: ModelSpec) -> None:
         need_extra("a model stage")
@@ -119,7 +122,7 @@ class Checked:
             self.config = AutoConfig.from_pretrained(
                 spec.path, local_files_only=True, trust_remote_code=False
             )
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # [1, 2]: a TypeError
             refuse_own_code(where, e)
             raise ConfigError(
                 f"{where}: not a model directory transformers can read ({first_line(e)})"
@@ -134,7 +137,7 @@ class Checked:
             self.tokenizer = AutoTokenizer.from_pretrained(
                 spec.path, local_files_only=True, trust_remote_code=False
             )
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except Exception as e:  # noqa: BLE001 - the tokenizers library raises a bare Exception (bad JSON)
             refuse_own_code(where, e)
             raise ConfigError(f"{where}: no tokenizer that transformers can load ({first_line(e)})") from None
         vocab = int(getattr(self.config, "vocab_size", 0) or 0)
@@ -151,6 +154,65 @@ class Checked:
             raise ConfigError(
                 f"{where}: max_length {self.max_length} exceeds the model's {positions} positions"
             )
+        special = int(self.tokenizer.num_special_tokens_to_add())
+        if self.max_length <= special:
+            raise ConfigError(
+                f"{where}: max_length {self.max_length} leaves no token of text after the tokenizer's "
+                f"{special} special tokens"
+            )
+        self.check_weights()
+
+    def model_class(self) -> Any:
+        import transformers
+
+        if self.spec.kind == "classifier":
+            return transformers.AutoModelForSequenceClassification
+        return transformers.AutoModel
+
+    def check_weights(self) -> None:
+        """The safetensors files' headers (read, not the tensors) against the model the config builds (on
+        the meta device: no memory): every file readable, every tensor the shape the config gives it, and
+        the classifier's head present (transformers would start a missing one at random, silently)."""
+        import torch
+        from safetensors import SafetensorError, safe_open
+
+        where = self.spec.path
+        shapes: dict[str, tuple[tuple[int, ...], str]] = {}
+        for f in weight_files(where):
+            try:
+                with safe_open(str(f), framework="pt") as fh:
+                    for k in fh.keys():  # noqa: SIM118 - a safe_open handle is not a mapping
+                        shapes[k] = (tuple(fh.get_slice(k).get_shape()), f.name)
+            except (SafetensorError, OSError, ValueError) as e:
+                raise ConfigError(f"{where}: {f.name} is not a safetensors file ({first_line(e)})") from None
+        try:
+            with torch.device("meta"), quiet_imports():
+                model = self.model_class().from_config(self.config)
+        except (ValueError, TypeError, KeyError, AttributeError, RuntimeError) as e:
+            raise ConfigError(f"{where}: config.json does not describe a model ({first_line(e)})") from None
+        prefix = f"{model.base_model_prefix}." if model.base_model_prefix else ""
+
+        def plain(key: str) -> str:  # a checkpoint of the base model or of one with a head: the same keys
+            return key[len(prefix) :] if prefix and key.startswith(prefix) else key
+
+        want = {plain(k): tuple(v.shape) for k, v in model.state_dict().items()}
+        have = {plain(k): v for k, v in shapes.items()}
+        for key, (shape, name) in have.items():
+            if key in want and want[key] != shape:
+                raise ConfigError(
+                    f"{where}: the weights do not fit config.json: {key} is {list(shape)} in {name}, "
+                    f"the config makes it {list(want[key])}"
+                )
+        if not set(want) & set(have):
+            raise ConfigError(f"{where}: the safetensors weights hold none of the model's tensors")
+        if self.spec.kind == "classifier":
+            head = sorted(k for k in model.state_dict() if prefix and not k.startswith(prefix))
+            missing = [k for k in head if k not in have]
+            if missing:
+                raise ConfigError(
+                    f"{where}: the weights have no classification head ({', '.join(missing)}): "
+                    "its scores would be random"
+                )
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """The token ids of each text cut to its first ``max_length`` (special tokens included): what the
@@ -183,26 +245,24 @@ class Loaded(Checked):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__(spec)
         import torch
-        import transformers
 
         threads = os.environ.get("RAYON_NUM_THREADS")  # a pool worker's or a Ray task's share of the cores
         if threads and threads.isdigit() and int(threads) > 0:
             torch.set_num_threads(int(threads))
-        cls = (
-            transformers.AutoModelForSequenceClassification
-            if spec.kind == "classifier"
-            else transformers.AutoModel
-        )
+        from safetensors import SafetensorError
+
         try:
             with quiet_imports():  # transformers' quantizers import torchao, which logs deprecations
-                model = cls.from_pretrained(
+                model = self.model_class().from_pretrained(
                     spec.path, local_files_only=True, use_safetensors=True, trust_remote_code=False
                 )
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, SafetensorError, RuntimeError) as e:
+            if isinstance(e, RuntimeError) and "state_dict" not in str(e):  # out of memory ...: as it is
+                raise
             refuse_own_code(spec.path, e)
-            raise ConfigError(
-                f"{spec.path}: cannot load the model's safetensors weights ({first_line(e)})"
-            ) from None
+            lines = [x.strip() for x in str(e).splitlines()]
+            why = next((x for x in lines if x.startswith("size mismatch")), first_line(e))
+            raise ConfigError(f"{spec.path}: cannot load the model's safetensors weights ({why})") from None
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         self.model = model.to(self.device, self.dtype).eval()
@@ -284,6 +344,25 @@ class Loaded(Checked):
             vec = torch.nn.functional.normalize(vec.float(), dim=-1)
         out: np.ndarray = vec.float().cpu().numpy()
         return out
+
+
+def weight_files(path: str) -> list[Path]:
+    """The safetensors files transformers reads from ``path``: model.safetensors, or the shards its
+    index names (plain file names in the directory; never a pickle)."""
+    p = Path(path)
+    if (p / "model.safetensors").is_file():
+        return [p / "model.safetensors"]
+    index = p / "model.safetensors.index.json"
+    if not index.is_file():
+        raise ConfigError(f"{path}: no model.safetensors (only safetensors weights are read, never a pickle)")
+    try:
+        names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"{path}: {index.name} is not a safetensors index ({first_line(e)})") from None
+    bad = [n for n in names if not isinstance(n, str) or Path(n).name != n or not (p / n).is_file()]
+    if bad or not names:
+        raise ConfigError(f"{path}: {index.name} names shards that are not files of the directory: {bad[:3]}")
+    return [p / n for n in names]
 
 
 _SPACE = re.compile(r"\s")

@@ -34,6 +34,7 @@ from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, RunContext, word_cou
 from llmpipe.curate.stages import hf_models
 from llmpipe.curate.stages.classifier import SCORE_FIELD_KEY
 from llmpipe.curate.workdir import write_table_atomic
+from llmpipe.errors import ConfigError
 
 REASON = "semantic_duplicate"
 EDGE_SCHEMA = pa.schema([("a", pa.uint32()), ("b", pa.uint32())])
@@ -97,6 +98,8 @@ class SemanticDedup(GlobalStage):
             raise ValueError(f"threshold is a cosine similarity in [-1, 1], not {cfg.threshold}")
         if cfg.clusters < 1 or cfg.batch_size < 1:
             raise ValueError("clusters and batch_size must be at least 1")
+        if cfg.max_length is not None and cfg.max_length < 2:
+            raise ValueError(f"max_length must be >= 2 (the tokens kept of a document), not {cfg.max_length}")
         if cfg.pooling not in ("mean", "cls"):
             raise ValueError(f"pooling must be 'mean' or 'cls', not {cfg.pooling!r}")
         if cfg.keep not in ("auto", "smallest_id"):
@@ -156,6 +159,11 @@ class SemanticDedup(GlobalStage):
         emb_files = self.embeddings(key_files, run, executor)
         emb = np.concatenate([hf_models.read_result(Path(f)) for f in emb_files])
         n = len(emb)
+        if n and not np.isfinite(emb).all(axis=1).any():
+            raise ConfigError(
+                f"{self.spec.path}: the encoder gives no finite embedding (NaN or infinite for all {n} "
+                "documents): are its weights finite?"
+            )
         if n < 2:
             return DROPS_SCHEMA.empty_table()
         k = min(self.cfg.clusters, n)
