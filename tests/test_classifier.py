@@ -644,3 +644,91 @@ def test_broken_model_files_are_one_line(models: dict[str, Path], tmp_path: Path
     pq.write_table(stage.prepare(batch), keys)
     with pytest.raises(ConfigError, match=f"{nan}: the encoder gives no finite embedding"):
         stage.resolve([keys], tmp_path / "w", RunContext(0, cache=tmp_path / "cache"))
+
+
+def _nan_for_a_token(texts: list[str], tok_dir: Path, key: str) -> tuple[Any, set[int]]:
+    """A weights edit that makes the embedding of one token NaN (a token in about half of the texts'
+    first 64 tokens), and the indices of the texts that hold it: the model's output is NaN for those."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    ids = [set(x[1:-1]) for x in tok(texts, truncation=True, max_length=64)["input_ids"]]
+    counts: dict[int, int] = {}
+    for s in ids:
+        for t in s:
+            counts[t] = counts.get(t, 0) + 1
+    token = min(counts, key=lambda t: (abs(counts[t] - len(texts) / 2), t))
+    holders = {i for i, s in enumerate(ids) if token in s}
+    assert 0 < len(holders) < len(texts)
+
+    def edit(w: dict) -> dict:  # type: ignore[type-arg]
+        w[key] = w[key].clone()
+        w[key][token] = float("nan")
+        return w
+
+    return _edit_weights(edit), holders
+
+
+def test_non_finite_scores_and_embeddings_are_dropped_apart(
+    models: dict[str, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """A document the model scores NaN is dropped as non_finite_<name> (NaN passed every threshold), the
+    threshold is calibrated on the finite scores, the histogram counts only finite scores (NaN cast to a
+    bin was -461168601842738816) and the NaN ones apart; every NaN weight: every document so dropped.
+    A document whose embedding is NaN is dropped as non_finite_embedding; the others are deduplicated."""
+    from llmpipe.curate.stage import RunContext, StageCounts
+    from llmpipe.curate.stages.classifier import Classifier
+    from llmpipe.curate.stages.semantic_dedup import SemanticDedup
+
+    texts = [" ".join(t.split()[:80]) for t in crawl_texts(data_dir, 40)]
+    ids = [f"d{i:03d}" for i in range(len(texts))]
+    batch = pa.record_batch([pa.array(ids), pa.array(texts)], names=["id", "text"])
+    change, holders = _nan_for_a_token(texts, models["clf"], "bert.embeddings.word_embeddings.weight")
+    some = _broken(models["clf"], tmp_path / "some-nan", change)
+    every = _broken(models["clf"], tmp_path / "all-nan", _edit_weights(_nan_weights))
+    for model, nan in ((some, holders), (every, set(range(len(texts))))):
+        for extra in ({"threshold": 0.5}, {"target_retention": 0.5, "target_of": "stage"}):
+            cfg = CurateConfig.from_mapping(
+                {"classifier": {"model": str(model), "label": "high", "name": "q", **extra}}
+            )
+            stage = next(s for s in cfg.build_stages() if isinstance(s, Classifier))
+            work = tmp_path / f"w-{model.name}-{len(extra)}"
+            key = work / "keys" / "000000.keys.parquet"
+            key.parent.mkdir(parents=True)
+            pq.write_table(stage.prepare(batch), key)
+            drops = stage.resolve([key], work, RunContext(0, cache=tmp_path / "cache"))
+            reasons = dict(
+                zip(drops.column("id").to_pylist(), drops.column("reason").to_pylist(), strict=True)
+            )
+            assert {i for i, r in reasons.items() if r == "non_finite_q"} == {ids[i] for i in nan}, model.name
+            thr = json.loads((work / "thresholds.json").read_text())["q"]
+            scores = pq.read_table(work / "keys" / "000000.q.scores.parquet").column("score").to_numpy()
+            assert np.isnan(scores).sum() == len(nan)
+            low = {ids[i] for i, s in enumerate(scores) if s < thr}
+            assert {i for i, r in reasons.items() if r == "low_q"} == low
+            if len(nan) < len(texts):
+                assert np.isfinite(thr) and low and len(low) + len(nan) < len(texts)
+            counts = StageCounts("classifier")
+            stage.annotate(batch, key, counts)
+            hist = {k: v for k, v in counts.counters.items() if k.startswith("q [")}
+            assert all(v > 0 for v in hist.values()) and sum(hist.values()) == len(texts) - len(nan), hist
+            assert counts.counters["q non-finite"] == len(nan)
+
+    # semantic dedup: NaN for the documents that hold the token; planted copies of the others are found
+    change, holders = _nan_for_a_token(texts, models["enc"], "embeddings.word_embeddings.weight")
+    enc = _broken(models["enc"], tmp_path / "enc-some-nan", change)
+    clean = [i for i in range(len(texts)) if i not in holders][:5]
+    more = pa.record_batch(
+        [pa.array([f"e{i:03d}" for i in clean]), pa.array([texts[i] for i in clean])], names=["id", "text"]
+    )
+    stage = SemanticDedup(SemanticDedup.Config(enabled=True, model=str(enc), threshold=0.999, clusters=3))
+    keys = [tmp_path / f"{j}.sd.keys.parquet" for j in range(2)]
+    for k, b in zip(keys, (batch, more), strict=True):
+        pq.write_table(stage.prepare(b), k)
+    drops = stage.resolve(keys, tmp_path / "sd", RunContext(0, cache=tmp_path / "cache"))
+    got = list(zip(*(drops.column(c).to_pylist() for c in ("id", "reason", "dup_of")), strict=True))
+    assert {d for d, r, _ in got if r == "non_finite_embedding"} == {ids[i] for i in holders}
+    dup = {d: k for d, r, k in got if r == "semantic_duplicate"}
+    assert not {ids[i] for i in holders} & (set(dup) | set(dup.values()))
+    for i in clean:  # the planted copy or its original dropped as a duplicate of the other (or of a third)
+        assert f"e{i:03d}" in dup or dup.get(ids[i]) == f"e{i:03d}", i

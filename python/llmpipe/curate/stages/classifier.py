@@ -169,7 +169,8 @@ class ClassifierModel:
 
 
 class Classifier(GlobalStage):
-    """Drops documents a model scores below its threshold (reason ``low_<name>``)."""
+    """Drops documents a model scores below its threshold (reason ``low_<name>``), or NaN or infinite
+    (``non_finite_<name>``: no threshold can keep or drop them, a broken model or an overflow)."""
 
     name: ClassVar[str] = "classifier"
 
@@ -223,7 +224,13 @@ class Classifier(GlobalStage):
         thresholds = {}
         for m in self.models:
             scores = np.concatenate([s for s in self.scores(m, key_files, run, executor)])
-            thr = self.threshold(m, scores, words["words"].to_numpy(), run.input_words, words["id"])
+            # NaN passes no threshold test (every comparison is False): such a document goes on its own
+            finite = np.isfinite(scores)
+            odd = ~finite & keep
+            reasons[odd] = f"non_finite_{m.cfg.name}"
+            keep &= ~odd
+            fw = words.filter(pa.array(finite))
+            thr = self.threshold(m, scores[finite], fw["words"].to_numpy(), run.input_words, fw["id"])
             thresholds[m.cfg.name] = thr
             low = (scores < thr) & keep
             reasons[low] = f"low_{m.cfg.name}"
@@ -290,6 +297,8 @@ class Classifier(GlobalStage):
             where = pc.index_in(ids, value_set=table.column("id"))
             s = table.column("score").take(where).to_numpy(zero_copy_only=False)
             counts.counters.update(histogram(m.cfg.name, s, m.cfg.score == "regression"))
+            if odd := int((~np.isfinite(s)).sum()):
+                counts.counters[f"{m.cfg.name} non-finite"] += odd
             f = pa.field(m.cfg.name, pa.float64(), metadata={SCORE_FIELD_KEY: b"1"})
             i = batch.schema.get_field_index(m.cfg.name)
             col = pa.array(s, pa.float64())
@@ -308,9 +317,10 @@ def _scores(path: str, mtime_ns: int) -> pa.Table:
 
 
 def histogram(name: str, scores: np.ndarray, regression: bool) -> dict[str, int]:
-    """Counts of ``scores`` in 20 bins: of [0, 1] for probabilities, of 0.5 from -5 to 5 for a
-    regression score (the ends take what lies beyond)."""
+    """Counts of the finite ``scores`` in 20 bins: of [0, 1] for probabilities, of 0.5 from -5 to 5 for
+    a regression score (the ends take what lies beyond); NaN and infinities are counted apart."""
     lo, width = (-5.0, 0.5) if regression else (0.0, 1.0 / BINS)
+    scores = scores[np.isfinite(scores)]
     b = np.clip(np.floor((scores - lo) / width), 0, BINS - 1).astype(np.int64)
     out: dict[str, int] = {}
     for k, n in zip(*np.unique(b, return_counts=True), strict=True):

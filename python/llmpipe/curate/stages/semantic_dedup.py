@@ -5,6 +5,7 @@
                                   cached by content under the run's cache: a re-run or a threshold
                                   sweep reads them back (``hf_models``); Ray actors on a cluster
     k-means (driver)           -> scikit-learn KMeans, seeded, on the embeddings in key-file order
+                                  (a NaN or infinite one is in no cluster: ``non_finite_embedding``)
     edges   (per cluster run)  -> pairs of one cluster whose cosine similarity is >= threshold
     groups  (driver)           -> union-find over the pairs; one document kept per group: the highest
                                   classifier score when a classifier ran (ties: smallest id), else the
@@ -37,6 +38,8 @@ from llmpipe.curate.workdir import write_table_atomic
 from llmpipe.errors import ConfigError
 
 REASON = "semantic_duplicate"
+#: the drop reason of a document whose embedding is NaN or infinite (it cannot be compared)
+NON_FINITE = "non_finite_embedding"
 EDGE_SCHEMA = pa.schema([("a", pa.uint32()), ("b", pa.uint32())])
 BLOCK = 2048  # rows of one similarity block
 
@@ -159,15 +162,29 @@ class SemanticDedup(GlobalStage):
         emb_files = self.embeddings(key_files, run, executor)
         emb = np.concatenate([hf_models.read_result(Path(f)) for f in emb_files])
         n = len(emb)
-        if n and not np.isfinite(emb).all(axis=1).any():
+        finite = np.isfinite(emb).all(axis=1)
+        if n and not finite.any():
             raise ConfigError(
                 f"{self.spec.path}: the encoder gives no finite embedding (NaN or infinite for all {n} "
                 "documents): are its weights finite?"
             )
-        if n < 2:
-            return DROPS_SCHEMA.empty_table()
-        k = min(self.cfg.clusters, n)
-        labels = self.kmeans(emb, k)
+        keys = pa.concat_tables([pq.read_table(f, columns=["id", "score"]) for f in key_files])
+        # a document whose embedding is NaN or infinite cannot be compared: it goes with its own reason
+        odd = keys.column("id").filter(pa.array(~finite))
+        odd_drops = pa.table(
+            {
+                "id": odd,
+                "reason": pa.array([NON_FINITE] * len(odd), pa.string()),
+                "dup_of": pa.nulls(len(odd), pa.string()),
+            },
+            schema=DROPS_SCHEMA,
+        )
+        m = int(finite.sum())
+        if m < 2:
+            return odd_drops.sort_by("id")
+        k = min(self.cfg.clusters, m)
+        labels = np.full(n, -1, dtype=np.int64)  # -1: in no cluster
+        labels[finite] = self.kmeans(emb if m == n else emb[finite], k)
         workdir.mkdir(parents=True, exist_ok=True)
         del emb
         labels_file = workdir / "labels.npy"
@@ -195,8 +212,7 @@ class SemanticDedup(GlobalStage):
                 t.column("a").combine_chunks().to_numpy(), t.column("b").combine_chunks().to_numpy()
             )
         roots = np.frombuffer(uf.roots(), np.uint32)
-        keys = pa.concat_tables([pq.read_table(f, columns=["id", "score"]) for f in key_files])
-        return self.drops(keys, roots)
+        return pa.concat_tables([self.drops(keys, roots), odd_drops]).sort_by("id")
 
     def kmeans(self, emb: np.ndarray, k: int) -> np.ndarray:
         if k == 1:
