@@ -321,6 +321,19 @@ def test_bad_models_are_one_line(models: dict[str, Path], tmp_path: Path, data_d
         assert f"name {name!r} is a column the pipeline uses" in err(
             "classifier", {"model": str(models["clf"]), "label": "high", "name": name}
         )
+    # values that would disable or skew the calibration, or that Ray cannot give an actor
+    clf = {"model": str(models["clf"]), "label": "high"}
+    for key, value, want in (
+        ("sample_docs", 0, "sample_docs must be >= 1"),
+        ("sample_docs", -4, "sample_docs must be >= 1"),
+        ("threshold", float("nan"), "threshold is NaN"),
+        ("num_cpus", -1, "num_cpus must be >= 0"),
+        ("num_gpus", -0.5, "num_gpus must be >= 0"),
+        ("actors", -2, "actors must be >= 0"),
+    ):
+        assert want in err("classifier", {**clf, "target_retention": 0.5, key: value}), key
+        if key not in ("sample_docs", "threshold"):
+            assert want in err("semantic_dedup", {"enabled": True, "model": str(models["enc"]), key: value})
     with pytest.raises(ConfigError, match="two models have the same name"):
         CurateConfig.from_mapping(
             {"classifier": [{"model": str(models["clf"]), "label": "high", "name": "q"}] * 2}

@@ -81,6 +81,13 @@ class ClassifierModelConfig:
             raise ValueError(f"target_of must be 'input' or 'stage', not {self.target_of!r}")
         if self.batch_size < 1 or (self.max_length is not None and self.max_length < 2):
             raise ValueError("batch_size must be >= 1 and max_length >= 2")
+        if self.threshold != self.threshold:
+            raise ValueError("threshold is NaN: no score is below it, every document would be kept")
+        if self.sample_docs < 1:
+            raise ValueError(
+                f"sample_docs must be >= 1 (the documents the calibration samples), not {self.sample_docs}"
+            )
+        hf_models.check_resources(self.num_cpus, self.num_gpus, self.actors)
         if not self.name.isidentifier():
             raise ValueError(f"name must be an identifier (a column name), not {self.name!r}")
         if self.name in pipeline_columns():

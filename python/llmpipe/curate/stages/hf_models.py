@@ -445,6 +445,14 @@ class Resources:
     actors: int = 0
 
 
+def check_resources(num_cpus: float, num_gpus: float, actors: int) -> None:
+    """A model section's Ray resources: none negative (0 CPUs or GPUs is Ray's own "none", 0 actors
+    "as many as fit")."""
+    for key, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("actors", actors)):
+        if not value >= 0:  # NaN too
+            raise ValueError(f"{key} must be >= 0, not {value}")
+
+
 def run_on_models(
     executor: Executor | None,
     fn: Callable[..., Any],

@@ -103,6 +103,7 @@ class SemanticDedup(GlobalStage):
             raise ValueError("clusters and batch_size must be at least 1")
         if cfg.max_length is not None and cfg.max_length < 2:
             raise ValueError(f"max_length must be >= 2 (the tokens kept of a document), not {cfg.max_length}")
+        hf_models.check_resources(cfg.num_cpus, cfg.num_gpus, cfg.actors)
         if cfg.pooling not in ("mean", "cls"):
             raise ValueError(f"pooling must be 'mean' or 'cls', not {cfg.pooling!r}")
         if cfg.keep not in ("auto", "smallest_id"):
