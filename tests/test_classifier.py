@@ -745,3 +745,28 @@ def test_non_finite_scores_and_embeddings_are_dropped_apart(
     assert not {ids[i] for i in holders} & (set(dup) | set(dup.values()))
     for i in clean:  # the planted copy or its original dropped as a duplicate of the other (or of a third)
         assert f"e{i:03d}" in dup or dup.get(ids[i]) == f"e{i:03d}", i
+
+
+def test_more_clusters_than_distinct_documents_is_quiet(
+    models: dict[str, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """Fewer distinct embeddings than clusters (copies of 5 documents, 10 clusters): k-means runs with
+    as many clusters as distinct points, without scikit-learn's ConvergenceWarning, and the copies go."""
+    import warnings
+
+    from llmpipe.curate.stage import RunContext
+    from llmpipe.curate.stages.semantic_dedup import SemanticDedup
+
+    texts = [" ".join(t.split()[:60]) for t in crawl_texts(data_dir, 5)] * 3
+    ids = [f"d{i:03d}" for i in range(len(texts))]
+    stage = SemanticDedup(
+        SemanticDedup.Config(enabled=True, model=str(models["enc"]), threshold=0.999, clusters=10)
+    )
+    keys = tmp_path / "k.keys.parquet"
+    pq.write_table(
+        stage.prepare(pa.record_batch([pa.array(ids), pa.array(texts)], names=["id", "text"])), keys
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        drops = stage.resolve([keys], tmp_path / "w", RunContext(0, cache=tmp_path / "cache"))
+    assert set(drops.column("id").to_pylist()) == set(ids[5:])

@@ -69,6 +69,13 @@ def cluster_edges(
     return out
 
 
+def distinct_rows(points: np.ndarray, at_most: int) -> int:
+    """How many distinct rows ``points`` has, up to ``at_most`` (the first rows usually show enough)."""
+    if len(np.unique(points[: 4 * at_most], axis=0)) >= at_most:
+        return at_most
+    return min(len(np.unique(points, axis=0)), at_most)
+
+
 class SemanticDedup(GlobalStage):
     """Drops documents an encoder puts within ``threshold`` cosine of a kept one (``semantic_duplicate``)."""
 
@@ -183,9 +190,12 @@ class SemanticDedup(GlobalStage):
         m = int(finite.sum())
         if m < 2:
             return odd_drops.sort_by("id")
-        k = min(self.cfg.clusters, m)
+        points = emb if m == n else emb[finite]
+        # no more clusters than distinct points: k-means would leave the others empty and warn
+        k = distinct_rows(points, min(self.cfg.clusters, m))
         labels = np.full(n, -1, dtype=np.int64)  # -1: in no cluster
-        labels[finite] = self.kmeans(emb if m == n else emb[finite], k)
+        labels[finite] = self.kmeans(points, k)
+        del points
         workdir.mkdir(parents=True, exist_ok=True)
         del emb
         labels_file = workdir / "labels.npy"
