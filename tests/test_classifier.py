@@ -770,3 +770,17 @@ def test_more_clusters_than_distinct_documents_is_quiet(
         warnings.simplefilter("error")
         drops = stage.resolve([keys], tmp_path / "w", RunContext(0, cache=tmp_path / "cache"))
     assert set(drops.column("id").to_pylist()) == set(ids[5:])
+
+
+def test_a_semantic_dedup_run_prints_no_leak_report(
+    models: dict[str, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """Worker processes forked after transformers imported triton (through torch._dynamo): the objects
+    the fork froze are unfrozen when the pool closes, so the exit prints no nanobind "leaked" report."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"semantic_dedup:\n  enabled: true\n  model: {models['enc']}\n  clusters: 4\n")
+    p = run_cli(
+        "curate", str(data_dir / "web" / INPUTS[1]), "--out", str(tmp_path / "o"), "--config", str(cfg),
+        "--quiet", "--workers", "2",
+    )  # fmt: skip
+    assert "nanobind" not in p.stderr and "leaked" not in p.stderr, p.stderr
