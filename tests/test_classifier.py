@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -82,6 +84,13 @@ def test_scores_equal_the_pipeline(models: dict[str, Path], data_dir: Path, tmp_
     )
     mixed = texts[:16] + [" ".join(t.split()[:n]) for n, t in zip(range(2, 50, 3), texts[:16], strict=True)]
     exact = loaded.run(mixed)
+    # a file is tokenized and scored a window (WINDOW_BATCHES batches) at a time, with the same scores
+    one = hf_models.Loaded(replace(loaded.spec, batch_size=1))
+    sizes: list[int] = []
+    encode = one.encode
+    one.encode = lambda t: (sizes.append(len(t)), encode(t))[1]  # type: ignore[method-assign]
+    assert np.abs(one.run(pa.chunked_array([mixed])) - exact).max() < 1e-5
+    assert sizes == [hf_models.WINDOW_BATCHES, hf_models.WINDOW_BATCHES], sizes
     widths: list[int] = []
     forward = loaded.model.forward
     loaded.model.forward = lambda **kw: (widths.append(kw["input_ids"].shape[1]), forward(**kw))[1]
@@ -307,6 +316,28 @@ def test_bad_models_are_one_line(models: dict[str, Path], tmp_path: Path, data_d
     )
     assert "not a label" in err("classifier", {"model": str(models["clf"]), "label": "medium"})
     assert "one-output head" in err("classifier", {"model": str(models["clf"]), "score": "regression"})
+    # a score named as a column the pipeline uses would replace it (the text, the language ...)
+    for name in ("text", "id", "lang", "lang_score", "words", "source", "meta"):
+        assert f"name {name!r} is a column the pipeline uses" in err(
+            "classifier", {"model": str(models["clf"]), "label": "high", "name": name}
+        )
+    # values that would disable or skew the calibration, or that Ray cannot give an actor
+    clf = {"model": str(models["clf"]), "label": "high"}
+    for key, value, want in (
+        ("sample_docs", 0, "sample_docs must be >= 1"),
+        ("sample_docs", -4, "sample_docs must be >= 1"),
+        ("threshold", float("nan"), "threshold is NaN"),
+        ("num_cpus", -1, "num_cpus must be >= 0"),
+        ("num_gpus", -0.5, "num_gpus must be >= 0"),
+        ("actors", -2, "actors must be >= 0"),
+    ):
+        assert want in err("classifier", {**clf, "target_retention": 0.5, key: value}), key
+        if key not in ("sample_docs", "threshold"):
+            assert want in err("semantic_dedup", {"enabled": True, "model": str(models["enc"]), key: value})
+    with pytest.raises(ConfigError, match="two models have the same name"):
+        CurateConfig.from_mapping(
+            {"classifier": [{"model": str(models["clf"]), "label": "high", "name": "q"}] * 2}
+        )
     with pytest.raises(ConfigError, match=r"classifier\[1\]: unknown key"):
         CurateConfig.from_mapping({"classifier": [{"model": "x", "label": "a"}, {"modle": "y"}]})
     # through the command: one line, exit code 2
@@ -325,3 +356,431 @@ def test_bad_models_are_one_line(models: dict[str, Path], tmp_path: Path, data_d
     assert p.returncode == 2 and len(lines) == 1 and "not a sequence classification model" in lines[0], (
         p.stderr
     )
+
+
+def _with_own_code(src: Path, dest: Path, marker: Path, where: str) -> Path:
+    """A copy of the model directory ``src`` whose ``where`` (config.json or tokenizer_config.json) names
+    code of its own (``auto_map``) in evil.py, which creates ``marker`` when it is imported."""
+    import shutil
+
+    shutil.copytree(src, dest)
+    (dest / "evil.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "from transformers import BertConfig, BertModel, BertTokenizer\n"
+        "class EvilConfig(BertConfig):\n    model_type = 'evil'\n"
+        "class EvilModel(BertModel):\n    config_class = EvilConfig\n"
+        "class EvilTokenizer(BertTokenizer):\n    pass\n"
+    )
+    cfg = json.loads((dest / where).read_text())
+    if where == "config.json":
+        cfg["model_type"] = "evil"  # a type transformers does not know: only the directory's code has it
+        cfg["auto_map"] = {
+            k: f"evil.{v}"
+            for k, v in (
+                ("AutoConfig", "EvilConfig"),
+                ("AutoModel", "EvilModel"),
+                ("AutoModelForSequenceClassification", "EvilModel"),
+                ("AutoModelForCausalLM", "EvilModel"),
+            )
+        }
+    else:
+        cfg["tokenizer_class"] = "EvilTokenizer"
+        cfg["auto_map"] = {"AutoTokenizer": ["evil.EvilTokenizer", None]}
+    (dest / where).write_text(json.dumps(cfg))
+    return dest
+
+
+def test_model_code_never_runs(
+    models: dict[str, Path], data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model directory whose config or tokenizer config names its own code (auto_map) is refused in
+    one line: the code never runs, even when the user answers "y" to a question, and none is asked."""
+    import io
+    import subprocess
+    import sys
+
+    from llmpipe.errors import ConfigError
+
+    def evil(j: int, model: str, where: str) -> tuple[Path, Path]:
+        marker = tmp_path / f"ran{j}"
+        return marker, _with_own_code(models[model], tmp_path / f"m{j}", marker, where)
+
+    # in this process, "y" on stdin: the stages' checks at config time
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n" * 10))
+    for j, (model, where, section, body) in enumerate(
+        (
+            ("clf", "tokenizer_config.json", "classifier", {"label": "high"}),
+            ("enc", "config.json", "semantic_dedup", {"enabled": True}),
+            ("enc", "tokenizer_config.json", "semantic_dedup", {"enabled": True}),
+        )
+    ):
+        marker, d = evil(j, model, where)
+        with pytest.raises(ConfigError, match=r"asks to run its own code \(auto_map\); llmpipe never") as e:
+            CurateConfig.from_mapping({section: {**body, "model": str(d)}}).build_stages()
+        assert "\n" not in str(e.value) and str(d) in str(e.value)
+        assert not marker.exists(), (model, where)
+
+    # through the commands, "y" on stdin: curate with a classifier, and eval of a HF directory
+    exe = str(Path(sys.executable).with_name("llmpipe"))
+    doc = tmp_path / "doc.txt"
+    doc.write_text("To be, or not to be, that is the question.\n")
+    m1, d1 = evil(10, "clf", "config.json")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"classifier:\n  label: high\n  model: {d1}\n")
+    m2, d2 = evil(11, "clf", "config.json")
+    for marker, args in (
+        (
+            m1,
+            ["curate", str(data_dir / "web" / INPUTS[1]), "--out", str(tmp_path / "o"), "--config", str(cfg)],
+        ),
+        (m2, ["eval", str(d2), "--text", str(doc), "--device", "cpu"]),
+    ):
+        p = subprocess.run([exe, *args], input="y\n", capture_output=True, text=True, timeout=300)
+        lines = [x for x in p.stderr.splitlines() if x.strip() and not x.startswith("W1")]
+        assert not marker.exists(), args
+        assert "custom code" not in p.stdout + p.stderr, (args, p.stdout, p.stderr)
+        assert p.returncode == 2 and len(lines) == 1, (args, p.stderr)
+        assert lines[0].startswith("llmpipe: error: ") and "asks to run its own code (auto_map)" in lines[0]
+
+
+def _byte_bpe(data_dir: Path):  # type: ignore[no-untyped-def]
+    """A byte-level BPE (GPT-2/RoBERTa style, no normalizer) trained on crawl text, as a fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=800, special_tokens=["<s>", "</s>", "<pad>"])
+    tok.train_from_iterator(crawl_texts(data_dir, 200), trainer)
+    tok.post_processor = processors.RobertaProcessing(("</s>", 1), ("<s>", 0))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+def test_long_texts_give_the_tokens_of_the_whole_text(
+    models: dict[str, Path], data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ids of a long text are those the tokenizer gives the whole text, truncated, though only a
+    bounded prefix of it is tokenized: texts of ordinary words, of words longer than a WordPiece word
+    may be, with no whitespace at all, of multi-byte characters without spaces, with combining accents;
+    on WordPiece (fast and slow) and byte-level BPE tokenizers."""
+    from types import SimpleNamespace
+
+    from llmpipe.curate.stages import hf_models
+    from transformers import AutoTokenizer, BertTokenizer
+
+    crawl = " ".join(crawl_texts(data_dir, 20))
+    rng = random.Random(1)
+    long_words = " ".join("".join(rng.choice("abcdefgh") for _ in range(150)) for _ in range(200))
+    texts = [
+        crawl,
+        long_words,  # one [UNK] per 151 characters: the first cuts give too few tokens
+        "abc" * 20_000,  # one word: one token, whatever the cut; only the whole text is exact
+        "ab,c" * 10_000,  # no whitespace, but punctuation splits it
+        "日本語のテキストと中文文本😀" * 3_000,  # multi-byte characters, no whitespace
+        "cafe\u0301 " * 8_000,  # a combining accent after each word
+        "x" * 9_000 + " " + crawl[:20_000],  # the first whitespace far beyond the cut
+        "short text",
+    ]
+    tokenizers = {
+        "wordpiece": AutoTokenizer.from_pretrained(models["clf"]),
+        "wordpiece slow": BertTokenizer(str(models["clf"] / "vocab.txt"), model_max_length=64),
+        "byte-level bpe": _byte_bpe(data_dir),
+    }
+    for name, tok in tokenizers.items():
+        for max_length in (8, 64):
+            longest: list[int] = []
+            call = tok.__call__
+
+            def spy(pieces: list[str], call=call, longest=longest, **kw):  # type: ignore[no-untyped-def]
+                longest.append(max(map(len, pieces)))
+                return call(pieces, **kw)
+
+            checked = SimpleNamespace(tokenizer=_Spy(spy), max_length=max_length)
+            got = hf_models.Checked.encode(checked, texts)  # type: ignore[arg-type]
+            want = tok(texts, truncation=True, max_length=max_length)["input_ids"]
+            assert got == [list(x) for x in want], (name, max_length)
+            assert any(len(w) == max_length for w in want) and any(len(w) < max_length for w in want)
+            # the ordinary long text was tokenized from a prefix: the first call's pieces are bounded
+            assert longest[0] <= 2 * max_length * hf_models.CHARS_PER_TOKEN < len(crawl), (name, longest)
+
+
+class _Spy:
+    """A tokenizer whose calls go through ``call`` (to see the texts it is given)."""
+
+    def __init__(self, call) -> None:  # type: ignore[no-untyped-def]
+        self._call = call
+
+    def __call__(self, pieces: list[str], **kw):  # type: ignore[no-untyped-def]
+        return self._call(pieces, **kw)
+
+
+def test_a_huge_document_keeps_memory_bounded(
+    models: dict[str, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """A part with one 10.5 MB document is scored in a process whose peak memory grows by little over
+    what loading the model took (the whole text tokenized before truncation grew it by 2.4 GB)."""
+    import subprocess
+    import sys
+
+    texts = crawl_texts(data_dir, 30)
+    big = " ".join(texts)
+    big = " ".join([big] * (10_500_000 // len(big) + 1))
+    keys = tmp_path / "k.keys.parquet"
+    pq.write_table(
+        pa.table({"id": [str(i) for i in range(31)], "text": [*texts[:15], big, *texts[15:]]}), keys
+    )
+    child = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from llmpipe.curate.stages import hf_models\n"
+        "spec = hf_models.ModelSpec(sys.argv[1], 'classifier', None, 8)\n"
+        "hf_models.loaded(spec)\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "out = hf_models.run_model_file(spec, Path(sys.argv[2]), Path(sys.argv[3]))\n"
+        "print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, out)\n"
+    )
+    args = [sys.executable, "-c", child, str(models["clf"]), str(keys), str(tmp_path / "cache")]
+    p = subprocess.run(args, capture_output=True, text=True, check=True, timeout=300)
+    before, peak, out = p.stdout.split()
+    grew_mb = (int(peak) - int(before)) / 1024  # ru_maxrss: KiB on Linux
+    assert grew_mb < 500, grew_mb
+    assert np.load(out).shape == (31, 2)
+
+
+def _broken(src: Path, dest: Path, change) -> Path:  # type: ignore[no-untyped-def]
+    import shutil
+
+    shutil.copytree(src, dest)
+    change(dest)
+    return dest
+
+
+def _edit_json(name: str, **changes) -> Any:  # type: ignore[no-untyped-def]
+    def change(d: Path) -> None:
+        cfg = json.loads((d / name).read_text())
+        (d / name).write_text(json.dumps({**cfg, **changes}))
+
+    return change
+
+
+def _edit_weights(edit) -> Any:  # type: ignore[no-untyped-def]
+    def change(d: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        save_file(edit(load_file(d / "model.safetensors")), d / "model.safetensors")
+
+    return change
+
+
+def _nan_weights(weights: dict) -> dict:  # type: ignore[type-arg]
+    """Every weight NaN: the model's outputs are all NaN."""
+    return {k: v.float().fill_(float("nan")) if v.is_floating_point() else v for k, v in weights.items()}
+
+
+def test_broken_model_files_are_one_line(models: dict[str, Path], tmp_path: Path, data_dir: Path) -> None:
+    """Model directories damaged or made by someone else: one ConfigError line naming the directory and
+    what is wrong, when the config is read (the headers of the weights checked against the config,
+    nothing loaded), or where only loading shows it, when the model loads."""
+    from llmpipe.curate.stage import RunContext
+    from llmpipe.curate.stages import hf_models
+    from llmpipe.curate.stages.semantic_dedup import SemanticDedup
+    from llmpipe.errors import ConfigError
+
+    half = lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:5000])  # noqa: E731
+    cases: list[tuple[str, str, Any, dict, str]] = [  # type: ignore[type-arg]
+        ("clf", "random", lambda d: (d / "model.safetensors").write_bytes(random.Random(0).randbytes(100_000)),
+         {}, "model.safetensors is not a safetensors file (Error while deserializing header: header too large)"),
+        ("clf", "half", half, {}, "model.safetensors is not a safetensors file (Error while deserializing header: "
+         "incomplete metadata"),
+        ("clf", "tokenizer", lambda d: (d / "tokenizer.json").write_text("garbage{"), {},
+         "no tokenizer that transformers can load (expected value at line 1 column 1)"),
+        ("clf", "labels3", _edit_json("config.json", id2label={"0": "low", "1": "mid", "2": "high"},
+         label2id={"low": 0, "mid": 1, "high": 2}), {},
+         "the weights do not fit config.json: classifier.bias is [2] in model.safetensors, the config makes it [3]"),
+        ("clf", "hidden", _edit_json("config.json", hidden_size=64), {}, "the weights do not fit config.json"),
+        ("enc", "hidden", _edit_json("config.json", hidden_size=64), {}, "the weights do not fit config.json"),
+        ("clf", "list", lambda d: (d / "config.json").write_text("[1,2]"), {},
+         "not a model directory transformers can read"),
+        ("clf", "nohead", _edit_weights(lambda w: {k: v for k, v in w.items() if not k.startswith("classifier")}),
+         {}, "the weights have no classification head (classifier.bias, classifier.weight)"),
+        ("enc", "other", _edit_weights(lambda w: {f"x{k}": v for k, v in w.items()}), {},
+         "the safetensors weights hold none of the model's tensors"),
+        ("enc", "pickle", lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin"), {},
+         "no model.safetensors (only safetensors weights are read, never a pickle)"),
+        ("enc", "index", lambda d: (d / "model.safetensors").unlink()
+         or (d / "model.safetensors.index.json").write_text('{"weight_map": {"a": "../enc/model.safetensors"}}'),
+         {}, "model.safetensors.index.json names shards that are not files of the directory"),
+        ("enc", "index-binary", lambda d: (d / "model.safetensors").rename(d / "model.safetensors.index.json"),
+         {}, "model.safetensors.index.json is not a safetensors index"),
+        ("enc", "max_length", lambda d: None, {"max_length": 1}, "max_length must be >= 2"),
+        ("clf", "model_max_length", _edit_json("tokenizer_config.json", model_max_length=2), {},
+         "max_length 2 leaves no token of text after the tokenizer's 2 special tokens"),
+    ]  # fmt: skip
+    for j, (base, what, change, extra, want) in enumerate(cases):
+        d = _broken(models[base], tmp_path / f"{base}-{what}-{j}", change)
+        section = (
+            {"classifier": {"model": str(d), "label": "high", **extra}}
+            if base == "clf"
+            else {"semantic_dedup": {"enabled": True, "model": str(d), **extra}}
+        )
+        with pytest.raises(ConfigError) as e:
+            CurateConfig.from_mapping(section).build_stages()
+        assert want in str(e.value) and "\n" not in str(e.value), (what, str(e.value))
+        assert str(d) in str(e.value) or what == "max_length", (what, str(e.value))
+
+    # only loading shows it: a legacy LayerNorm name (gamma, which transformers renames) of the wrong shape
+    legacy = _broken(
+        models["clf"],
+        tmp_path / "legacy",
+        _edit_weights(
+            lambda w: {
+                (k.replace(".weight", ".gamma") if k == "bert.embeddings.LayerNorm.weight" else k): (
+                    v[:16] if k == "bert.embeddings.LayerNorm.weight" else v
+                )
+                for k, v in w.items()
+            }
+        ),
+    )
+    with pytest.raises(
+        ConfigError, match=r"cannot load the model's safetensors weights \(size mismatch for weight"
+    ):
+        hf_models.Loaded(hf_models.ModelSpec(str(legacy), "classifier"))
+
+    # an encoder whose embeddings are all NaN: one line, not scikit-learn's traceback from k-means
+    nan = _broken(models["enc"], tmp_path / "nan", _edit_weights(_nan_weights))
+    cfg = SemanticDedup.Config(enabled=True, model=str(nan), clusters=2)
+    stage = SemanticDedup(cfg)
+    texts = crawl_texts(data_dir, 8)
+    batch = pa.record_batch([pa.array([f"d{i}" for i in range(8)]), pa.array(texts)], names=["id", "text"])
+    keys = tmp_path / "nan.keys.parquet"
+    pq.write_table(stage.prepare(batch), keys)
+    with pytest.raises(ConfigError, match=f"{nan}: the encoder gives no finite embedding"):
+        stage.resolve([keys], tmp_path / "w", RunContext(0, cache=tmp_path / "cache"))
+
+
+def _nan_for_a_token(texts: list[str], tok_dir: Path, key: str) -> tuple[Any, set[int]]:
+    """A weights edit that makes the embedding of one token NaN (a token in about half of the texts'
+    first 64 tokens), and the indices of the texts that hold it: the model's output is NaN for those."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    ids = [set(x[1:-1]) for x in tok(texts, truncation=True, max_length=64)["input_ids"]]
+    counts: dict[int, int] = {}
+    for s in ids:
+        for t in s:
+            counts[t] = counts.get(t, 0) + 1
+    token = min(counts, key=lambda t: (abs(counts[t] - len(texts) / 2), t))
+    holders = {i for i, s in enumerate(ids) if token in s}
+    assert 0 < len(holders) < len(texts)
+
+    def edit(w: dict) -> dict:  # type: ignore[type-arg]
+        w[key] = w[key].clone()
+        w[key][token] = float("nan")
+        return w
+
+    return _edit_weights(edit), holders
+
+
+def test_non_finite_scores_and_embeddings_are_dropped_apart(
+    models: dict[str, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """A document the model scores NaN is dropped as non_finite_<name> (NaN passed every threshold), the
+    threshold is calibrated on the finite scores, the histogram counts only finite scores (NaN cast to a
+    bin was -461168601842738816) and the NaN ones apart; every NaN weight: every document so dropped.
+    A document whose embedding is NaN is dropped as non_finite_embedding; the others are deduplicated."""
+    from llmpipe.curate.stage import RunContext, StageCounts
+    from llmpipe.curate.stages.classifier import Classifier
+    from llmpipe.curate.stages.semantic_dedup import SemanticDedup
+
+    texts = [" ".join(t.split()[:80]) for t in crawl_texts(data_dir, 40)]
+    ids = [f"d{i:03d}" for i in range(len(texts))]
+    batch = pa.record_batch([pa.array(ids), pa.array(texts)], names=["id", "text"])
+    change, holders = _nan_for_a_token(texts, models["clf"], "bert.embeddings.word_embeddings.weight")
+    some = _broken(models["clf"], tmp_path / "some-nan", change)
+    every = _broken(models["clf"], tmp_path / "all-nan", _edit_weights(_nan_weights))
+    for model, nan in ((some, holders), (every, set(range(len(texts))))):
+        for extra in ({"threshold": 0.5}, {"target_retention": 0.5, "target_of": "stage"}):
+            cfg = CurateConfig.from_mapping(
+                {"classifier": {"model": str(model), "label": "high", "name": "q", **extra}}
+            )
+            stage = next(s for s in cfg.build_stages() if isinstance(s, Classifier))
+            work = tmp_path / f"w-{model.name}-{len(extra)}"
+            key = work / "keys" / "000000.keys.parquet"
+            key.parent.mkdir(parents=True)
+            pq.write_table(stage.prepare(batch), key)
+            drops = stage.resolve([key], work, RunContext(0, cache=tmp_path / "cache"))
+            reasons = dict(
+                zip(drops.column("id").to_pylist(), drops.column("reason").to_pylist(), strict=True)
+            )
+            assert {i for i, r in reasons.items() if r == "non_finite_q"} == {ids[i] for i in nan}, model.name
+            thr = json.loads((work / "thresholds.json").read_text())["q"]
+            scores = pq.read_table(work / "keys" / "000000.q.scores.parquet").column("score").to_numpy()
+            assert np.isnan(scores).sum() == len(nan)
+            low = {ids[i] for i, s in enumerate(scores) if s < thr}
+            assert {i for i, r in reasons.items() if r == "low_q"} == low
+            if len(nan) < len(texts):
+                assert np.isfinite(thr) and low and len(low) + len(nan) < len(texts)
+            counts = StageCounts("classifier")
+            stage.annotate(batch, key, counts)
+            hist = {k: v for k, v in counts.counters.items() if k.startswith("q [")}
+            assert all(v > 0 for v in hist.values()) and sum(hist.values()) == len(texts) - len(nan), hist
+            assert counts.counters["q non-finite"] == len(nan)
+
+    # semantic dedup: NaN for the documents that hold the token; planted copies of the others are found
+    change, holders = _nan_for_a_token(texts, models["enc"], "embeddings.word_embeddings.weight")
+    enc = _broken(models["enc"], tmp_path / "enc-some-nan", change)
+    clean = [i for i in range(len(texts)) if i not in holders][:5]
+    more = pa.record_batch(
+        [pa.array([f"e{i:03d}" for i in clean]), pa.array([texts[i] for i in clean])], names=["id", "text"]
+    )
+    stage = SemanticDedup(SemanticDedup.Config(enabled=True, model=str(enc), threshold=0.999, clusters=3))
+    keys = [tmp_path / f"{j}.sd.keys.parquet" for j in range(2)]
+    for k, b in zip(keys, (batch, more), strict=True):
+        pq.write_table(stage.prepare(b), k)
+    drops = stage.resolve(keys, tmp_path / "sd", RunContext(0, cache=tmp_path / "cache"))
+    got = list(zip(*(drops.column(c).to_pylist() for c in ("id", "reason", "dup_of")), strict=True))
+    assert {d for d, r, _ in got if r == "non_finite_embedding"} == {ids[i] for i in holders}
+    dup = {d: k for d, r, k in got if r == "semantic_duplicate"}
+    assert not {ids[i] for i in holders} & (set(dup) | set(dup.values()))
+    for i in clean:  # the planted copy or its original dropped as a duplicate of the other (or of a third)
+        assert f"e{i:03d}" in dup or dup.get(ids[i]) == f"e{i:03d}", i
+
+
+def test_more_clusters_than_distinct_documents_is_quiet(
+    models: dict[str, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """Fewer distinct embeddings than clusters (copies of 5 documents, 10 clusters): k-means runs with
+    as many clusters as distinct points, without scikit-learn's ConvergenceWarning, and the copies go."""
+    import warnings
+
+    from llmpipe.curate.stage import RunContext
+    from llmpipe.curate.stages.semantic_dedup import SemanticDedup
+
+    texts = [" ".join(t.split()[:60]) for t in crawl_texts(data_dir, 5)] * 3
+    ids = [f"d{i:03d}" for i in range(len(texts))]
+    stage = SemanticDedup(
+        SemanticDedup.Config(enabled=True, model=str(models["enc"]), threshold=0.999, clusters=10)
+    )
+    keys = tmp_path / "k.keys.parquet"
+    pq.write_table(
+        stage.prepare(pa.record_batch([pa.array(ids), pa.array(texts)], names=["id", "text"])), keys
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        drops = stage.resolve([keys], tmp_path / "w", RunContext(0, cache=tmp_path / "cache"))
+    assert set(drops.column("id").to_pylist()) == set(ids[5:])
+
+
+def test_a_semantic_dedup_run_prints_no_leak_report(
+    models: dict[str, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """Worker processes forked after transformers imported triton (through torch._dynamo): the objects
+    the fork froze are unfrozen when the pool closes, so the exit prints no nanobind "leaked" report."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"semantic_dedup:\n  enabled: true\n  model: {models['enc']}\n  clusters: 4\n")
+    p = run_cli(
+        "curate", str(data_dir / "web" / INPUTS[1]), "--out", str(tmp_path / "o"), "--config", str(cfg),
+        "--quiet", "--workers", "2",
+    )  # fmt: skip
+    assert "nanobind" not in p.stderr and "leaked" not in p.stderr, p.stderr

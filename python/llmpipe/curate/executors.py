@@ -125,6 +125,7 @@ class PoolExecutor:
                     self._pool.submit(_nothing).result()
                 except BrokenProcessPool:  # the children found this process's Rust pool made
                     self._pool.shutdown()
+                    gc.unfreeze()  # no child shares this process's pages any more
                     self.start_method = "spawn"
                     self._pool = self._new_pool()
         return self._pool
@@ -178,6 +179,10 @@ class PoolExecutor:
                     proc.kill()
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+            # what the fork froze is collectable again: frozen, the reference cycles of a native module
+            # outlive its teardown at exit, and nanobind (triton's bindings, imported by transformers
+            # through torch._dynamo) then prints ~30 lines of "leaked types" to the terminal
+            gc.unfreeze()
 
 
 def _first_failure(futures: Sequence[Future[Any]], failed: int) -> None:

@@ -196,9 +196,12 @@ def load_lm(
         from llmpipe.quiet import quiet_imports
 
         try:
-            tok = AutoTokenizer.from_pretrained(path)
+            # never the directory's own code (auto_map): without False transformers asks on the terminal
+            tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
             with quiet_imports():  # transformers' quantizers import torchao, which logs deprecations
-                model = AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype))
+                model = AutoModelForCausalLM.from_pretrained(
+                    path, dtype=_dtype(dtype), trust_remote_code=False
+                )
         except (OSError, ValueError) as e:
             raise _hf_load_error(path, e) from None
         return wrap_lm(model, tok, device=dev, name=str(path))
@@ -222,6 +225,10 @@ def _hf_load_error(path: Path, e: BaseException) -> BaseException:
             names = f"it names {found.group(1)}" if found else "it is not plain tensors"
             bins = ", ".join(sorted(f.name for f in path.glob("*.bin"))) or "a weights file"
             return InputError(f"{path}: refused: {bins}: {names}, a pickle that could run code")
+    if "trust_remote_code" in str(e):
+        return InputError(
+            f"{path}: the model asks to run its own code (auto_map); llmpipe never runs code from a model directory"
+        )
     if isinstance(e, OSError) and e.errno is not None:
         return e
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]

@@ -81,8 +81,32 @@ class ClassifierModelConfig:
             raise ValueError(f"target_of must be 'input' or 'stage', not {self.target_of!r}")
         if self.batch_size < 1 or (self.max_length is not None and self.max_length < 2):
             raise ValueError("batch_size must be >= 1 and max_length >= 2")
+        if self.threshold != self.threshold:
+            raise ValueError("threshold is NaN: no score is below it, every document would be kept")
+        if self.sample_docs < 1:
+            raise ValueError(
+                f"sample_docs must be >= 1 (the documents the calibration samples), not {self.sample_docs}"
+            )
+        hf_models.check_resources(self.num_cpus, self.num_gpus, self.actors)
         if not self.name.isidentifier():
             raise ValueError(f"name must be an identifier (a column name), not {self.name!r}")
+        if self.name in pipeline_columns():
+            raise ValueError(
+                f"name {self.name!r} is a column the pipeline uses (the score would replace it); "
+                f"give the score a name of its own, not one of {sorted(pipeline_columns())}"
+            )
+
+
+def pipeline_columns() -> frozenset[str]:
+    """The columns a document batch carries or a stage writes: the reader's, ``words``, the tokens, the
+    drop tables' and every stage's ``example_columns`` (``lang``, ``lang_score``)."""
+    from llmpipe.curate.registry import STAGES
+    from llmpipe.curate.stage import DROPS_SCHEMA, WORDS
+    from llmpipe.curate.stages.tokenize import TOKENS_SCHEMA
+    from llmpipe.io.records import RAW_SCHEMA
+
+    cols = {*RAW_SCHEMA.names, WORDS, *TOKENS_SCHEMA.names, *DROPS_SCHEMA.names}
+    return frozenset(cols.union(*(getattr(s, "example_columns", ()) for s in STAGES)))
 
 
 @dataclass(frozen=True)
@@ -152,7 +176,8 @@ class ClassifierModel:
 
 
 class Classifier(GlobalStage):
-    """Drops documents a model scores below its threshold (reason ``low_<name>``)."""
+    """Drops documents a model scores below its threshold (reason ``low_<name>``), or NaN or infinite
+    (``non_finite_<name>``: no threshold can keep or drop them, a broken model or an overflow)."""
 
     name: ClassVar[str] = "classifier"
 
@@ -206,7 +231,13 @@ class Classifier(GlobalStage):
         thresholds = {}
         for m in self.models:
             scores = np.concatenate([s for s in self.scores(m, key_files, run, executor)])
-            thr = self.threshold(m, scores, words["words"].to_numpy(), run.input_words, words["id"])
+            # NaN passes no threshold test (every comparison is False): such a document goes on its own
+            finite = np.isfinite(scores)
+            odd = ~finite & keep
+            reasons[odd] = f"non_finite_{m.cfg.name}"
+            keep &= ~odd
+            fw = words.filter(pa.array(finite))
+            thr = self.threshold(m, scores[finite], fw["words"].to_numpy(), run.input_words, fw["id"])
             thresholds[m.cfg.name] = thr
             low = (scores < thr) & keep
             reasons[low] = f"low_{m.cfg.name}"
@@ -273,6 +304,8 @@ class Classifier(GlobalStage):
             where = pc.index_in(ids, value_set=table.column("id"))
             s = table.column("score").take(where).to_numpy(zero_copy_only=False)
             counts.counters.update(histogram(m.cfg.name, s, m.cfg.score == "regression"))
+            if odd := int((~np.isfinite(s)).sum()):
+                counts.counters[f"{m.cfg.name} non-finite"] += odd
             f = pa.field(m.cfg.name, pa.float64(), metadata={SCORE_FIELD_KEY: b"1"})
             i = batch.schema.get_field_index(m.cfg.name)
             col = pa.array(s, pa.float64())
@@ -291,9 +324,10 @@ def _scores(path: str, mtime_ns: int) -> pa.Table:
 
 
 def histogram(name: str, scores: np.ndarray, regression: bool) -> dict[str, int]:
-    """Counts of ``scores`` in 20 bins: of [0, 1] for probabilities, of 0.5 from -5 to 5 for a
-    regression score (the ends take what lies beyond)."""
+    """Counts of the finite ``scores`` in 20 bins: of [0, 1] for probabilities, of 0.5 from -5 to 5 for
+    a regression score (the ends take what lies beyond); NaN and infinities are counted apart."""
     lo, width = (-5.0, 0.5) if regression else (0.0, 1.0 / BINS)
+    scores = scores[np.isfinite(scores)]
     b = np.clip(np.floor((scores - lo) / width), 0, BINS - 1).astype(np.int64)
     out: dict[str, int] = {}
     for k, n in zip(*np.unique(b, return_counts=True), strict=True):

@@ -5,6 +5,7 @@
                                   cached by content under the run's cache: a re-run or a threshold
                                   sweep reads them back (``hf_models``); Ray actors on a cluster
     k-means (driver)           -> scikit-learn KMeans, seeded, on the embeddings in key-file order
+                                  (a NaN or infinite one is in no cluster: ``non_finite_embedding``)
     edges   (per cluster run)  -> pairs of one cluster whose cosine similarity is >= threshold
     groups  (driver)           -> union-find over the pairs; one document kept per group: the highest
                                   classifier score when a classifier ran (ties: smallest id), else the
@@ -34,8 +35,11 @@ from llmpipe.curate.stage import DROPS_SCHEMA, GlobalStage, RunContext, word_cou
 from llmpipe.curate.stages import hf_models
 from llmpipe.curate.stages.classifier import SCORE_FIELD_KEY
 from llmpipe.curate.workdir import write_table_atomic
+from llmpipe.errors import ConfigError
 
 REASON = "semantic_duplicate"
+#: the drop reason of a document whose embedding is NaN or infinite (it cannot be compared)
+NON_FINITE = "non_finite_embedding"
 EDGE_SCHEMA = pa.schema([("a", pa.uint32()), ("b", pa.uint32())])
 BLOCK = 2048  # rows of one similarity block
 
@@ -63,6 +67,13 @@ def cluster_edges(
     b = np.concatenate(b_parts).astype(np.uint32) if b_parts else np.zeros(0, np.uint32)
     write_table_atomic(Path(out), pa.table({"a": a, "b": b}, schema=EDGE_SCHEMA))
     return out
+
+
+def distinct_rows(points: np.ndarray, at_most: int) -> int:
+    """How many distinct rows ``points`` has, up to ``at_most`` (the first rows usually show enough)."""
+    if len(np.unique(points[: 4 * at_most], axis=0)) >= at_most:
+        return at_most
+    return min(len(np.unique(points, axis=0)), at_most)
 
 
 class SemanticDedup(GlobalStage):
@@ -97,6 +108,9 @@ class SemanticDedup(GlobalStage):
             raise ValueError(f"threshold is a cosine similarity in [-1, 1], not {cfg.threshold}")
         if cfg.clusters < 1 or cfg.batch_size < 1:
             raise ValueError("clusters and batch_size must be at least 1")
+        if cfg.max_length is not None and cfg.max_length < 2:
+            raise ValueError(f"max_length must be >= 2 (the tokens kept of a document), not {cfg.max_length}")
+        hf_models.check_resources(cfg.num_cpus, cfg.num_gpus, cfg.actors)
         if cfg.pooling not in ("mean", "cls"):
             raise ValueError(f"pooling must be 'mean' or 'cls', not {cfg.pooling!r}")
         if cfg.keep not in ("auto", "smallest_id"):
@@ -156,10 +170,32 @@ class SemanticDedup(GlobalStage):
         emb_files = self.embeddings(key_files, run, executor)
         emb = np.concatenate([hf_models.read_result(Path(f)) for f in emb_files])
         n = len(emb)
-        if n < 2:
-            return DROPS_SCHEMA.empty_table()
-        k = min(self.cfg.clusters, n)
-        labels = self.kmeans(emb, k)
+        finite = np.isfinite(emb).all(axis=1)
+        if n and not finite.any():
+            raise ConfigError(
+                f"{self.spec.path}: the encoder gives no finite embedding (NaN or infinite for all {n} "
+                "documents): are its weights finite?"
+            )
+        keys = pa.concat_tables([pq.read_table(f, columns=["id", "score"]) for f in key_files])
+        # a document whose embedding is NaN or infinite cannot be compared: it goes with its own reason
+        odd = keys.column("id").filter(pa.array(~finite))
+        odd_drops = pa.table(
+            {
+                "id": odd,
+                "reason": pa.array([NON_FINITE] * len(odd), pa.string()),
+                "dup_of": pa.nulls(len(odd), pa.string()),
+            },
+            schema=DROPS_SCHEMA,
+        )
+        m = int(finite.sum())
+        if m < 2:
+            return odd_drops.sort_by("id")
+        points = emb if m == n else emb[finite]
+        # no more clusters than distinct points: k-means would leave the others empty and warn
+        k = distinct_rows(points, min(self.cfg.clusters, m))
+        labels = np.full(n, -1, dtype=np.int64)  # -1: in no cluster
+        labels[finite] = self.kmeans(points, k)
+        del points
         workdir.mkdir(parents=True, exist_ok=True)
         del emb
         labels_file = workdir / "labels.npy"
@@ -187,8 +223,7 @@ class SemanticDedup(GlobalStage):
                 t.column("a").combine_chunks().to_numpy(), t.column("b").combine_chunks().to_numpy()
             )
         roots = np.frombuffer(uf.roots(), np.uint32)
-        keys = pa.concat_tables([pq.read_table(f, columns=["id", "score"]) for f in key_files])
-        return self.drops(keys, roots)
+        return pa.concat_tables([self.drops(keys, roots), odd_drops]).sort_by("id")
 
     def kmeans(self, emb: np.ndarray, k: int) -> np.ndarray:
         if k == 1:
