@@ -56,6 +56,7 @@ def test_bad_overrides_are_config_errors(byte_shards: Path, tmp_path: Path) -> N
         ("--seed=1", "is in sections"),
         ("--nosuch.steps=1", "no section"),
         ("--parallel.sharding=zero3", "is not one of"),
+        ("--train.val_batches=0", "train.val_batches must be at least 1"),
     ]:
         with pytest.raises(ConfigError, match=expect):
             parse_args([*base, bad])

@@ -477,6 +477,10 @@ def validate(cfg: RunConfig) -> None:
         (cfg.train.ramp_start > 0, "train.ramp_start must be positive"),
         (cfg.guard.factor > 1, "guard.factor must be above 1"),
         (cfg.train.log_every > 0, "train.log_every must be positive"),
+        (
+            cfg.train.val_batches > 0,
+            "train.val_batches must be at least 1 (train.val_every=0: only at the end)",
+        ),
         (cfg.parallel.checkpoint_every > 0, "parallel.checkpoint_every must be positive"),
         (
             cfg.model.attention != "flex" or cfg.model.doc_mask,

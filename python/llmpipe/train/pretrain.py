@@ -292,7 +292,9 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     )
     data = build_data(cfg, d, schedule, train_ds)
     if d.is_main:
-        for line in [*verify_notices(data), *val_notices(data)]:
+        pipelined = d.layout.pp > 1
+        notes = val_notices(data, d.dp_size, cfg.data.batch_size, pipelined)
+        for line in [*verify_notices(data), *notes]:
             print(f"note: {line}", flush=True)
     if hf_dir is not None and d.layout.pp > 1:
         raise LlmpipeError("model.init_from loads a whole model: use it with parallel.pp=1")
