@@ -57,6 +57,23 @@ def test_bad_overrides_are_config_errors(byte_shards: Path, tmp_path: Path) -> N
         ("--nosuch.steps=1", "no section"),
         ("--parallel.sharding=zero3", "is not one of"),
         ("--train.val_batches=0", "train.val_batches must be at least 1"),
+        # values no run can use: one line before any process group or model (not a ZeroDivisionError in
+        # the model, torch's ValueError from AdamW, an error in the forward or NaN losses)
+        ("--model.n_heads=0", "model.n_heads must be at least 1"),
+        ("--model.n_layers=0", "model.n_layers must be at least 1"),
+        ("--model.dim=0", "model.dim must be at least 1"),
+        ("--model.n_kv_heads=0", "model.n_kv_heads must be at least 1"),
+        ("--model.dropout=1", r"model.dropout must be in \[0, 1\)"),
+        ("--model.dropout=-0.1", r"model.dropout must be in \[0, 1\)"),
+        ("--optim.lr=-1e-3", "optim.lr must be a finite number >= 0"),
+        ("--optim.beta1=1", r"optim.beta1 and optim.beta2 must be in \[0, 1\)"),
+        ("--optim.beta2=-0.5", r"optim.beta1 and optim.beta2 must be in \[0, 1\)"),
+        ("--optim.eps=0", "optim.eps must be positive"),
+        ("--optim.weight_decay=-0.1", "optim.weight_decay must be >= 0"),
+        ("--checkpoint.every=-1", "checkpoint.every must be >= 0"),
+        ("--guard.ema=1", r"guard.ema must be in \[0, 1\)"),
+        ("--guard.ema=-0.5", r"guard.ema must be in \[0, 1\)"),
+        ("--train.val_every=-1", "train.val_every must be >= 0"),
     ]:
         with pytest.raises(ConfigError, match=expect):
             parse_args([*base, bad])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -471,6 +472,19 @@ def validate(cfg: RunConfig) -> None:
         (cfg.train.grad_accum > 0, "train.grad_accum must be positive"),
         (cfg.data.batch_size > 0, "data.batch_size must be positive"),
         (cfg.checkpoint.keep > 0, "checkpoint.keep must be at least 1"),
+        (cfg.checkpoint.every >= 0, "checkpoint.every must be >= 0 (0: only the final checkpoint)"),
+        (math.isfinite(cfg.optim.lr) and cfg.optim.lr >= 0, "optim.lr must be a finite number >= 0"),
+        (
+            0 <= cfg.optim.beta1 < 1 and 0 <= cfg.optim.beta2 < 1,
+            "optim.beta1 and optim.beta2 must be in [0, 1)",
+        ),
+        (cfg.optim.eps > 0, "optim.eps must be positive"),
+        (cfg.optim.weight_decay >= 0, "optim.weight_decay must be >= 0"),
+        (
+            0 <= cfg.guard.ema < 1,
+            "guard.ema must be in [0, 1) (the running average's weight on itself; 1 would never update it)",
+        ),
+        (cfg.train.val_every >= 0, "train.val_every must be >= 0 (0: only at the end)"),
         (0 <= cfg.optim.min_lr_ratio <= 1, "optim.min_lr_ratio must be in [0, 1]"),
         (0 < cfg.optim.decay_fraction <= 1, "optim.decay_fraction must be in (0, 1]"),
         (cfg.train.ramp_tokens >= 0, "train.ramp_tokens must be >= 0"),
