@@ -77,6 +77,17 @@ def test_bad_overrides_are_config_errors(byte_shards: Path, tmp_path: Path) -> N
     ]:
         with pytest.raises(ConfigError, match=expect):
             parse_args([*base, bad])
+    # a mixture source's weight: what is wrong with it, not "no manifest.json" or a loader's message
+    for source, expect in [
+        (f"a={byte_shards}:abc", "the weight 'abc' is not a number"),
+        (f"a={byte_shards}:inf", "the weight must be a finite non-negative number, got 'inf'"),
+        (f"a={byte_shards}:nan", "the weight must be a finite non-negative number"),
+        (f"a={byte_shards}:-1", "the weight must be a finite non-negative number"),
+    ]:
+        with pytest.raises(ConfigError, match=expect):
+            parse_args(["--data", source, *base[2:]])
+    _, cfg = parse_args(["--data", f"a={byte_shards}:2", "--data", f"b={byte_shards}", *base[2:]])
+    assert [(s.path, s.weight) for s in cfg.data.sources] == [(byte_shards, 2.0), (byte_shards, 1.0)]
     _, cfg = parse_args([*base, "--steps=7", "--model.doc_mask=false", "--optim.lr=1e-3"])
     assert (cfg.train.steps, cfg.model.doc_mask, cfg.optim.lr) == (7, False, 1e-3)
 

@@ -352,12 +352,18 @@ def parse_source(item: str) -> SourceConfig:
         raise ConfigError(f"--data {item!r}: expected DIR or NAME=DIR:WEIGHT")
     name, rest = m.groups()
     path, weight = rest, 1.0
-    if ":" in rest:
+    if ":" in rest and not Path(rest).exists():  # a directory whose name holds ':' is taken whole
         head, tail = rest.rsplit(":", 1)
         try:
             path, weight = head, float(tail)
         except ValueError:
-            path = rest
+            raise ConfigError(
+                f"--data {item!r}: the weight {tail!r} is not a number (NAME=DIR:WEIGHT)"
+            ) from None
+        if not math.isfinite(weight) or weight < 0:
+            raise ConfigError(
+                f"--data {item!r}: the weight must be a finite non-negative number, got {tail!r}"
+            )
     return SourceConfig(name=name, path=Path(path), weight=weight)
 
 
@@ -380,8 +386,11 @@ def validate_mixture(data: DataConfig) -> None:
     for i, s in enumerate(data.sources):
         if not s.name or s.path is None:
             raise ConfigError(f"data.sources[{i}]: every source needs a name and a path")
-        if s.weight < 0 or s.max_epochs < 0:
-            raise ConfigError(f"data.sources[{i}] ({s.name}): weight and max_epochs must be >= 0")
+        if not math.isfinite(s.weight) or s.weight < 0 or s.max_epochs < 0:
+            raise ConfigError(
+                f"data.sources[{i}] ({s.name}): the weight must be a finite non-negative number, "
+                "max_epochs >= 0"
+            )
     if len(set(names)) != len(names):
         raise ConfigError(f"data.sources: names must be unique, got {names}")
     if sum(s.weight for s in data.sources) <= 0:
@@ -394,8 +403,8 @@ def validate_mixture(data: DataConfig) -> None:
         unknown = sorted(set(st.weights) - set(names))
         if unknown:
             raise ConfigError(f"data.stages[{i}]: unknown source(s) {unknown}; sources are {names}")
-        if any(not isinstance(w, int | float) or w < 0 for w in st.weights.values()):
-            raise ConfigError(f"data.stages[{i}]: weights must be non-negative numbers")
+        if any(not isinstance(w, int | float) or not math.isfinite(w) or w < 0 for w in st.weights.values()):
+            raise ConfigError(f"data.stages[{i}]: weights must be finite non-negative numbers")
         if sum(st.weights.values()) <= 0:
             raise ConfigError(f"data.stages[{i}]: the weights sum to zero")
 
