@@ -265,6 +265,10 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
         # the default, a negative step as the checkpoint step--0000001
         (["eval", str(run), "--text", str(empty)], f"{empty}: no text to score (an empty file"),
         (
+            ["eval", str(run), "--text", str(empty), "--max-docs", "-1"],
+            "--max-docs -1: a number of documents",
+        ),
+        (
             ["quantize", str(run), "--method", "int4", "--group-size", "0", "--out", out],
             "--group-size must be a positive number of weights, got 0",
         ),

@@ -231,3 +231,42 @@ def test_the_chosen_checkpoint_is_the_latest_or_the_one_asked_for(tmp_path: Path
     assert chosen_checkpoint(tmp_path, 4).name == "step-00000004"
     with pytest.raises(LlmpipeError, match=r"no such checkpoint \(have \['step-00000002', 'step-00000004'"):
         chosen_checkpoint(tmp_path, 3)
+
+
+def test_a_refused_resume_or_fresh_start_leaves_the_run_as_it_was(
+    genuine_run: Path, byte_shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A resume into another model is refused before the run's config.yaml is rewritten (export and eval
+    still fit the checkpoints), naming DCP's real reason; ``checkpoint.resume=false`` over a run's
+    checkpoints is refused (its checkpoints would mix with the old run's, and keep-K pruning delete the
+    new ones); an export whose config.yaml does not fit the checkpoint is one line with the reason."""
+    run = _copy(genuine_run, tmp_path)
+    saved = (run / "config.yaml").read_text()
+    steps = sorted(p.name for p in (run / "checkpoints").iterdir())
+    proc = torchrun(
+        1, "--data", str(byte_shards), "--config", TINY, "--out", str(run), "--train.steps=6",
+        "--model.dim=128", *QUIET, check=False, timeout=240,
+    )  # fmt: skip
+    line = _trainer_error(proc, "does not fit this run's model (Size mismatch", "move or delete")
+    assert "--checkpoint.resume=false" not in line and "CheckpointException" not in line
+    assert (run / "config.yaml").read_text() == saved
+    proc = torchrun(
+        1, "--data", str(byte_shards), "--config", TINY, "--out", str(run), "--train.steps=3",
+        "--checkpoint.every=2", "--model.dim=128", "--checkpoint.resume=false", *QUIET, check=False,
+    )  # fmt: skip
+    _trainer_error(proc, "already holds checkpoints", "and checkpoint.resume is false", "new --out")
+    assert (run / "config.yaml").read_text() == saved
+    assert (
+        sorted(p.name for p in (run / "checkpoints").iterdir()) == steps == ["step-00000002", "step-00000004"]
+    )
+    rc, err = _llmpipe(capsys, "export", str(run), "--out", str(tmp_path / "hf"))
+    assert rc == 0, err
+    # a config.yaml that no longer fits its checkpoints: one line naming the reason, also for eval
+    (run / "config.yaml").write_text(saved.replace("\n  dim: 64\n", "\n  dim: 128\n"))
+    assert (run / "config.yaml").read_text() != saved
+    rc, err = _llmpipe(capsys, "export", str(run), "--out", str(tmp_path / "hf2"))
+    _one_error(rc, err, "does not fit the model", "config.yaml describes (Size mismatch")
+    doc = tmp_path / "doc.txt"
+    doc.write_text("To be, or not to be, that is the question.\n")
+    rc, err = _llmpipe(capsys, "eval", str(run), "--text", str(doc), "--device", "cpu")
+    _one_error(rc, err, "does not fit the model", "(Size mismatch")

@@ -63,6 +63,15 @@ def test_bpb_of_hf_model_and_run_equal_transformers_loss(
     assert got["hf"]["overall"]["bpb"] == pytest.approx(got["run"]["overall"]["bpb"], abs=1e-4)
 
 
+def test_max_docs_zero_reads_every_record(data_dir: Path) -> None:
+    """``--max-docs 0`` (``read_texts(max_docs=0)``) means all of a JSONL file's records, as --help says,
+    not the first one."""
+    every = read_texts(data_dir / WEB)
+    assert len(every) > 3
+    assert read_texts(data_dir / WEB, max_docs=0) == every
+    assert read_texts(data_dir / WEB, max_docs=3) == every[:3]
+
+
 def test_long_documents_by_sliding_windows(hf_export: Path, data_dir: Path) -> None:
     """Web pages far longer than the 64-token window: the in-memory API on the HF model and on the
     trainer's model agree, every token is predicted once, and more context (smaller stride) helps."""

@@ -117,3 +117,51 @@ def test_shards_without_a_val_split_are_noted_at_the_start(data_dir: Path, tmp_p
     note = f"note: {shards}: its val split holds no samples, so this run measures no val_loss on it"
     assert note in proc.stdout, proc.stdout[-3000:]
     assert all(r.get("val_loss") is None for r in read_metrics(run))
+
+
+def test_a_val_split_smaller_than_the_ranks_is_noted(byte_shards: Path) -> None:
+    """Each data-parallel rank needs one val sample: a split with fewer is skipped, and said so at the
+    start (as an empty one is), not left without a word."""
+    from llmpipe.data import ShardDataset
+    from llmpipe.train.data import RunData, val_notices
+
+    val = ShardDataset(byte_shards, "val")
+    n = len(val)
+    assert n > 0
+    data = RunData(None, None, {"": val})  # type: ignore[arg-type]  # only the val splits are read
+    assert val_notices(data, dp=n) == []
+    (note,) = val_notices(data, dp=n + 1)
+    assert f"its val split holds {n} sample(s), fewer than the {n + 1} data-parallel ranks" in note
+    assert "measures no val_loss" in note
+    (note,) = val_notices(data, dp=1, batch_size=n + 1, pipeline=True)
+    assert f"fewer than data.batch_size {n + 1}" in note
+
+
+def test_two_single_process_runs_at_once(byte_shards: Path, tmp_path: Path) -> None:
+    """``python -m llmpipe.train`` without torchrun, twice at once on one machine: both finish (the
+    process group's store listens on a port the OS picks, not on a fixed one that the other run, or
+    anything else, holds: the test holds the old fixed port 29511 while they run)."""
+    import socket
+
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "MASTER_ADDR", "RANK", "WORLD_SIZE")
+    }
+    env["OMP_NUM_THREADS"] = "1"
+    base = [sys.executable, "-m", "llmpipe.train", "--data", str(byte_shards), "--config", TINY, *QUIET]
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 29511))
+        held.listen()
+        procs = [
+            subprocess.Popen(
+                [*base, "--out", str(tmp_path / name), "--train.steps=3"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for name in ("a", "b")
+        ]
+        results = [(*p.communicate(timeout=240), p.returncode) for p in procs]
+    for out, err, rc in results:
+        assert rc == 0 and "done: 3 steps" in out, err[-3000:]
+    assert all((tmp_path / name / "checkpoints" / "step-00000003").is_dir() for name in ("a", "b"))

@@ -56,9 +56,38 @@ def test_bad_overrides_are_config_errors(byte_shards: Path, tmp_path: Path) -> N
         ("--seed=1", "is in sections"),
         ("--nosuch.steps=1", "no section"),
         ("--parallel.sharding=zero3", "is not one of"),
+        ("--train.val_batches=0", "train.val_batches must be at least 1"),
+        # values no run can use: one line before any process group or model (not a ZeroDivisionError in
+        # the model, torch's ValueError from AdamW, an error in the forward or NaN losses)
+        ("--model.n_heads=0", "model.n_heads must be at least 1"),
+        ("--model.n_layers=0", "model.n_layers must be at least 1"),
+        ("--model.dim=0", "model.dim must be at least 1"),
+        ("--model.n_kv_heads=0", "model.n_kv_heads must be at least 1"),
+        ("--model.dropout=1", r"model.dropout must be in \[0, 1\)"),
+        ("--model.dropout=-0.1", r"model.dropout must be in \[0, 1\)"),
+        ("--optim.lr=-1e-3", "optim.lr must be a finite number >= 0"),
+        ("--optim.beta1=1", r"optim.beta1 and optim.beta2 must be in \[0, 1\)"),
+        ("--optim.beta2=-0.5", r"optim.beta1 and optim.beta2 must be in \[0, 1\)"),
+        ("--optim.eps=0", "optim.eps must be positive"),
+        ("--optim.weight_decay=-0.1", "optim.weight_decay must be >= 0"),
+        ("--checkpoint.every=-1", "checkpoint.every must be >= 0"),
+        ("--guard.ema=1", r"guard.ema must be in \[0, 1\)"),
+        ("--guard.ema=-0.5", r"guard.ema must be in \[0, 1\)"),
+        ("--train.val_every=-1", "train.val_every must be >= 0"),
     ]:
         with pytest.raises(ConfigError, match=expect):
             parse_args([*base, bad])
+    # a mixture source's weight: what is wrong with it, not "no manifest.json" or a loader's message
+    for source, expect in [
+        (f"a={byte_shards}:abc", "the weight 'abc' is not a number"),
+        (f"a={byte_shards}:inf", "the weight must be a finite non-negative number, got 'inf'"),
+        (f"a={byte_shards}:nan", "the weight must be a finite non-negative number"),
+        (f"a={byte_shards}:-1", "the weight must be a finite non-negative number"),
+    ]:
+        with pytest.raises(ConfigError, match=expect):
+            parse_args(["--data", source, *base[2:]])
+    _, cfg = parse_args(["--data", f"a={byte_shards}:2", "--data", f"b={byte_shards}", *base[2:]])
+    assert [(s.path, s.weight) for s in cfg.data.sources] == [(byte_shards, 2.0), (byte_shards, 1.0)]
     _, cfg = parse_args([*base, "--steps=7", "--model.doc_mask=false", "--optim.lr=1e-3"])
     assert (cfg.train.steps, cfg.model.doc_mask, cfg.optim.lr) == (7, False, 1e-3)
 

@@ -30,7 +30,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--shards", type=Path, default=None, metavar="DIR", help="also score DIR's val split")
     p.add_argument("--split", default="val", help="shard split for --shards (default: val)")
     p.add_argument("--field", default="text", help="JSONL field holding the text (default: text)")
-    p.add_argument("--max-docs", type=int, default=None, metavar="N", help="at most N documents per file")
+    p.add_argument(
+        "--max-docs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N documents per JSONL file (default, or 0: all of them)",
+    )
     p.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default: 8)")
     p.add_argument("--max-len", type=int, default=None, help="window length (default: the model's)")
     p.add_argument("--stride", type=int, default=None, help="new tokens per window (default: --max-len)")
@@ -53,7 +59,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("nothing to evaluate: pass --text FILE... and/or --shards DIR")
     from llmpipe.eval.mlm import EncoderEval, is_encoder_run
 
-    groups = {str(f): read_texts(f, field=args.field, max_docs=args.max_docs) for f in args.text}
+    if args.max_docs is not None and args.max_docs < 0:
+        raise ConfigError(f"--max-docs {args.max_docs}: a number of documents is 0 (all) or more")
+    max_docs = args.max_docs or None  # 0: all
+    groups = {str(f): read_texts(f, field=args.field, max_docs=max_docs) for f in args.text}
     for name, docs in groups.items():
         if not any(docs):  # scores of nothing are nan: say so instead
             raise InputError(

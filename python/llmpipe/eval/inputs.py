@@ -11,7 +11,7 @@ from llmpipe.errors import InputError
 
 def read_texts(path: str | Path, *, field: str = "text", max_docs: int | None = None) -> list[str]:
     """``.jsonl`` / ``.jsonl.gz`` / ``.json`` lines: the ``field`` of each record; anything else is one
-    UTF-8 document (``.gz`` decompressed)."""
+    UTF-8 document (``.gz`` decompressed). ``max_docs``: the first that many records (None or 0: all)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such file")
@@ -34,7 +34,7 @@ def read_texts(path: str | Path, *, field: str = "text", max_docs: int | None = 
                 if not isinstance(rec, dict) or not isinstance(rec.get(field), str):
                     raise InputError(f"{path}:{n}: no string field {field!r}")
                 texts.append(rec[field])
-                if max_docs is not None and len(texts) >= max_docs:
+                if max_docs and len(texts) >= max_docs:  # None or 0: all
                     break
             return texts
     except (UnicodeDecodeError, OSError, EOFError) as e:

@@ -70,6 +70,30 @@ class DamagedCheckpointError(LlmpipeError):
     """A checkpoint's files differ from what was written (checksums, sizes) or are missing."""
 
 
+class CheckpointMismatchError(LlmpipeError):
+    """A checkpoint that does not fit the model it is loaded into (another shape, other parameters):
+    ``cause`` is DCP's reason in one line (the message names the checkpoint and the run's config.yaml)."""
+
+    def __init__(self, path: Path, cause: str) -> None:
+        self.path, self.cause = path, cause
+        run = path.parent.parent
+        super().__init__(f"{path} does not fit the model {run / 'config.yaml'} describes ({cause})")
+
+
+def _mismatch_cause(e: BaseException) -> str | None:
+    """DCP's reason a load failed because the state does not fit (a ValueError ``Size mismatch ...``, a
+    RuntimeError ``Missing key ...``), also from inside the CheckpointException it wraps them in on each
+    rank; None for anything else."""
+    found: list[BaseException] = [e]
+    if isinstance(e, CheckpointException):
+        found = [f[0] if isinstance(f, tuple) else f for f in e.failures.values()]
+    for err in found:
+        if isinstance(err, (ValueError, RuntimeError, KeyError)) and not isinstance(err, CheckpointException):
+            text = str(err).strip().splitlines()
+            return (text[0] if text else type(err).__name__)[:300]
+    return None
+
+
 # -- checksums ------------------------------------------------------------------------------------
 def file_checksum(path: Path) -> dict[str, Any]:
     """A file's size and the CRC-32 of each 1 MiB block (the shard manifest's representation)."""
@@ -293,6 +317,9 @@ def load_dcp(state: dict[str, Any], path: Path, *, no_dist: bool = False, verify
         for refused in (reader.refused, planner.refused, *found):
             if isinstance(refused, UnsafeCheckpointError):
                 raise UnsafeCheckpointError(str(refused)) from None
+        cause = _mismatch_cause(e)
+        if cause is not None:
+            raise CheckpointMismatchError(path, cause) from None
         raise
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -351,12 +352,18 @@ def parse_source(item: str) -> SourceConfig:
         raise ConfigError(f"--data {item!r}: expected DIR or NAME=DIR:WEIGHT")
     name, rest = m.groups()
     path, weight = rest, 1.0
-    if ":" in rest:
+    if ":" in rest and not Path(rest).exists():  # a directory whose name holds ':' is taken whole
         head, tail = rest.rsplit(":", 1)
         try:
             path, weight = head, float(tail)
         except ValueError:
-            path = rest
+            raise ConfigError(
+                f"--data {item!r}: the weight {tail!r} is not a number (NAME=DIR:WEIGHT)"
+            ) from None
+        if not math.isfinite(weight) or weight < 0:
+            raise ConfigError(
+                f"--data {item!r}: the weight must be a finite non-negative number, got {tail!r}"
+            )
     return SourceConfig(name=name, path=Path(path), weight=weight)
 
 
@@ -379,8 +386,11 @@ def validate_mixture(data: DataConfig) -> None:
     for i, s in enumerate(data.sources):
         if not s.name or s.path is None:
             raise ConfigError(f"data.sources[{i}]: every source needs a name and a path")
-        if s.weight < 0 or s.max_epochs < 0:
-            raise ConfigError(f"data.sources[{i}] ({s.name}): weight and max_epochs must be >= 0")
+        if not math.isfinite(s.weight) or s.weight < 0 or s.max_epochs < 0:
+            raise ConfigError(
+                f"data.sources[{i}] ({s.name}): the weight must be a finite non-negative number, "
+                "max_epochs >= 0"
+            )
     if len(set(names)) != len(names):
         raise ConfigError(f"data.sources: names must be unique, got {names}")
     if sum(s.weight for s in data.sources) <= 0:
@@ -393,8 +403,8 @@ def validate_mixture(data: DataConfig) -> None:
         unknown = sorted(set(st.weights) - set(names))
         if unknown:
             raise ConfigError(f"data.stages[{i}]: unknown source(s) {unknown}; sources are {names}")
-        if any(not isinstance(w, int | float) or w < 0 for w in st.weights.values()):
-            raise ConfigError(f"data.stages[{i}]: weights must be non-negative numbers")
+        if any(not isinstance(w, int | float) or not math.isfinite(w) or w < 0 for w in st.weights.values()):
+            raise ConfigError(f"data.stages[{i}]: weights must be finite non-negative numbers")
         if sum(st.weights.values()) <= 0:
             raise ConfigError(f"data.stages[{i}]: the weights sum to zero")
 
@@ -471,12 +481,29 @@ def validate(cfg: RunConfig) -> None:
         (cfg.train.grad_accum > 0, "train.grad_accum must be positive"),
         (cfg.data.batch_size > 0, "data.batch_size must be positive"),
         (cfg.checkpoint.keep > 0, "checkpoint.keep must be at least 1"),
+        (cfg.checkpoint.every >= 0, "checkpoint.every must be >= 0 (0: only the final checkpoint)"),
+        (math.isfinite(cfg.optim.lr) and cfg.optim.lr >= 0, "optim.lr must be a finite number >= 0"),
+        (
+            0 <= cfg.optim.beta1 < 1 and 0 <= cfg.optim.beta2 < 1,
+            "optim.beta1 and optim.beta2 must be in [0, 1)",
+        ),
+        (cfg.optim.eps > 0, "optim.eps must be positive"),
+        (cfg.optim.weight_decay >= 0, "optim.weight_decay must be >= 0"),
+        (
+            0 <= cfg.guard.ema < 1,
+            "guard.ema must be in [0, 1) (the running average's weight on itself; 1 would never update it)",
+        ),
+        (cfg.train.val_every >= 0, "train.val_every must be >= 0 (0: only at the end)"),
         (0 <= cfg.optim.min_lr_ratio <= 1, "optim.min_lr_ratio must be in [0, 1]"),
         (0 < cfg.optim.decay_fraction <= 1, "optim.decay_fraction must be in (0, 1]"),
         (cfg.train.ramp_tokens >= 0, "train.ramp_tokens must be >= 0"),
         (cfg.train.ramp_start > 0, "train.ramp_start must be positive"),
         (cfg.guard.factor > 1, "guard.factor must be above 1"),
         (cfg.train.log_every > 0, "train.log_every must be positive"),
+        (
+            cfg.train.val_batches > 0,
+            "train.val_batches must be at least 1 (train.val_every=0: only at the end)",
+        ),
         (cfg.parallel.checkpoint_every > 0, "parallel.checkpoint_every must be positive"),
         (
             cfg.model.attention != "flex" or cfg.model.doc_mask,

@@ -50,15 +50,32 @@ def verify_notices(data: RunData) -> list[str]:
     return out
 
 
-def val_notices(data: RunData) -> list[str]:
-    """A validation split without samples (a curate run with pack.val_fraction 0, or too little text for
-    one): the run measures no val_loss on it, said once at the start instead of silently."""
-    return [
-        f"{ds.directory}: its val split holds no samples, so this run measures no val_loss on it "
-        "(curate with pack.val_fraction > 0 and enough text for one sample in 1/val_fraction)"
-        for ds in data.val.values()
-        if len(ds) == 0
-    ]
+def val_notices(data: RunData, dp: int = 1, batch_size: int = 0, pipeline: bool = False) -> list[str]:
+    """A validation split the run cannot measure, said once at the start instead of silently: one
+    without samples (a curate run with pack.val_fraction 0, or too little text for one), one with fewer
+    samples than the ``dp`` data-parallel ranks (each rank needs one), and with pipeline stages
+    (``pipeline``) one with fewer than ``batch_size`` per rank (the stages run whole training batches)."""
+    out: list[str] = []
+    for ds in data.val.values():
+        n = len(ds)
+        if n == 0:
+            out.append(
+                f"{ds.directory}: its val split holds no samples, so this run measures no val_loss on it "
+                "(curate with pack.val_fraction > 0 and enough text for one sample in 1/val_fraction)"
+            )
+        elif n < dp:
+            out.append(
+                f"{ds.directory}: its val split holds {n} sample(s), fewer than the {dp} data-parallel "
+                "ranks (each needs one), so this run measures no val_loss on it (curate more text or "
+                "run on fewer ranks)"
+            )
+        elif pipeline and n // dp < batch_size:
+            out.append(
+                f"{ds.directory}: its val split holds {n} sample(s), fewer than data.batch_size "
+                f"{batch_size} per data-parallel rank ({dp}) that the pipeline stages run, so this run "
+                "measures no val_loss on it"
+            )
+    return out
 
 
 def mixture_stages(data: DataConfig, schedule: BatchSchedule) -> list[MixStage]:

@@ -61,6 +61,15 @@ class ModelConfig:
     fused_loss: bool = False
 
     def __post_init__(self) -> None:
+        for key in ("dim", "n_layers", "n_heads"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"model.{key} must be at least 1, got {getattr(self, key)}")
+        if self.n_kv_heads is not None and self.n_kv_heads < 1:
+            raise ValueError(
+                f"model.n_kv_heads must be at least 1 (or unset: n_heads), got {self.n_kv_heads}"
+            )
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.arch == "encoder" and (self.mup_base_dim or self.init_from or self.kv_heads != self.n_heads):
             raise ValueError("model.arch=encoder has no muP, init_from or grouped-query attention")
         if self.arch == "encoder" and self.moe.experts:

@@ -220,12 +220,22 @@ def init_distributed(cfg: ParallelConfig, model: ModelConfig | None = None) -> D
     if backend == "nccl" and not want_cuda:
         raise ConfigError("parallel.backend=nccl needs CUDA devices")
     if not dist.is_initialized():
+        store = None
+        if world == 1 and "MASTER_PORT" not in os.environ and "RANK" not in os.environ:
+            # one process, not started by torchrun: its store on a port the OS picks (two such runs on
+            # one machine never collide on a fixed port)
+            store = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True)
+            os.environ["MASTER_PORT"] = str(store.port)
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29511")
         os.environ.setdefault("RANK", str(rank))
         os.environ.setdefault("WORLD_SIZE", str(world))
         dist.init_process_group(
-            backend=backend, rank=rank, world_size=world, device_id=device if want_cuda else None
+            backend=backend,
+            rank=rank,
+            world_size=world,
+            store=store,
+            device_id=device if want_cuda else None,
         )
     mesh = build_mesh(cfg, world, device.type, model)
     cp = None

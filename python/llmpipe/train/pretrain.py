@@ -9,6 +9,7 @@ checkpoint (resume from the latest) -> the loop. See docs/training.md.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -190,14 +191,41 @@ def lora_summary(cfg: RunConfig, model: torch.nn.Module, n_params: int, d: Dist)
     return rec
 
 
-def lock_run_dir(out: Path, d: Dist, overwrite: bool = False) -> DirLock | None:
+_OLD_CHECKPOINT = re.compile(r"(damaged-)?step-\d+")
+
+
+def fresh_start_problem(out: Path) -> str | None:
+    """``checkpoint.resume=false`` starts a run over: refused where ``out`` already holds checkpoints, since
+    the new run's would mix with them (keep-K pruning would then delete the new run's lower steps, and
+    config.yaml would describe a model no checkpoint holds)."""
+    root = out / "checkpoints"
+    found = sorted(p.name for p in root.glob("*step-*") if p.is_dir() and _OLD_CHECKPOINT.fullmatch(p.name))
+    if not found:
+        return None
+    return (
+        f"--out {out} already holds checkpoints ({', '.join(found[-3:])}) and checkpoint.resume is false: "
+        f"train into a new --out directory, or move or delete {out / 'checkpoints'} to start over"
+    )
+
+
+def write_config(out: Path, text: str) -> None:
+    """``out/config.yaml``, replaced atomically (a reader never sees half of it)."""
+    tmp = out / f".config.yaml.tmp-{os.getpid()}"  # outdir.TEMP_NAME: a kill leaves nothing foreign
+    tmp.write_text(text)
+    os.replace(tmp, out / "config.yaml")
+
+
+def lock_run_dir(out: Path, d: Dist, overwrite: bool = False, resume: bool = True) -> DirLock | None:
     """Rank 0 creates ``out`` and takes its lock; every rank stops with the same one line if it cannot
-    (a directory holding files llmpipe did not write is refused unless ``overwrite``)."""
+    (a directory holding files llmpipe did not write is refused unless ``overwrite``; one holding
+    checkpoints when ``resume`` is false)."""
     lock: DirLock | None = None
     box: list[str | None] = [None]
     if d.is_main:
         try:
             RUN_DIR.check(out, overwrite)
+            if not resume and (problem := fresh_start_problem(out)):
+                raise LlmpipeError(problem)
             out.mkdir(parents=True, exist_ok=True)
             lock = DirLock(out, "run directory").acquire()
         except OSError as e:
@@ -219,7 +247,7 @@ def run(cfg: RunConfig, out: Path, overwrite: bool = False) -> None:
             f"data.batch_size {cfg.data.batch_size} is not a multiple of the {microbatches(cfg.parallel)} "
             "pipeline micro-batches (parallel.pp_microbatches)"
         )
-    lock = lock_run_dir(out, d, overwrite)
+    lock = lock_run_dir(out, d, overwrite, cfg.checkpoint.resume)
     try:
         _run(cfg, out, d)
     finally:
@@ -264,7 +292,9 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
     )
     data = build_data(cfg, d, schedule, train_ds)
     if d.is_main:
-        for line in [*verify_notices(data), *val_notices(data)]:
+        pipelined = d.layout.pp > 1
+        notes = val_notices(data, d.dp_size, cfg.data.batch_size, pipelined)
+        for line in [*verify_notices(data), *notes]:
             print(f"note: {line}", flush=True)
     if hf_dir is not None and d.layout.pp > 1:
         raise LlmpipeError("model.init_from loads a whole model: use it with parallel.pp=1")
@@ -284,9 +314,8 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         whole = new_model(cfg.model)
     n_params = count_params(whole)
     n_dense = count_params(whole, exclude_embeddings=True)
+    config_text = dump(cfg)  # written once a resume has found the checkpoint fits (below)
     if d.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(dump(cfg))
         print(
             "\n".join(startup_summary(cfg, d, out, n_params, n_dense, len(train_ds), train_ds.seq_len)),
             flush=True,
@@ -337,6 +366,8 @@ def _run(cfg: RunConfig, out: Path, d: Dist) -> None:
         trainer.restore(latest)
         if d.is_main:
             print(f"resumed from {latest} at step {trainer.step}", flush=True)
+    if d.is_main:  # only now: a resume refused above leaves the run's config.yaml as its checkpoints need
+        write_config(out, config_text)
     try:
         trainer.fit()
     finally:

@@ -22,7 +22,7 @@ from llmpipe.compress.training import TrainCompression
 from llmpipe.data import Batch, ShardDataset, TokenLoader
 from llmpipe.data.loader import MixtureLoader
 from llmpipe.errors import LlmpipeError
-from llmpipe.train.checkpoint import Checkpointer
+from llmpipe.train.checkpoint import Checkpointer, CheckpointMismatchError
 from llmpipe.train.config import RunConfig
 from llmpipe.train.guard import SpikeGuard, TrainingDiverged
 from llmpipe.train.loss import output_cross_entropy
@@ -168,10 +168,15 @@ class Trainer:
     def restore(self, path: Path, *, rollback: bool = False) -> None:
         try:
             saved = self.ckpt.load(path, self.model, self.optimizer, restore_rng=not rollback)
+        except CheckpointMismatchError as e:
+            raise LlmpipeError(
+                f"{path} does not fit this run's model ({e.cause}); "
+                f"train into a new --out directory, or move or delete {path.parent} to start over"
+            ) from None
         except (ValueError, RuntimeError, CheckpointException) as e:
             raise LlmpipeError(
                 f"{path} does not fit this run's model ({str(e).splitlines()[0][:300]}); "
-                "train into a new --out directory or pass --checkpoint.resume=false"
+                f"train into a new --out directory, or move or delete {path.parent} to start over"
             ) from e
         self.step = saved["step"]
         self.scheduler.load_state_dict(saved["scheduler"])
@@ -186,7 +191,7 @@ class Trainer:
             except ValueError as e:
                 raise LlmpipeError(
                     f"{path} was written for other shards or another data order ({e}); "
-                    "train into a new --out directory or pass --checkpoint.resume=false"
+                    f"train into a new --out directory, or move or delete {path.parent} to start over"
                 ) from e
 
     def save(self, *, blocking: bool) -> None:
