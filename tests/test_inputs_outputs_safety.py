@@ -354,3 +354,49 @@ def test_item15_unreachable_store_and_a_zstd_cut_in_its_first_block(data_dir: Pa
     cut.write_bytes(z[: len(z) // 2])
     got = list(records(cut, ReadConfig()))
     assert [type(r).__name__ for r in got] == ["Bad"] and got[0].reason == "truncated_or_corrupt_stream"
+
+
+def test_item1_out_that_is_holds_or_lies_inside_the_input_is_refused_even_with_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """export, quantize and prune replace --out whole: an --out that is the run or model being read, lies
+    inside it or holds it would delete it. Refused in one line that says so, --overwrite or not."""
+    run = tmp_path / "models" / "run"
+    files = {
+        "config.yaml": "model: {}\n",
+        "checkpoints/step-2/.metadata": "meta",
+        "checkpoints/step-2/__0_0.distcp": "weights",
+        "config.json": "{}\n",
+        "model.safetensors": "weights",
+    }
+    for name, text in files.items():
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text(text)
+    (tmp_path / "link").symlink_to(run)
+    outs = {
+        run: "is the",
+        run / "checkpoints": "lies inside the",
+        run / "new" / "sub": "lies inside the",
+        tmp_path / "models": "holds the",
+        tmp_path / "link": "is the",
+    }
+    for command, extra in (
+        ("export", []),
+        ("quantize", ["--method", "int8"]),
+        ("prune", ["--sparsity", "0.5"]),
+    ):
+        for out, how in outs.items():
+            for overwrite in ([], ["--overwrite"]):
+                capsys.readouterr()
+                rc = main([command, str(run), *extra, "--out", str(out), *overwrite])
+                err = _one_line(rc, capsys.readouterr().err.strip())
+                assert f"{how} " in err and "that this command reads" in err, (command, out, err)
+                assert "did not write" not in err and "pass --overwrite" not in err, err
+                assert {n: (run / n).read_text() for n in files} == files
+    # shards named on the command line are inputs too
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "manifest.json").write_text("{}")
+    rc = main(["quantize", str(run), "--eval", str(shards), "--out", str(shards / "q"), "--overwrite"])
+    assert "lies inside --eval" in _one_line(rc, capsys.readouterr().err.strip())
+    assert (shards / "manifest.json").read_text() == "{}"

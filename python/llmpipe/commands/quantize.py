@@ -70,7 +70,9 @@ def _format(method: str | None, fmt: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from llmpipe.train.rundir import COMPRESSED_OUT
 
-    COMPRESSED_OUT.check(args.out, args.overwrite)  # before anything loads: a user's directory is kept
+    # before anything loads: a user's directory is kept, and so is what the command reads
+    inputs = {"the model": args.model, "--calib": args.calib, "--eval": args.eval}
+    COMPRESSED_OUT.check(args.out, args.overwrite, inputs=inputs)
     if args.group_size is not None and args.group_size <= 0:
         from llmpipe.errors import ConfigError
 
@@ -80,8 +82,10 @@ def run(args: argparse.Namespace) -> int:
     from llmpipe.compress.report import build_report, fp32_file_bytes, measure, write_report
     from llmpipe.compress.spec import QuantSpec, check
     from llmpipe.errors import ConfigError
+    from llmpipe.outdir import apart_from_inputs
 
     loaded = load_model(args.model)
+    apart_from_inputs(args.out, {"the run's shards": loaded.shards})
     method = args.method
     if loaded.qat is not None:  # QAT trained against one scheme: converting means quantizing with it
         want = "int4" if loaded.qat["scheme"] == "int4" else "int8"
