@@ -400,3 +400,37 @@ def test_item1_out_that_is_holds_or_lies_inside_the_input_is_refused_even_with_o
     rc = main(["quantize", str(run), "--eval", str(shards), "--out", str(shards / "q"), "--overwrite"])
     assert "lies inside --eval" in _one_line(rc, capsys.readouterr().err.strip())
     assert (shards / "manifest.json").read_text() == "{}"
+
+
+def test_item2_a_shard_directorys_files_do_not_lead_outside_it(
+    tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shard, the tokenizer or the manifest that is a symlink to a file elsewhere is not read: the
+    trainer's loader (ShardDataset) and ``inspect --verify`` stop with one line naming it."""
+    import shutil
+
+    from llmpipe.data.dataset import ShardDataset
+    from llmpipe.errors import ShardError
+    from llmpipe.train.byte_shards import write_byte_shards
+
+    made = write_byte_shards(
+        data_dir / "reference" / "books" / "tiny-shakespeare.txt", tmp_path / "made", max_chars=20_000
+    )
+    names = [n for n in ("manifest.json", "tokenizer.json", "train-00000.arrow") if (made / n).exists()]
+    assert "train-00000.arrow" in names and "manifest.json" in names
+    for name in names:
+        shards, elsewhere = tmp_path / f"s-{name}", tmp_path / f"elsewhere-{name}"
+        shutil.copytree(made, shards)
+        elsewhere.mkdir()
+        shutil.move(shards / name, elsewhere / name)
+        (shards / name).symlink_to(elsewhere / name)
+        with pytest.raises(ShardError, match=f"{name}: a symlink leading outside"):
+            ShardDataset(shards, "train")
+        rc = main(["inspect", str(shards), "--verify"])
+        assert f"{name}: a symlink leading outside" in _one_line(rc, capsys.readouterr().err.strip())
+    # a link that stays in the directory is a file of it
+    shards = tmp_path / "inside"
+    shutil.copytree(made, shards)
+    (shards / "train-00000.arrow").rename(shards / "data")
+    (shards / "train-00000.arrow").symlink_to("data")
+    assert len(ShardDataset(shards, "train")) > 0

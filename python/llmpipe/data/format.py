@@ -164,6 +164,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ShardError(
             f"{directory}: no {MANIFEST}; is this a shard directory written by `llmpipe curate`?"
         )
+    stays_inside(path, directory, ShardError)
     try:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -192,8 +193,24 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         if not isinstance(shards, list) or not all(isinstance(x, dict) and "file" in x for x in shards):
             raise ShardError(f"{path}: splits.{split}.shards must be a list of entries with a file name")
         for shard in shards:
-            plain_file_name(shard["file"], f"{path}: splits.{split}.shards")
+            stays_inside(
+                Path(directory) / plain_file_name(shard["file"], f"{path}: splits.{split}.shards"),
+                directory,
+                ShardError,
+            )
+    for name in {manifest["tokenizer"].get("file", TOKENIZER_FILE), TOKENIZER_FILE}:
+        stays_inside(Path(directory) / name, directory, ShardError)
     return manifest
+
+
+def stays_inside(path: Path, directory: Path, error: type[Exception]) -> Path:
+    """``path`` (a file of ``directory``, there or not) when it does not lead outside ``directory`` once
+    symlinks are followed; else one line (``error``) naming it: a link planted in a shard or checkpoint
+    directory is not followed to a file elsewhere."""
+    real, home = os.path.realpath(path), os.path.realpath(directory)
+    if os.path.commonpath([real, home]) != home:
+        raise error(f"{path}: a symlink leading outside {directory} (to {real}); refused")
+    return path
 
 
 def plain_file_name(name: object, where: str) -> str:
