@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -434,3 +435,67 @@ def test_item2_a_shard_directorys_files_do_not_lead_outside_it(
     (shards / "train-00000.arrow").rename(shards / "data")
     (shards / "train-00000.arrow").symlink_to("data")
     assert len(ShardDataset(shards, "train")) > 0
+
+
+MANIFEST_DAMAGE: list[tuple[str, object, str]] = [
+    # (key path, value, what the one line says) -- each once a traceback or a 256 GB allocation
+    ("", [1, 2, 3], "not an llmpipe shard manifest"),
+    ("seq_len", "64", 'seq_len is "64", not a whole number of tokens'),
+    ("seq_len", 0, "seq_len is 0"),
+    ("seq_len", (1 << 20) + 1, "seq_len is 1048577"),
+    ("seq_len", True, "seq_len is true"),
+    ("dtype", "int64", 'dtype is "int64", not uint16 or uint32'),
+    ("tokenizer.eos_id", "x", 'tokenizer.eos_id is "x", not a token id'),
+    ("tokenizer.eos_id", 257, "tokenizer.eos_id is 257, not a token id below the vocabulary size 257"),
+    ("tokenizer.eos_id", -1, "tokenizer.eos_id is -1"),
+    ("tokenizer.vocab_size", -1, "tokenizer.vocab_size is -1, not a whole number from 1 to 65,536"),
+    ("tokenizer.vocab_size", 1_000_000_000, "tokenizer.vocab_size is 1000000000, not a whole number"),
+    ("tokenizer.vocab_size", 2.5, "tokenizer.vocab_size is 2.5"),
+    ("tokenizer.sha256", 5, "tokenizer.sha256 is 5, not a string"),
+    ("counts", [], "counts is [], not a mapping"),
+    ("splits.train.shards.0.block_bytes", 0, "splits.train.shards[0].block_bytes is 0, not a positive"),
+    ("splits.train.shards.0.block_bytes", "1", 'block_bytes is "1"'),
+    ("splits.train.shards.0.block_crc32", "abc", 'splits.train.shards[0].block_crc32 is "abc", not a list'),
+    ("splits.train.shards.0.block_crc32", [1 << 32], "block_crc32 is [4294967296]"),
+    ("splits.train.shards.0.block_crc32", None, "has one of block_bytes and block_crc32 without the other"),
+    ("splits.train.shards.0.rows", -3, "splits.train.shards[0].rows is -3, not a whole number"),
+    ("splits.train.shards.0.bytes", "40", 'splits.train.shards[0].bytes is "40"'),
+    ("splits.train.shards.0.sha256", None, "splits.train.shards[0] has no sha256"),
+    ("splits.train", 7, "splits.train is 7, not a mapping"),
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"), MANIFEST_DAMAGE, ids=[f"{k}={v!r}"[:40] for k, v, _ in MANIFEST_DAMAGE]
+)
+def test_item3_a_strangers_manifest_values_are_checked_in_one_place(
+    key: str, value: object, says: str, tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every manifest value a reader relies on has its type and range checked by read_manifest: one
+    line naming the key from the trainer's loader, ``inspect --verify`` and ``eval --shards`` alike."""
+    from llmpipe.curate import settings
+    from llmpipe.data.dataset import ShardDataset
+    from llmpipe.data.format import MAX_SEQ_LEN
+    from llmpipe.errors import ShardError
+    from llmpipe.train.byte_shards import write_byte_shards
+
+    assert MAX_SEQ_LEN == settings.MAX_SEQ_LEN  # the packer's limit
+    shards = tmp_path / "s"
+    write_byte_shards(data_dir / "reference" / "books" / "tiny-shakespeare.txt", shards, max_chars=20_000)
+    good = json.loads((shards / "manifest.json").read_text())
+    m: object = value
+    if key:
+        m = json.loads(json.dumps(good))
+        *path, last = key.split(".")
+        at: object = m
+        for k in path:
+            at = at[int(k)] if isinstance(at, list) else at[k]  # type: ignore[index]
+        if value is None:
+            del at[last]  # type: ignore[union-attr]
+        else:
+            at[last] = value  # type: ignore[index]
+    (shards / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ShardError, match=f"manifest.json: .*{re.escape(says)}"):
+        ShardDataset(shards, "train")
+    rc = main(["inspect", str(shards), "--verify"])
+    assert says in _one_line(rc, capsys.readouterr().err.strip())
