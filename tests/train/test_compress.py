@@ -111,6 +111,8 @@ def test_bad_requests_are_one_line_errors(
         data_dir / "reference" / "books" / "tiny-shakespeare.txt", tmp_path / "no-val", max_chars=20_000,
         val_fraction=0.0,
     )  # fmt: skip
+    not_a_model = tmp_path / "not-a-model"  # beside --out: an --out inside the model is refused first
+    not_a_model.mkdir()
     empty_split = f"{no_val}: its val split holds no samples (curate puts every 1/pack.val_fraction-th sample"
     assert llmpipe(["eval", str(base_run), "--shards", str(no_val)]) == 2
     err = capsys.readouterr().err.strip()
@@ -129,7 +131,7 @@ def test_bad_requests_are_one_line_errors(
         (["prune", str(base_run), "--sparsity", "1.5"], "(0, 1)"),
         (["prune", str(base_run), "--sparsity", "0"], "(0, 1)"),
         (["prune", str(base_run), "--structure", "2:4", "--sparsity", "0.3"], "2:4 means sparsity 0.5"),
-        (["quantize", str(tmp_path), "--method", "int8"], "neither a run directory"),
+        (["quantize", str(not_a_model), "--method", "int8"], "neither a run directory"),
     ]
     for argv, want in cases:
         assert llmpipe([*argv, "--out", str(tmp_path / "x")]) == 2
