@@ -157,6 +157,7 @@ def error_line(stderr: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from llmpipe.commands.quantize import check_counts
     from llmpipe.train.rundir import COMPRESSED_OUT
 
     # before anything loads: a user's directory is kept, and so is what the command reads
@@ -168,10 +169,11 @@ def run(args: argparse.Namespace) -> int:
         "--train-config": args.train_config,
     }
     COMPRESSED_OUT.check(args.out, args.overwrite, inputs=inputs)
+    check_counts(args)
     import torch
 
     from llmpipe.compress.calib import calibration_tokens
-    from llmpipe.compress.model_io import load_model, save_hf
+    from llmpipe.compress.model_io import check_shards, load_model, save_hf
     from llmpipe.compress.neurons import prune_neurons
     from llmpipe.compress.prune import check_sparsity, prune_weights, sparsity_of
     from llmpipe.compress.report import build_report, fp32_file_bytes, measure, write_report
@@ -190,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
     model: Any = loaded.model
     cfg = model.cfg
     shards = args.eval or loaded.shards
+    for d in dict.fromkeys((shards, args.calib)):  # measured on, calibrated on: the model's token ids
+        check_shards(loaded, d, args.model)
     before = measure(
         model,
         shards,

@@ -315,6 +315,47 @@ def check_tokenizer(directory: Path, manifest: dict[str, Any]) -> Path | None:
     return path
 
 
+def tokenizer_ids(text: str) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """What decides the ids of a tokenizer.json's text: token -> id (added tokens included) and the
+    ordered merges (``"a b"`` and ``["a", "b"]`` alike)."""
+    doc = json.loads(text)
+    model = doc.get("model", {}) if isinstance(doc, dict) else {}
+    vocab = dict(model.get("vocab", {})) if isinstance(model.get("vocab"), dict) else {}
+    vocab.update({t["content"]: t["id"] for t in doc.get("added_tokens", []) if isinstance(t, dict)})
+    merges = [
+        tuple(m.split(" ", 1)) if isinstance(m, str) else (str(m[0]), str(m[1]))
+        for m in model.get("merges", []) or []
+    ]
+    return vocab, merges  # type: ignore[return-value]
+
+
+def check_same_tokenizer(directory: Path, model_tokenizer: str | None, whose: str) -> None:
+    """Refuse (one ShardError line) shards tokenised otherwise than the model ``whose`` tokenises: its
+    tokenizer.json text (``model_tokenizer``) against the shards' own (checked against the manifest's
+    sha256). Bits per byte or calibration on another tokenizer's ids mean nothing, even at the same
+    vocabulary size. Without the model's tokenizer, at least the shards' ids must fit its vocabulary
+    (the caller checks the sizes)."""
+    from llmpipe.errors import ShardError
+
+    manifest = read_manifest(directory)
+    path = check_tokenizer(directory, manifest)
+    if path is None:
+        raise ShardError(
+            f"{directory}: the manifest records no tokenizer, so nothing tells whether the shards were "
+            f"tokenised as {whose} tokenises"
+        )
+    if model_tokenizer is None:
+        return
+    ours, theirs = tokenizer_ids(path.read_text(encoding="utf-8")), tokenizer_ids(model_tokenizer)
+    if ours != theirs:
+        diff = sorted(set(ours[0].items()) ^ set(theirs[0].items()))[:3]
+        raise ShardError(
+            f"{directory}: tokenised with another tokenizer than {whose}'s ({len(ours[0])} vs "
+            f"{len(theirs[0])} tokens, {len(ours[1])} vs {len(theirs[1])} merges; first differences "
+            f"{diff}): its ids would be read as other tokens; use shards made with the model's tokenizer"
+        )
+
+
 _MAGIC = b"ARROW1"
 _BLOCK = 24  # flatbuffer struct Block { offset: long; metaDataLength: int; (pad); bodyLength: long }
 
