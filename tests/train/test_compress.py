@@ -357,3 +357,10 @@ def test_shards_of_another_tokenizer_and_no_eval_rows_are_refused(
         assert len(err.splitlines()) == 1 and want in err, (argv, err)
         assert not (tmp_path / "x").exists()
     assert llmpipe(["eval", run, "--shards", str(byte_shards), "--device", "cpu"]) == 0
+    # its HF export: the tokenizer transformers loads from it is compared the same way
+    hf = tmp_path / "hf"
+    assert llmpipe(["export", run, "--out", str(hf)]) == 0
+    assert llmpipe(["eval", str(hf), "--shards", str(byte_shards), "--device", "cpu"]) == 0
+    capsys.readouterr()
+    assert llmpipe(["eval", str(hf), "--shards", other, "--device", "cpu"]) == 2
+    assert another in capsys.readouterr().err
