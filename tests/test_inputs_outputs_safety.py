@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -354,3 +355,147 @@ def test_item15_unreachable_store_and_a_zstd_cut_in_its_first_block(data_dir: Pa
     cut.write_bytes(z[: len(z) // 2])
     got = list(records(cut, ReadConfig()))
     assert [type(r).__name__ for r in got] == ["Bad"] and got[0].reason == "truncated_or_corrupt_stream"
+
+
+def test_item1_out_that_is_holds_or_lies_inside_the_input_is_refused_even_with_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """export, quantize and prune replace --out whole: an --out that is the run or model being read, lies
+    inside it or holds it would delete it. Refused in one line that says so, --overwrite or not."""
+    run = tmp_path / "models" / "run"
+    files = {
+        "config.yaml": "model: {}\n",
+        "checkpoints/step-2/.metadata": "meta",
+        "checkpoints/step-2/__0_0.distcp": "weights",
+        "config.json": "{}\n",
+        "model.safetensors": "weights",
+    }
+    for name, text in files.items():
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text(text)
+    (tmp_path / "link").symlink_to(run)
+    outs = {
+        run: "is the",
+        run / "checkpoints": "lies inside the",
+        run / "new" / "sub": "lies inside the",
+        tmp_path / "models": "holds the",
+        tmp_path / "link": "is the",
+    }
+    for command, extra in (
+        ("export", []),
+        ("quantize", ["--method", "int8"]),
+        ("prune", ["--sparsity", "0.5"]),
+    ):
+        for out, how in outs.items():
+            for overwrite in ([], ["--overwrite"]):
+                capsys.readouterr()
+                rc = main([command, str(run), *extra, "--out", str(out), *overwrite])
+                err = _one_line(rc, capsys.readouterr().err.strip())
+                assert f"{how} " in err and "that this command reads" in err, (command, out, err)
+                assert "did not write" not in err and "pass --overwrite" not in err, err
+                assert {n: (run / n).read_text() for n in files} == files
+    # shards named on the command line are inputs too
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "manifest.json").write_text("{}")
+    rc = main(["quantize", str(run), "--eval", str(shards), "--out", str(shards / "q"), "--overwrite"])
+    assert "lies inside --eval" in _one_line(rc, capsys.readouterr().err.strip())
+    assert (shards / "manifest.json").read_text() == "{}"
+
+
+def test_item2_a_shard_directorys_files_do_not_lead_outside_it(
+    tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shard, the tokenizer or the manifest that is a symlink to a file elsewhere is not read: the
+    trainer's loader (ShardDataset) and ``inspect --verify`` stop with one line naming it."""
+    import shutil
+
+    from llmpipe.data.dataset import ShardDataset
+    from llmpipe.errors import ShardError
+    from llmpipe.train.byte_shards import write_byte_shards
+
+    made = write_byte_shards(
+        data_dir / "reference" / "books" / "tiny-shakespeare.txt", tmp_path / "made", max_chars=20_000
+    )
+    names = [n for n in ("manifest.json", "tokenizer.json", "train-00000.arrow") if (made / n).exists()]
+    assert "train-00000.arrow" in names and "manifest.json" in names
+    for name in names:
+        shards, elsewhere = tmp_path / f"s-{name}", tmp_path / f"elsewhere-{name}"
+        shutil.copytree(made, shards)
+        elsewhere.mkdir()
+        shutil.move(shards / name, elsewhere / name)
+        (shards / name).symlink_to(elsewhere / name)
+        with pytest.raises(ShardError, match=f"{name}: a symlink leading outside"):
+            ShardDataset(shards, "train")
+        rc = main(["inspect", str(shards), "--verify"])
+        assert f"{name}: a symlink leading outside" in _one_line(rc, capsys.readouterr().err.strip())
+    # a link that stays in the directory is a file of it
+    shards = tmp_path / "inside"
+    shutil.copytree(made, shards)
+    (shards / "train-00000.arrow").rename(shards / "data")
+    (shards / "train-00000.arrow").symlink_to("data")
+    assert len(ShardDataset(shards, "train")) > 0
+
+
+MANIFEST_DAMAGE: list[tuple[str, object, str]] = [
+    # (key path, value, what the one line says) -- each once a traceback or a 256 GB allocation
+    ("", [1, 2, 3], "not an llmpipe shard manifest"),
+    ("seq_len", "64", 'seq_len is "64", not a whole number of tokens'),
+    ("seq_len", 0, "seq_len is 0"),
+    ("seq_len", (1 << 20) + 1, "seq_len is 1048577"),
+    ("seq_len", True, "seq_len is true"),
+    ("dtype", "int64", 'dtype is "int64", not uint16 or uint32'),
+    ("tokenizer.eos_id", "x", 'tokenizer.eos_id is "x", not a token id'),
+    ("tokenizer.eos_id", 257, "tokenizer.eos_id is 257, not a token id below the vocabulary size 257"),
+    ("tokenizer.eos_id", -1, "tokenizer.eos_id is -1"),
+    ("tokenizer.vocab_size", -1, "tokenizer.vocab_size is -1, not a whole number from 1 to 65,536"),
+    ("tokenizer.vocab_size", 1_000_000_000, "tokenizer.vocab_size is 1000000000, not a whole number"),
+    ("tokenizer.vocab_size", 2.5, "tokenizer.vocab_size is 2.5"),
+    ("tokenizer.sha256", 5, "tokenizer.sha256 is 5, not a string"),
+    ("counts", [], "counts is [], not a mapping"),
+    ("splits.train.shards.0.block_bytes", 0, "splits.train.shards[0].block_bytes is 0, not a positive"),
+    ("splits.train.shards.0.block_bytes", "1", 'block_bytes is "1"'),
+    ("splits.train.shards.0.block_crc32", "abc", 'splits.train.shards[0].block_crc32 is "abc", not a list'),
+    ("splits.train.shards.0.block_crc32", [1 << 32], "block_crc32 is [4294967296]"),
+    ("splits.train.shards.0.block_crc32", None, "has one of block_bytes and block_crc32 without the other"),
+    ("splits.train.shards.0.rows", -3, "splits.train.shards[0].rows is -3, not a whole number"),
+    ("splits.train.shards.0.bytes", "40", 'splits.train.shards[0].bytes is "40"'),
+    ("splits.train.shards.0.sha256", None, "splits.train.shards[0] has no sha256"),
+    ("splits.train", 7, "splits.train is 7, not a mapping"),
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"), MANIFEST_DAMAGE, ids=[f"{k}={v!r}"[:40] for k, v, _ in MANIFEST_DAMAGE]
+)
+def test_item3_a_strangers_manifest_values_are_checked_in_one_place(
+    key: str, value: object, says: str, tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every manifest value a reader relies on has its type and range checked by read_manifest: one
+    line naming the key from the trainer's loader, ``inspect --verify`` and ``eval --shards`` alike."""
+    from llmpipe.curate import settings
+    from llmpipe.data.dataset import ShardDataset
+    from llmpipe.data.format import MAX_SEQ_LEN
+    from llmpipe.errors import ShardError
+    from llmpipe.train.byte_shards import write_byte_shards
+
+    assert MAX_SEQ_LEN == settings.MAX_SEQ_LEN  # the packer's limit
+    shards = tmp_path / "s"
+    write_byte_shards(data_dir / "reference" / "books" / "tiny-shakespeare.txt", shards, max_chars=20_000)
+    good = json.loads((shards / "manifest.json").read_text())
+    m: object = value
+    if key:
+        m = json.loads(json.dumps(good))
+        *path, last = key.split(".")
+        at: object = m
+        for k in path:
+            at = at[int(k)] if isinstance(at, list) else at[k]  # type: ignore[index]
+        if value is None:
+            del at[last]  # type: ignore[union-attr]
+        else:
+            at[last] = value  # type: ignore[index]
+    (shards / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ShardError, match=f"manifest.json: .*{re.escape(says)}"):
+        ShardDataset(shards, "train")
+    rc = main(["inspect", str(shards), "--verify"])
+    assert says in _one_line(rc, capsys.readouterr().err.strip())

@@ -223,3 +223,35 @@ def test_scaling_ladder_end_to_end(cluster: Cluster, shards: Path, tmp_path: Pat
     assert (out / "results.csv").is_file()
     rows = json.loads((out / "results.json").read_text())["trials"]
     assert len(rows) == 6 and all(r["status"] == "completed" for r in rows)
+
+
+def test_trials_get_the_trainer_config_by_path_packaged_names_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``trainer_config: tiny`` (a config that ships with llmpipe) passes the check before Ray starts, so
+    every trial must be given the same file: its packaged path, not ``$PWD/tiny`` (each trial failed on
+    it). A file of the user's is given by its absolute path. No Ray needed: the trial's command."""
+    from llmpipe.config import config_file
+    from llmpipe.train.config import load_config
+    from llmpipe.tune.sweep import SweepConfig, trainer_config_path
+    from llmpipe.tune.trial import TrialSpec, command
+
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text((ROOT / "configs" / "train" / "tiny.yaml").read_text())
+    packaged = config_file("tiny", "train").resolve()
+    for given, want in (("tiny", packaged), ("tiny.yaml", packaged), ("mine.yaml", mine), (None, None)):
+        cfg = SweepConfig(trainer_config=None if given is None else Path(given))
+        path = trainer_config_path(cfg)
+        assert path == want, given
+        spec = TrialSpec(
+            script=None, trainer_config=path, data=tmp_path / "s", trials_dir=tmp_path / "t", nproc=1,
+            threads=1, bytes_per_token=0.0, fixed=[],
+        )  # fmt: skip
+        cmd = command(spec, {}, tmp_path / "run")
+        if want is None:
+            assert "--config" not in cmd
+        else:
+            given_to_trial = Path(cmd[cmd.index("--config") + 1])
+            assert given_to_trial.is_absolute() and given_to_trial.is_file()
+            load_config(given_to_trial, [])  # what the trial's trainer does with it

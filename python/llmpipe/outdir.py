@@ -15,7 +15,7 @@ import contextlib
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,9 +56,18 @@ class OutputDir:
             return sorted(others + claimed)  # named like llmpipe's files, but no run of it wrote them
         return others
 
-    def check(self, directory: Path, overwrite: bool, option: str = "--out") -> None:
+    def check(
+        self,
+        directory: Path,
+        overwrite: bool,
+        option: str = "--out",
+        inputs: Mapping[str, Path | None] | None = None,
+    ) -> None:
         """Refuse (one line) to write into ``directory`` when it holds files llmpipe did not write, or
-        when it (or a directory above it) is a file: never replaced, even with ``overwrite``."""
+        when it (or a directory above it) is a file, or when it is, holds or lies inside one of
+        ``inputs`` (what the command reads, by what the line calls it): never replaced, even with
+        ``overwrite``."""
+        apart_from_inputs(Path(directory), inputs or {}, option)
         file = file_in_the_way(Path(directory))
         if file is not None:
             kind = (
@@ -79,6 +88,29 @@ class OutputDir:
         raise ForeignFilesError(
             f"{option} {directory}: holds files llmpipe did not write ({', '.join(found[:SHOWN])}{more}); "
             f"choose a new or empty {self.kind}, or pass --overwrite to write there anyway"
+        )
+
+
+def apart_from_inputs(out: Path, inputs: Mapping[str, Path | None], option: str = "--out") -> None:
+    """Refuse (one line, even with ``--overwrite``) an output directory that is, holds or lies inside
+    an input the command reads (``{"the run": RUN}``; paths resolved, so a link to it counts): an
+    output replaced whole would delete it, and one written into would change what is being read."""
+    here = Path(os.path.abspath(out)).resolve()
+    for what, path in inputs.items():
+        if path is None:
+            continue
+        there = Path(os.path.abspath(path)).resolve()
+        if here == there:
+            how = "is"
+        elif there.is_relative_to(here):
+            how = "holds"
+        elif here.is_relative_to(there):
+            how = "lies inside"
+        else:
+            continue
+        raise LlmpipeError(
+            f"{option} {out}: {how} {what} ({path}) that this command reads; writing there would "
+            "delete it (--overwrite does not change that): name another directory"
         )
 
 

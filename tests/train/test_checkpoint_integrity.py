@@ -155,6 +155,7 @@ def test_item12_manifest_vocab_size_below_the_token_ids(byte_shards: Path, tmp_p
     shutil.copytree(byte_shards, shards)
     manifest = json.loads((shards / "manifest.json").read_text())
     manifest["tokenizer"]["vocab_size"] = 100  # the shards hold byte ids up to 256
+    manifest["tokenizer"]["eos_id"] = 0  # (an EOS id outside the vocabulary is refused as such, sooner)
     (shards / "manifest.json").write_text(json.dumps(manifest))
     proc = _resume(tmp_path / "run", shards, steps=2)
     line = _trainer_error(proc, f"{shards / 'manifest.json'}: the shards hold token id ", "vocab_size is 100")

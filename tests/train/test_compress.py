@@ -111,6 +111,8 @@ def test_bad_requests_are_one_line_errors(
         data_dir / "reference" / "books" / "tiny-shakespeare.txt", tmp_path / "no-val", max_chars=20_000,
         val_fraction=0.0,
     )  # fmt: skip
+    not_a_model = tmp_path / "not-a-model"  # beside --out: an --out inside the model is refused first
+    not_a_model.mkdir()
     empty_split = f"{no_val}: its val split holds no samples (curate puts every 1/pack.val_fraction-th sample"
     assert llmpipe(["eval", str(base_run), "--shards", str(no_val)]) == 2
     err = capsys.readouterr().err.strip()
@@ -129,7 +131,7 @@ def test_bad_requests_are_one_line_errors(
         (["prune", str(base_run), "--sparsity", "1.5"], "(0, 1)"),
         (["prune", str(base_run), "--sparsity", "0"], "(0, 1)"),
         (["prune", str(base_run), "--structure", "2:4", "--sparsity", "0.3"], "2:4 means sparsity 0.5"),
-        (["quantize", str(tmp_path), "--method", "int8"], "neither a run directory"),
+        (["quantize", str(not_a_model), "--method", "int8"], "neither a run directory"),
     ]
     for argv, want in cases:
         assert llmpipe([*argv, "--out", str(tmp_path / "x")]) == 2
@@ -307,3 +309,58 @@ def test_quantize_and_prune_show_progress_and_no_third_party_warnings(base_run: 
         err = proc.stderr.splitlines()
         assert all(progress and x.startswith(progress) for x in err), proc.stderr
         assert bool(err) == bool(progress), proc.stderr
+
+
+def _other_tokenizer(shards: Path, out: Path, *, vocab_size: int | None = None) -> Path:
+    """``shards`` as if made with another tokenizer of the same vocabulary size ('a' and 'b' swap ids;
+    the manifest's sha256 is the new file's), or with ``vocab_size`` ids in the manifest."""
+    import hashlib
+
+    shutil.copytree(shards, out)
+    tok = json.loads((out / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    vocab["a"], vocab["b"] = vocab["b"], vocab["a"]
+    (out / "tokenizer.json").write_text(json.dumps(tok))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["tokenizer"]["sha256"] = hashlib.sha256((out / "tokenizer.json").read_bytes()).hexdigest()
+    if vocab_size is not None:
+        manifest["tokenizer"]["vocab_size"] = vocab_size
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def test_shards_of_another_tokenizer_and_no_eval_rows_are_refused(
+    base_run: Path, byte_shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """eval, quantize and prune score and calibrate on the shards' token ids with the model's tokenizer:
+    shards made with another one (same vocabulary size, or a larger one) are refused in one line, and
+    --eval-rows 0 before anything is written. The run's own shards still pass."""
+    other = str(_other_tokenizer(byte_shards, tmp_path / "other"))
+    larger = str(_other_tokenizer(byte_shards, tmp_path / "larger", vocab_size=300))
+    run = str(base_run)
+    another = "tokenised with another tokenizer than"
+    cases = [
+        (["eval", run, "--shards", other, "--device", "cpu"], another),
+        (["quantize", run, "--method", "int8", "--eval", other], another),
+        (["quantize", run, "--method", "gptq-int4", "--calib", other], another),
+        (["quantize", run, "--method", "gptq-int4", "--calib", larger], "vocabulary of 300 ids, the model"),
+        (["prune", run, "--method", "wanda", "--sparsity", "0.5", "--calib", other], another),
+        (["prune", run, "--method", "wanda", "--sparsity", "0.5", "--calib", larger], "vocabulary of 300"),
+        (["prune", run, "--sparsity", "0.5", "--finetune", "5", "--eval", other], another),
+        (["quantize", run, "--method", "int8", "--eval-rows", "0"], "--eval-rows 0: must be 1 or more"),
+        (["prune", run, "--sparsity", "0.5", "--eval-rows", "0"], "--eval-rows 0: must be 1 or more"),
+    ]
+    for argv, want in cases:
+        out = [] if argv[0] == "eval" else ["--out", str(tmp_path / "x")]
+        assert llmpipe([*argv, *out]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and want in err, (argv, err)
+        assert not (tmp_path / "x").exists()
+    assert llmpipe(["eval", run, "--shards", str(byte_shards), "--device", "cpu"]) == 0
+    # its HF export: the tokenizer transformers loads from it is compared the same way
+    hf = tmp_path / "hf"
+    assert llmpipe(["export", run, "--out", str(hf)]) == 0
+    assert llmpipe(["eval", str(hf), "--shards", str(byte_shards), "--device", "cpu"]) == 0
+    capsys.readouterr()
+    assert llmpipe(["eval", str(hf), "--shards", other, "--device", "cpu"]) == 2
+    assert another in capsys.readouterr().err

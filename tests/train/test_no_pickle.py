@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from conftest import ROOT, torchrun
@@ -181,3 +182,50 @@ def test_a_genuine_checkpoint_and_one_of_the_previous_format_resume(
     assert (run / "checkpoints/step-00000006").is_dir()
     proc = _llmpipe("export", str(run), "--out", str(tmp_path / "hf"))
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_symlink_leading_outside_the_checkpoint_is_refused(
+    genuine_run: Path, tmp_path: Path, capsys: Any
+) -> None:
+    """A checkpoint's files (and ``checkpoints`` or a step directory) that are symlinks to files elsewhere
+    are not read: export and resume (``damage``, what ``Checkpointer.latest`` checks, and ``load_dcp``)
+    stop with one line naming the link. A link that stays inside the checkpoint is read as before."""
+    from llmpipe.cli import main
+    from llmpipe.train.checkpoint import UnsafeCheckpointError, damage, load_dcp
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def planted(name: str) -> Path:
+        run = tmp_path / f"run-{name.strip('._')}"
+        shutil.copytree(genuine_run, run)
+        ckpt = run / LATEST
+        if name == "checkpoints":
+            shutil.move(run / "checkpoints", elsewhere / "checkpoints")
+            (run / "checkpoints").symlink_to(elsewhere / "checkpoints")
+        else:  # the same bytes, but read through a link to a file outside the run
+            shutil.move(ckpt / name, elsewhere / name)
+            (ckpt / name).symlink_to(elsewhere / name)
+        return run
+
+    for name in ("__0_0.distcp", ".metadata", "train_state.pt", "checkpoints"):
+        run = planted(name)
+        ckpt = run / LATEST
+        shown = LATEST if name == "checkpoints" else name
+        with pytest.raises(UnsafeCheckpointError, match=f"{shown}: a symlink leading outside"):
+            damage(ckpt)
+        with pytest.raises(UnsafeCheckpointError, match=f"{shown}: a symlink leading outside"):
+            load_dcp({}, ckpt, no_dist=True)
+        capsys.readouterr()
+        assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("llmpipe: error: ") and "\n" not in err and shown in err, err
+        assert "a symlink leading outside" in err and not (tmp_path / "hf").exists()
+    # a link inside the checkpoint directory is its own file: read as before
+    run = tmp_path / "run-inside"
+    shutil.copytree(genuine_run, run)
+    ckpt = run / LATEST
+    (ckpt / "__0_0.distcp").rename(ckpt / "data")
+    (ckpt / "__0_0.distcp").symlink_to("data")
+    assert damage(ckpt) is None
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0

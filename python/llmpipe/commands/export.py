@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmpipe.train.export_args import add_arguments
+from llmpipe.train.export_args import add_arguments, export_inputs
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def run(args: argparse.Namespace) -> int:
     from llmpipe.train.rundir import EXPORT_OUT
 
-    EXPORT_OUT.check(args.out, args.overwrite)  # before torch loads: a user's directory is not replaced
+    # before torch loads: a user's directory is not replaced, nor the run being read
+    EXPORT_OUT.check(args.out, args.overwrite, inputs=export_inputs(args.run_dir, args.tokenizer))
     from llmpipe.train.export_hf import run as export_run
 
     return export_run(args)

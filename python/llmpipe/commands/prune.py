@@ -157,17 +157,28 @@ def error_line(stderr: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from llmpipe.commands.quantize import check_counts
     from llmpipe.train.rundir import COMPRESSED_OUT
 
-    COMPRESSED_OUT.check(args.out, args.overwrite)  # before anything loads: a user's directory is kept
+    # before anything loads: a user's directory is kept, and so is what the command reads
+    inputs = {
+        "the model": args.model,
+        "--calib": args.calib,
+        "--eval": args.eval,
+        "--data": args.data,
+        "--train-config": args.train_config,
+    }
+    COMPRESSED_OUT.check(args.out, args.overwrite, inputs=inputs)
+    check_counts(args)
     import torch
 
     from llmpipe.compress.calib import calibration_tokens
-    from llmpipe.compress.model_io import load_model, save_hf
+    from llmpipe.compress.model_io import check_shards, load_model, save_hf
     from llmpipe.compress.neurons import prune_neurons
     from llmpipe.compress.prune import check_sparsity, prune_weights, sparsity_of
     from llmpipe.compress.report import build_report, fp32_file_bytes, measure, write_report
     from llmpipe.errors import ConfigError
+    from llmpipe.outdir import apart_from_inputs
 
     sparsity = check_sparsity(args.sparsity, args.structure)
     if args.finetune < 0:
@@ -177,9 +188,12 @@ def run(args: argparse.Namespace) -> int:
             "--finetune holds masks; a neuron-pruned model is dense: train it with init.from_hf"
         )
     loaded = load_model(args.model)
+    apart_from_inputs(args.out, {"the run's shards": loaded.shards})
     model: Any = loaded.model
     cfg = model.cfg
     shards = args.eval or loaded.shards
+    for d in dict.fromkeys((shards, args.calib)):  # measured on, calibrated on: the model's token ids
+        check_shards(loaded, d, args.model)
     before = measure(
         model,
         shards,

@@ -55,6 +55,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(func=run)
 
 
+def check_counts(args: argparse.Namespace) -> None:
+    """--eval-rows and --calib-seqs count rows: at least one (before anything loads or is written)."""
+    from llmpipe.errors import ConfigError
+
+    for option, n in (("--eval-rows", args.eval_rows), ("--calib-seqs", args.calib_seqs)):
+        if n < 1:
+            raise ConfigError(f"{option} {n}: must be 1 or more rows")
+
+
 def _format(method: str | None, fmt: str | None) -> str:
     from llmpipe.errors import ConfigError
 
@@ -70,18 +79,23 @@ def _format(method: str | None, fmt: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from llmpipe.train.rundir import COMPRESSED_OUT
 
-    COMPRESSED_OUT.check(args.out, args.overwrite)  # before anything loads: a user's directory is kept
+    # before anything loads: a user's directory is kept, and so is what the command reads
+    inputs = {"the model": args.model, "--calib": args.calib, "--eval": args.eval}
+    COMPRESSED_OUT.check(args.out, args.overwrite, inputs=inputs)
+    check_counts(args)
     if args.group_size is not None and args.group_size <= 0:
         from llmpipe.errors import ConfigError
 
         raise ConfigError(f"--group-size must be a positive number of weights, got {args.group_size}")
     from llmpipe.compress.calib import calibration_tokens
-    from llmpipe.compress.model_io import hf_config_of, load_model
+    from llmpipe.compress.model_io import check_shards, hf_config_of, load_model
     from llmpipe.compress.report import build_report, fp32_file_bytes, measure, write_report
     from llmpipe.compress.spec import QuantSpec, check
     from llmpipe.errors import ConfigError
+    from llmpipe.outdir import apart_from_inputs
 
     loaded = load_model(args.model)
+    apart_from_inputs(args.out, {"the run's shards": loaded.shards})
     method = args.method
     if loaded.qat is not None:  # QAT trained against one scheme: converting means quantizing with it
         want = "int4" if loaded.qat["scheme"] == "int4" else "int8"
@@ -112,8 +126,6 @@ def run(args: argparse.Namespace) -> int:
     spec = QuantSpec("int8" if fmt == "gguf" else (method or "int8"), args.group_size or DEFAULT_GROUP)
     model: Any = loaded.model
     check(spec, model)
-    if args.calib_seqs <= 0:
-        raise ConfigError("--calib-seqs must be positive")
     if fmt == "compressed-tensors":
         from llmpipe.compress.to_ct import quantization_config
 
@@ -125,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
         if loaded.tokenizer is None:
             raise ConfigError("--format gguf holds the tokenizer: this model has none (no tokenizer.json)")
     shards = args.eval or loaded.shards
+    for d in dict.fromkeys((shards, args.calib)):  # measured on, calibrated on: the model's token ids
+        check_shards(loaded, d, args.model)
     cfg = model.cfg
     seq_len = cfg.max_seq_len
     before = measure(

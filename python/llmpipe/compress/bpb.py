@@ -1,4 +1,4 @@
-"""Bits per byte of a model on the validation split of llmpipe shards (until ``llmpipe.eval`` lands).
+"""Bits per byte of a model on the validation split of llmpipe shards (``llmpipe eval --shards`` reports the same).
 
 bits/byte = (sum of next-token cross-entropy in nats) / ln 2 / (UTF-8 bytes of the predicted tokens).
 A token's byte length is read from the byte-level BPE vocabulary of the shards' tokenizer (one

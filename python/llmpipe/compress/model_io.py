@@ -67,6 +67,22 @@ def load_model(path: Path) -> Loaded:
     return Loaded(model, tok if tok.is_file() else None, hf_cfg.get("eos_token_id"), shards, None, masks)
 
 
+def check_shards(loaded: Loaded, shards: Path | None, whose: Path) -> None:
+    """Shards the model is measured or calibrated on hold its token ids: made with its tokenizer (the
+    tokenizer files compared), and no larger a vocabulary; one line if not."""
+    if shards is None:
+        return
+    from llmpipe.data.format import check_same_tokenizer, read_manifest
+    from llmpipe.errors import ShardError
+
+    vocab = int(loaded.model.cfg.vocab_size or 0)
+    size = read_manifest(shards)["tokenizer"]["vocab_size"]
+    if size > vocab:
+        raise ShardError(f"{shards}: vocabulary of {size} ids, the model {whose} has {vocab}")
+    mine = loaded.tokenizer.read_text(encoding="utf-8") if loaded.tokenizer is not None else None
+    check_same_tokenizer(shards, mine, str(whose))
+
+
 def hf_config_of(model: Transformer, loaded: Loaded) -> dict[str, Any]:
     return hf.hf_config(model.cfg, loaded.eos_id)
 

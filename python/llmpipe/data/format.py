@@ -41,6 +41,10 @@ FORMAT_NAME = "llmpipe-shards"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"
+#: the longest sample llmpipe packs (``llmpipe.curate.settings.MAX_SEQ_LEN``): a manifest's seq_len is no longer
+MAX_SEQ_LEN = 1 << 20
+#: the token id types of a shard, and the most ids each holds (a manifest's vocab_size is no larger)
+DTYPE_IDS = {"uint16": 1 << 16, "uint32": 1 << 32}
 SPLITS = ("train", "val")
 
 
@@ -164,11 +168,12 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ShardError(
             f"{directory}: no {MANIFEST}; is this a shard directory written by `llmpipe curate`?"
         )
+    stays_inside(path, directory, ShardError)
     try:
         manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ShardError(f"{path}: not valid JSON ({e})") from e
-    if manifest.get("format") != FORMAT_NAME:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise ShardError(f"{path}: not an llmpipe shard manifest")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ShardError(
@@ -179,6 +184,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ShardError(f"{path}: the manifest has no {', '.join(missing)} (damaged or hand-edited?)")
     if not isinstance(manifest["splits"], dict) or not isinstance(manifest["tokenizer"], dict):
         raise ShardError(f"{path}: the manifest's splits and tokenizer must be mappings")
+    _check_fields(manifest, path)
     if "file" in manifest["tokenizer"]:
         plain_file_name(manifest["tokenizer"]["file"], f"{path}: tokenizer.file")
     reserved = manifest["tokenizer"].get("special_tokens", {})
@@ -192,8 +198,84 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         if not isinstance(shards, list) or not all(isinstance(x, dict) and "file" in x for x in shards):
             raise ShardError(f"{path}: splits.{split}.shards must be a list of entries with a file name")
         for shard in shards:
-            plain_file_name(shard["file"], f"{path}: splits.{split}.shards")
+            stays_inside(
+                Path(directory) / plain_file_name(shard["file"], f"{path}: splits.{split}.shards"),
+                directory,
+                ShardError,
+            )
+    for name in {manifest["tokenizer"].get("file", TOKENIZER_FILE), TOKENIZER_FILE}:
+        stays_inside(Path(directory) / name, directory, ShardError)
     return manifest
+
+
+def stays_inside(path: Path, directory: Path, error: type[Exception]) -> Path:
+    """``path`` (a file of ``directory``, there or not) when it does not lead outside ``directory`` once
+    symlinks are followed; else one line (``error``) naming it: a link planted in a shard or checkpoint
+    directory is not followed to a file elsewhere."""
+    real, home = os.path.realpath(path), os.path.realpath(directory)
+    if os.path.commonpath([real, home]) != home:
+        raise error(f"{path}: a symlink leading outside {directory} (to {real}); refused")
+    return path
+
+
+def _int(value: object) -> bool:
+    return type(value) is int
+
+
+def _check_fields(m: dict[str, Any], path: Path) -> None:
+    """The manifest's values have the types and ranges the readers rely on; else one ShardError line
+    naming the key (a stranger's manifest is data, not a promise)."""
+    from llmpipe.errors import ShardError
+
+    def bad(key: str, value: object, want: str) -> ShardError:
+        return ShardError(
+            f"{path}: {key} is {str(json.dumps(value))[:80]}, not {want} (damaged or hand-edited?)"
+        )
+
+    if not _int(m["seq_len"]) or not 1 <= m["seq_len"] <= MAX_SEQ_LEN:
+        raise bad("seq_len", m["seq_len"], f"a whole number of tokens from 1 to {MAX_SEQ_LEN:,}")
+    if m["dtype"] not in DTYPE_IDS:
+        raise bad("dtype", m["dtype"], " or ".join(DTYPE_IDS))
+    tok = m["tokenizer"]
+    most = DTYPE_IDS[m["dtype"]]
+    vocab = tok.get("vocab_size")
+    if not _int(vocab) or not 1 <= vocab <= most:
+        raise bad(
+            "tokenizer.vocab_size", vocab, f"a whole number from 1 to {most:,} (ids held as {m['dtype']})"
+        )
+    eos = tok.get("eos_id")
+    if not _int(eos) or not 0 <= eos < vocab:
+        raise bad("tokenizer.eos_id", eos, f"a token id below the vocabulary size {vocab}")
+    for name, value in (("sha256", tok.get("sha256")), ("file", tok.get("file", ""))):
+        if value is not None and not isinstance(value, str):
+            raise bad(f"tokenizer.{name}", value, "a string")
+    if not isinstance(m["counts"], dict):
+        raise bad("counts", m["counts"], "a mapping")
+    for split, entry in m["splits"].items():
+        if not isinstance(entry, dict):
+            raise bad(f"splits.{split}", entry, "a mapping")
+        for i, shard in enumerate(entry.get("shards") or []):
+            if not isinstance(shard, dict):
+                continue  # said by the caller: splits.X.shards must be a list of entries with a file name
+            at = f"splits.{split}.shards[{i}]"
+            for key in ("rows", "bytes", "sha256"):
+                if key not in shard:
+                    raise ShardError(f"{path}: {at} has no {key} (damaged or hand-edited?)")
+            for key in ("rows", "bytes", "tokens"):
+                if key in shard and (not _int(shard[key]) or shard[key] < 0):
+                    raise bad(f"{at}.{key}", shard[key], "a whole number, 0 or more")
+            for key in ("sha256", "fast_sha256"):
+                if key in shard and not isinstance(shard[key], str):
+                    raise bad(f"{at}.{key}", shard[key], "a hex string")
+            if "block_bytes" in shard and (not _int(shard["block_bytes"]) or shard["block_bytes"] <= 0):
+                raise bad(f"{at}.block_bytes", shard["block_bytes"], "a positive number of bytes")
+            crcs = shard.get("block_crc32")
+            if crcs is not None and (
+                not isinstance(crcs, list) or not all(_int(c) and 0 <= c < 1 << 32 for c in crcs)
+            ):
+                raise bad(f"{at}.block_crc32", crcs, "a list of CRC-32 values (whole numbers below 2**32)")
+            if (crcs is None) != (shard.get("block_bytes") is None):
+                raise ShardError(f"{path}: {at} has one of block_bytes and block_crc32 without the other")
 
 
 def plain_file_name(name: object, where: str) -> str:
@@ -231,6 +313,47 @@ def check_tokenizer(directory: Path, manifest: dict[str, Any]) -> Path | None:
             f"{path}: not the tokenizer the shards were made with (sha256 differs from the manifest's)"
         )
     return path
+
+
+def tokenizer_ids(text: str) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """What decides the ids of a tokenizer.json's text: token -> id (added tokens included) and the
+    ordered merges (``"a b"`` and ``["a", "b"]`` alike)."""
+    doc = json.loads(text)
+    model = doc.get("model", {}) if isinstance(doc, dict) else {}
+    vocab = dict(model.get("vocab", {})) if isinstance(model.get("vocab"), dict) else {}
+    vocab.update({t["content"]: t["id"] for t in doc.get("added_tokens", []) if isinstance(t, dict)})
+    merges = [
+        tuple(m.split(" ", 1)) if isinstance(m, str) else (str(m[0]), str(m[1]))
+        for m in model.get("merges", []) or []
+    ]
+    return vocab, merges  # type: ignore[return-value]
+
+
+def check_same_tokenizer(directory: Path, model_tokenizer: str | None, whose: str) -> None:
+    """Refuse (one ShardError line) shards tokenised otherwise than the model ``whose`` tokenises: its
+    tokenizer.json text (``model_tokenizer``) against the shards' own (checked against the manifest's
+    sha256). Bits per byte or calibration on another tokenizer's ids mean nothing, even at the same
+    vocabulary size. Without the model's tokenizer, at least the shards' ids must fit its vocabulary
+    (the caller checks the sizes)."""
+    from llmpipe.errors import ShardError
+
+    manifest = read_manifest(directory)
+    path = check_tokenizer(directory, manifest)
+    if path is None:
+        raise ShardError(
+            f"{directory}: the manifest records no tokenizer, so nothing tells whether the shards were "
+            f"tokenised as {whose} tokenises"
+        )
+    if model_tokenizer is None:
+        return
+    ours, theirs = tokenizer_ids(path.read_text(encoding="utf-8")), tokenizer_ids(model_tokenizer)
+    if ours != theirs:
+        diff = sorted(set(ours[0].items()) ^ set(theirs[0].items()))[:3]
+        raise ShardError(
+            f"{directory}: tokenised with another tokenizer than {whose}'s ({len(ours[0])} vs "
+            f"{len(theirs[0])} tokens, {len(ours[1])} vs {len(theirs[1])} merges; first differences "
+            f"{diff}): its ids would be read as other tokens; use shards made with the model's tokenizer"
+        )
 
 
 _MAGIC = b"ARROW1"

@@ -17,6 +17,7 @@ from llmpipe.data.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     SPLITS,
+    TOKENIZER_FILE,
     damaged_blocks,
     describe_ranges,
     read_manifest,
@@ -45,10 +46,10 @@ def verify_directory(directory: str | Path) -> Report:
     rep = Report()
     manifest = read_manifest(directory)  # a missing or foreign manifest is an error, not a report
     tok = manifest["tokenizer"]
-    tok_path = directory / tok["file"]
+    tok_path = directory / tok.get("file", TOKENIZER_FILE)
     if not tok_path.is_file():
         rep.problems.append(f"{tok_path}: tokenizer file listed in the manifest is missing")
-    elif tok["sha256"] is not None and sha256_file(tok_path) != tok["sha256"]:
+    elif tok.get("sha256") is not None and sha256_file(tok_path) != tok["sha256"]:
         rep.problems.append(f"{tok_path}: sha256 differs from the manifest's tokenizer.sha256")
     seq_len = int(manifest["seq_len"])
     vocab = int(tok["vocab_size"])
@@ -64,26 +65,26 @@ def verify_directory(directory: str | Path) -> Report:
             r, t = _verify_shard(directory / entry["file"], entry, seq_len, vocab, manifest["dtype"], rep)
             rows += r
             tokens += t
-        if rows != info["rows"]:
-            rep.problems.append(f"split {split}: {rows} rows in the shards, manifest says {info['rows']}")
-        if tokens != info["tokens"]:
+        if rows != info.get("rows"):
+            rep.problems.append(f"split {split}: {rows} rows in the shards, manifest says {info.get('rows')}")
+        if tokens != info.get("tokens"):
             rep.problems.append(
-                f"split {split}: {tokens} tokens in the shards, manifest says {info['tokens']}"
+                f"split {split}: {tokens} tokens in the shards, manifest says {info.get('tokens')}"
             )
         total_rows += rows
         total_tokens += tokens
     counts = manifest["counts"]
-    if total_rows != counts["samples"]:
+    if total_rows != counts.get("samples"):
         rep.problems.append(
-            f"{total_rows} samples in the shards, manifest counts.samples = {counts['samples']}"
+            f"{total_rows} samples in the shards, manifest counts.samples = {counts.get('samples')}"
         )
     # concat: consecutive samples overlap by one token, so real tokens = sum(valid) - (samples - 1);
     # best_fit: rows do not overlap
     overlap = max(total_rows - 1, 0) if manifest.get("packing", "concat") == "concat" else 0
     stream = total_tokens - overlap
-    if total_rows and stream != counts["tokens"]:
+    if total_rows and stream != counts.get("tokens"):
         rep.problems.append(
-            f"the shards hold a stream of {stream} tokens, manifest counts.tokens = {counts['tokens']}"
+            f"the shards hold a stream of {stream} tokens, manifest counts.tokens = {counts.get('tokens')}"
         )
     listed = {e["file"] for s in manifest["splits"].values() for e in s["shards"]}
     for f in sorted(directory.glob("*.arrow")):

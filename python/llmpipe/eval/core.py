@@ -72,6 +72,7 @@ class Evaluator:
         """The packed samples of a shard split as they are (each predicts its tokens after the first);
         bytes are those the predicted ids spell, special tokens counting 0."""
         from llmpipe.data import ShardDataset
+        from llmpipe.data.format import check_same_tokenizer
 
         ds = ShardDataset(directory, split, verify="blocks")
         ds.require_samples(f"pass --shards DIR with a {split} split, or --split train")
@@ -84,6 +85,7 @@ class Evaluator:
             raise ShardError(
                 f"{directory}: vocabulary of {ds.vocab_size} ids, the model has {self.lm.vocab_size}"
             )
+        check_same_tokenizer(Path(directory), self.lm.tokenizer_json, self.lm.name)
         if ds.seq_len > self.max_len:
             raise ShardError(
                 f"{directory}: samples of {ds.seq_len} tokens, longer than the model's {self.max_len}"

@@ -34,6 +34,7 @@ class LM:
     device: torch.device
     byte_lengths: np.ndarray | None = None  # UTF-8 bytes of each id (0 for special tokens)
     name: str = "model"
+    tokenizer_json: str | None = None  # the tokenizer.json text (a ``tokenizers`` one): shards are checked
 
 
 def default_device(device: str | torch.device | None, option: str = "device") -> torch.device:
@@ -165,7 +166,10 @@ def wrap_lm(
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
     lengths = byte_lengths(backend, vocab) if hasattr(backend, "to_str") else None
     fwd = _hf_forward(model) if is_hf else _trainer_forward(model)
-    return LM(fwd, _hf_tokenizer_encode(tokenizer), int(prefix_id), int(max_len), vocab, dev, lengths, name)
+    text = backend.to_str() if hasattr(backend, "to_str") else None
+    return LM(
+        fwd, _hf_tokenizer_encode(tokenizer), int(prefix_id), int(max_len), vocab, dev, lengths, name, text
+    )
 
 
 def _prefix_of(tok: Any) -> int | None:

@@ -50,7 +50,13 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future as TorchFuture
 
-from llmpipe.data.format import BLOCK_BYTES, damaged_blocks, describe_ranges, file_block_crc32s
+from llmpipe.data.format import (
+    BLOCK_BYTES,
+    damaged_blocks,
+    describe_ranges,
+    file_block_crc32s,
+    stays_inside,
+)
 from llmpipe.errors import LlmpipeError
 from llmpipe.train.config import CheckpointConfig
 
@@ -206,9 +212,16 @@ def _plain_file_name(name: object) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
 
 
+def _stays_in_run(path: Path) -> None:
+    """A run's checkpoint (``RUN/checkpoints/step-N``) does not lead outside the run directory through
+    a symlink (``checkpoints`` or the step directory linked elsewhere): one line if it does."""
+    if _NAME.match(path.name) and path.parent.name == "checkpoints":
+        stays_inside(path, path.parent.parent, UnsafeCheckpointError)
+
+
 class SafeFileSystemReader(dcp.FileSystemReader):
     """DCP's file reader with a metadata unpickler that runs no code, and data files only inside the
-    checkpoint directory."""
+    checkpoint directory (by name, and after symlinks are followed)."""
 
     refused: UnsafeCheckpointError | None = None  # DCP turns a reader's errors into its own
 
@@ -221,6 +234,10 @@ class SafeFileSystemReader(dcp.FileSystemReader):
 
     def _read_metadata(self, rank: int | None) -> Metadata:
         path = Path(self._get_metadata_path(rank))
+        root = Path(self.path)
+        _stays_in_run(root)
+        for own in (path.name, STATE_FILE, CHECKSUMS_FILE):
+            stays_inside(root / own, root, UnsafeCheckpointError)
         with self.fs.create_stream(path, "rb") as f:
             meta = _MetadataUnpickler(cast(IO[bytes], f), path).load()
         if not isinstance(meta, Metadata):
@@ -231,6 +248,7 @@ class SafeFileSystemReader(dcp.FileSystemReader):
                 raise UnsafeCheckpointError(
                     f"{path}: refused: it names the data file {name!r}, not a file of its own directory"
                 )
+            stays_inside(root / str(name), root, UnsafeCheckpointError)
         if getattr(meta, "storage_meta", None) is None:
             meta.storage_meta = StorageMeta()
         assert meta.storage_meta is not None
@@ -325,6 +343,7 @@ def load_dcp(state: dict[str, Any], path: Path, *, no_dist: bool = False, verify
 
 def load_train_state(path: Path) -> dict[str, Any]:
     """``train_state.pt`` with ``weights_only=True`` (plain values and tensors only)."""
+    stays_inside(path, path.parent, UnsafeCheckpointError)
     try:
         state = torch.load(path, weights_only=True)
     except pickle.UnpicklingError as e:

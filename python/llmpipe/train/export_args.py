@@ -28,3 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a LoRA run: write the base with the adapters merged in (default: a PEFT adapter directory)",
     )
+
+
+def export_inputs(run_dir: Path, tokenizer: Path | None) -> dict[str, Path | None]:
+    """What an export reads, which its --out (replaced whole) must not be, hold or lie inside."""
+    return {"the run": run_dir, "--tokenizer": tokenizer}

@@ -29,12 +29,13 @@ from safetensors.torch import save_file
 from llmpipe.config import load_yaml
 from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, check_tokenizer, read_manifest
 from llmpipe.errors import LlmpipeError, TokenizerError
-from llmpipe.outdir import replaced_whole
+from llmpipe.outdir import apart_from_inputs, replaced_whole
 from llmpipe.tokenizer import PAD
 from llmpipe.train import encoder_hf, export_t5, init_from, lora
 from llmpipe.train.arch import new_model
 from llmpipe.train.checkpoint import STATE_FILE, check_step, chosen_checkpoint, load_dcp, load_train_state
 from llmpipe.train.config import RunConfig, from_saved
+from llmpipe.train.export_args import export_inputs
 from llmpipe.train.hf import hf_config, hf_state_dict
 from llmpipe.train.model import Transformer
 from llmpipe.train.rundir import EXPORT_MARKER, EXPORT_OUT
@@ -195,7 +196,7 @@ def export(
     """The HF model directory of a run; a LoRA run's adapters as a PEFT directory, or with ``merge`` the
     base with the adapters merged in. ``out`` is replaced whole: one that holds files llmpipe did not
     write is refused unless ``overwrite``."""
-    EXPORT_OUT.check(out, overwrite)
+    EXPORT_OUT.check(out, overwrite, inputs=export_inputs(run_dir, tokenizer))
     check_step(step)
     saved = run_config(run_dir)
     lora_run = bool(saved.lora.rank)
@@ -211,6 +212,7 @@ def export(
     shards = cfg.data.path or (
         cfg.data.sources[0].path if cfg.data.sources else None
     )  # a mixture: one tokenizer
+    apart_from_inputs(out, {"the run's shards": shards})  # their tokenizer is read
     tok = tokenizer or (shards / TOKENIZER_FILE if shards else None)
     if tok is None or not tok.is_file():
         raise LlmpipeError(f"no tokenizer at {tok}; pass --tokenizer FILE")

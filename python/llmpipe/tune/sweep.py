@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
-from llmpipe.config import from_dict, load_yaml
+from llmpipe.config import config_file, from_dict, load_yaml
 from llmpipe.errors import ConfigError, InputError, LlmpipeError
 from llmpipe.tune.space import Param, overrides, parse_space, to_tune
 from llmpipe.tune.trial import TrialSpec, run_trial
@@ -89,6 +89,14 @@ def trainer_script(cfg: SweepConfig) -> Path | None:
     if not cfg.trainer.is_file():
         raise ConfigError(f"trainer {cfg.trainer} not found (leave trainer out to use llmpipe's own)")
     return cfg.trainer.resolve()
+
+
+def trainer_config_path(cfg: SweepConfig) -> Path | None:
+    """The base trainer config every trial is given (``--config``), as an absolute path: a file, or the
+    name of one that ships with llmpipe (``tiny``), found as the trainer itself finds it."""
+    if cfg.trainer_config is None:
+        return None
+    return config_file(cfg.trainer_config, "train").resolve()
 
 
 def fixed_overrides(cfg: SweepConfig) -> list[str]:
@@ -212,7 +220,7 @@ def run_sweep(cfg: SweepConfig) -> dict[str, Any]:
     out = cfg.out.resolve()
     spec = TrialSpec(
         script=script,
-        trainer_config=cfg.trainer_config.resolve() if cfg.trainer_config else None,
+        trainer_config=trainer_config_path(cfg),
         data=cfg.data.resolve(),
         trials_dir=out / "trials",
         nproc=cfg.nproc,
