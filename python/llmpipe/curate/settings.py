@@ -12,7 +12,7 @@ from typing import Any
 import regex
 
 from llmpipe.config import config_file, from_dict, load_yaml, to_dict
-from llmpipe.curate.registry import STAGES
+from llmpipe.curate.registry import STAGES, pipeline_columns
 from llmpipe.errors import ConfigError
 from llmpipe.io.config import ReadConfig
 
@@ -138,6 +138,13 @@ class CurateConfig:
         stages = {
             name: stage.parse_config(data.get(name), f"{where}.{name}") for name, stage in by_name.items()
         }
+        taken = pipeline_columns()
+        for model in stages["classifier"].models:
+            if model.name in taken:
+                raise ConfigError(
+                    f"{where}.classifier: name {model.name!r} is a column the pipeline uses (the score would "
+                    f"replace it); give the score a name of its own, not one of {sorted(taken)}"
+                )
         return cls(
             read=from_dict(ReadConfig, data.get("read") or {}, f"{where}.read"),
             stages=stages,

@@ -374,3 +374,5 @@ class GlobalRewrite(GlobalStage):
 
 
 DROPS_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("dup_of", pa.string())])
+#: a tokenized part: each kept document's ids and its words
+TOKENS_SCHEMA = pa.schema([("tokens", pa.large_list(pa.uint32())), ("words", pa.int64())])

@@ -90,23 +90,6 @@ class ClassifierModelConfig:
         hf_models.check_resources(self.num_cpus, self.num_gpus, self.actors)
         if not self.name.isidentifier():
             raise ValueError(f"name must be an identifier (a column name), not {self.name!r}")
-        if self.name in pipeline_columns():
-            raise ValueError(
-                f"name {self.name!r} is a column the pipeline uses (the score would replace it); "
-                f"give the score a name of its own, not one of {sorted(pipeline_columns())}"
-            )
-
-
-def pipeline_columns() -> frozenset[str]:
-    """The columns a document batch carries or a stage writes: the reader's, ``words``, the tokens, the
-    drop tables' and every stage's ``example_columns`` (``lang``, ``lang_score``)."""
-    from llmpipe.curate.registry import STAGES
-    from llmpipe.curate.stage import DROPS_SCHEMA, WORDS
-    from llmpipe.curate.stages.tokenize import TOKENS_SCHEMA
-    from llmpipe.io.records import RAW_SCHEMA
-
-    cols = {*RAW_SCHEMA.names, WORDS, *TOKENS_SCHEMA.names, *DROPS_SCHEMA.names}
-    return frozenset(cols.union(*(getattr(s, "example_columns", ()) for s in STAGES)))
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,12 @@ import numpy as np
 import pyarrow as pa
 
 from llmpipe.buffers import string_buffers
-from llmpipe.curate.stage import StageCounts, apply_reasons, word_counts
+from llmpipe.curate.stage import TOKENS_SCHEMA, StageCounts, apply_reasons, word_counts
 from llmpipe.curate.workdir import iter_arrow
 
 if TYPE_CHECKING:
     from llmpipe.curate.settings import TokenizerConfig
     from llmpipe.tokenizer import Tokenizer
-
-TOKENS_SCHEMA = pa.schema([("tokens", pa.large_list(pa.uint32())), ("words", pa.int64())])
 
 
 class Tokenize:
