@@ -214,6 +214,7 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
     (empty := tmp / "empty.txt").write_text("")
     out = str(tmp / "o" / "x")
     curate = ["curate", str(doc), "--out", out, "--quiet"]
+    train = ["tokenizer", "train", str(doc), "--vocab-size", "300"]
     (tmp / "flow.yaml").write_text("language:\n  enabled: [true\n")
     (tmp / "indent.yaml").write_text("a: b\n c: d\n")
     (tmp / "decont.yaml").write_text(
@@ -275,43 +276,19 @@ def _one_line_failures(tmp: Path) -> list[tuple[list[str], str]]:
         (["export", str(run), "--step", "-1", "--out", out], "--step -1: a checkpoint's step is 0 or more"),
         # special tokens of tokenizer train: each once, none that is ordinary text (as --special-tokens)
         (
-            [
-                "tokenizer",
-                "train",
-                str(doc),
-                "--vocab-size",
-                "300",
-                "--special-token",
-                "<a>",
-                "--special-token",
-                "<a>",
-                "--out",
-                out,
-            ],
+            [*train, "--special-token", "<a>", "--special-token", "<a>", "--out", out],
             "special token(s) ['<a>'] named more than once: each takes one id",
         ),
         (
-            ["tokenizer", "train", str(doc), "--vocab-size", "300", "--special-token", "a", "--out", out],
+            [*train, "--special-token", "a", "--out", out],
             "special token 'a': ordinary text; a special token holds a character other than letters, digits",
         ),
         (
-            [
-                "tokenizer",
-                "train",
-                str(doc),
-                "--vocab-size",
-                "300",
-                "--special-token",
-                "a",
-                "--special-token",
-                "a",
-                "--out",
-                out,
-            ],
+            [*train, "--special-token", "a", "--special-token", "a", "--out", out],
             "special token 'a': ordinary text",
         ),
         (
-            ["tokenizer", "train", str(doc), "--vocab-size", "300", "--special-token", "<s> ", "--out", out],
+            [*train, "--special-token", "<s> ", "--out", out],
             "special token '<s> ': empty or holds whitespace",
         ),
         # a directory where a file is wanted is said as such, not as a missing file

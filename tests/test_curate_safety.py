@@ -213,38 +213,15 @@ def test_bad_curate_arguments_give_one_line(
     assert expected in _one_line_error(capsys, "curate", str(tmp_path / "a.jsonl"), *args, "--quiet")
 
 
+CALIBRATE = ["quality", "calibrate", "{shards}", "--model", "m", "--target-retention", "0.5", "--sample-docs"]
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
         (["inspect", "{shards}", "--sample", "-1"], "argument --sample: must be >= 0"),
-        (
-            [
-                "quality",
-                "calibrate",
-                "{shards}",
-                "--model",
-                "m",
-                "--target-retention",
-                "0.5",
-                "--sample-docs",
-                "0",
-            ],
-            "argument --sample-docs: must be >= 1, got 0",
-        ),
-        (
-            [
-                "quality",
-                "calibrate",
-                "{shards}",
-                "--model",
-                "m",
-                "--target-retention",
-                "0.5",
-                "--sample-docs",
-                "-4",
-            ],
-            "argument --sample-docs: must be >= 1, got -4",
-        ),
+        ([*CALIBRATE, "0"], "argument --sample-docs: must be >= 1, got 0"),
+        ([*CALIBRATE, "-4"], "argument --sample-docs: must be >= 1, got -4"),
         (["plan", "--params", "0"], "argument --params: must be > 0"),
         (["plan", "--params", "1B", "--gpus", "0"], "argument --gpus: must be > 0"),
         (["plan", "--params", "1B", "--mfu", "0"], "argument --mfu: must be in (0, 1]"),
