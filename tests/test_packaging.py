@@ -149,3 +149,17 @@ def test_imports_run_one_way() -> None:
         assert not bad, (path, bad)
     for script in (ROOT / "train").glob("*.py"):
         assert imports_of(script) <= {"sys", "llmpipe.extras"}, script
+
+
+def test_the_version_is_the_packages_everywhere() -> None:
+    """``llmpipe.__version__`` comes from the Rust core (cheap); the core's version (Cargo's workspace
+    version) must be the one pyproject.toml gives the wheel, and the installed metadata's."""
+    import tomllib
+    from importlib.metadata import version
+
+    import llmpipe
+    from llmpipe import _core
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["package"]["version"]
+    assert project == cargo == _core.__version__ == llmpipe.__version__ == version("llmpipe")

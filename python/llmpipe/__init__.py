@@ -6,15 +6,12 @@ __all__ = ["__version__"]
 
 
 def __getattr__(name: str) -> str:
-    """``__version__``, looked up on first use: ``importlib.metadata`` costs each process ~0.05
-    CPU-s, and a curate worker never asks."""
+    """``__version__``: the version compiled into the Rust core, which the build keeps equal to the
+    package's (tests/test_version.py). ``importlib.metadata`` scanned every installed distribution
+    for it, ~0.05 CPU-s per process (each CLI command, each curate driver)."""
     if name != "__version__":
         raise AttributeError(f"module 'llmpipe' has no attribute {name!r}")
-    from importlib.metadata import PackageNotFoundError, version
+    from llmpipe import _core
 
-    try:
-        found = version("llmpipe")
-    except PackageNotFoundError:  # running from a source tree without install
-        found = "0.0.0+src"
-    globals()["__version__"] = found
-    return found
+    globals()["__version__"] = _core.__version__
+    return str(_core.__version__)
