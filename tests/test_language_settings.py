@@ -108,3 +108,18 @@ def test_whatlang_backend_writes_normalised_codes(data_dir: Path) -> None:
         LanguageFilter(LanguageFilter.Config(backend="whatlang", languages=["swa"]))
     with pytest.raises(ValueError, match="backend"):
         LanguageFilter(LanguageFilter.Config(backend="cld3"))
+
+
+def test_builtin_settings_parse_as_pyyaml_does_and_each_load_is_a_copy() -> None:
+    """The built-in files are parsed once per process with libyaml: the same data as PyYAML's own
+    parser, and a caller that changes what ``load`` gave does not change the next ``load``."""
+    import yaml
+    from llmpipe.curate import language_settings
+
+    files = sorted(language_settings.BUILTIN.glob("*.yaml"))
+    assert files
+    first = language_settings.load()
+    assert first == {p.stem: yaml.safe_load(p.read_text()) for p in files}
+    some = next(iter(first.values()))
+    some.clear()
+    assert language_settings.load() == {p.stem: yaml.safe_load(p.read_text()) for p in files}
