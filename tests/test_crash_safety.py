@@ -86,8 +86,11 @@ POINTS = [
     "segment 0#0 written",  # first input read and filtered, output not yet renamed into place
     "segment 0#1 committed",  # output renamed, marker not yet written
     "segment 0#2",  # third input's marker written
-    "segment 1#1",  # after the global dedup resolve, applying its drops
-    "tokenizer",  # tokenizer trained, nothing tokenized
+    "segment 1#0",  # after the global dedup resolve, applying its drops
+    # tokenizer trained, nothing tokenized: as soon as the last segment's first parts hold the
+    # sample (here its first two), before its other parts run
+    "tokenizer",
+    "segment 1#1",
     "tokenize#0",
     "moved train-00000.arrow",  # some shards moved into place, no manifest yet
     "stats",
@@ -137,3 +140,51 @@ def test_changed_input_invalidates_unfinished_work(
     assert _tree(out) != ref
     _curate(inputs, out, cfg)
     assert _tree(out) == ref
+
+
+def test_the_tokenizer_trains_once_the_first_parts_hold_its_sample(tmp_path: Path, data_dir: Path) -> None:
+    """A sample the first parts of the last segment hold is trained on as soon as they are done, while
+    the other parts still run: a run with one worker (the parts in order) killed right after training
+    has not finished the segment; resumed, it gives the bytes of an uninterrupted run, whose tokenizer
+    is the one trained on the same sample after the segment (``TrainTokenizer`` on every part)."""
+    from llmpipe.curate.settings import TokenizerConfig
+    from llmpipe.curate.stages.tokenize import TrainTokenizer
+    from llmpipe.curate.workdir import WORK
+
+    text = (data_dir / "reference" / "books" / "wonderland.txt").read_text(encoding="utf-8")
+    paras = [" ".join(p.split()) for p in text.split("\n\n") if len(p.split()) >= 60]
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    with (inputs / "book.jsonl").open("w") as f:
+        for k, p in enumerate(paras):
+            f.write(json.dumps({"id": str(k), "text": p}) + "\n")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        "language: {enabled: false}\ngopher_quality: {enabled: false}\nc4: {enabled: false}\n"
+        "tokenizer: {vocab_size: 400, sample_bytes: 12000}\npack: {seq_len: 64}\n"
+    )
+    args = ("curate", str(inputs), "--config", str(cfg), "--workers", "1", "--chunk-mb", "0.01")
+
+    ref = tmp_path / "ref"
+    run_cli(*args, "--out", str(ref), "--keep-work")
+    segs = sorted((ref / WORK).glob("seg*"))
+    last = segs[-1]
+    parts = sorted(last.glob("*.done.json"))
+    assert len(segs) == 2 and len(parts) >= 6, (segs, parts)  # a segment after dedup, several parts
+    sizes = [json.loads(p.read_text())["sample_bytes"] for p in parts]
+    assert sum(sizes[:2]) < 12000 <= sum(sizes[:-2]), sizes  # the sample lies in the first parts, not all
+    whole = tmp_path / "tok.json"
+    TrainTokenizer(TokenizerConfig(vocab_size=400, sample_bytes=12000), lambda _: None).run(
+        sorted(last.glob("*.arrow")), whole
+    )
+    assert whole.read_bytes() == (ref / "tokenizer.json").read_bytes()
+
+    out = tmp_path / "out"
+    env = {"LLMPIPE_FAULT_AFTER": "tokenizer"}
+    assert run_cli(*args, "--out", str(out), check=False, env=env).returncode == -9
+    assert (out / WORK / "tokenizer.json").exists()
+    done = sorted((out / WORK / last.name).glob("*.done.json"))
+    assert 0 < len(done) < len(parts)  # trained before the segment's last parts ran
+    run_cli(*args, "--out", str(out))
+    shutil.rmtree(ref / WORK)
+    assert _tree(out) == _tree(ref)

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from llmpipe import __version__
-from llmpipe.curate.executors import Executor, InOrder, LocalExecutor, executor_workers
+from llmpipe.curate.executors import Done, Executor, InOrder, LocalExecutor, executor_workers
 from llmpipe.curate.funnel import CURATE_OUT, Funnel, write_outputs
 from llmpipe.curate.progress import JobProgress
 from llmpipe.curate.remote import RemoteOut, default_staging, remove_staging
@@ -238,30 +238,34 @@ def _curate(run: Run) -> dict[str, Any]:
     def read(i: int, marker: dict[str, Any]) -> None:
         bar.read(parts[i].size, next(c["docs_in"] for c in marker["counts"] if c["name"] == "read"))
 
+    kept = [work.docs(len(segments) - 1, i) for i in each]
+
+    def train(n: int) -> None:  # on the kept documents of the first n parts
+        TrainTokenizer(config.tokenizer, bar.say).run(kept[:n], work.tokenizer)
+        release_memory()  # the trainer's freed word and pair tables: packing does not start on top
+        fault_point("tokenizer")
+
     # read -> extract -> the document stages, each global stage resolving between two segments
     for k, seg in enumerate(segments):
         bar.phase(f"segment {k}" if k else "read")
-        funnel.add(
-            run.executor.map(
-                map_segment, [(job, k, i) for i in each], f"segment {k}", read if k == 0 else None
-            )
-        )
+        done: Done | None = read if k == 0 else None
+        if k == len(segments) - 1 and run.tokenizer_file is None and not work.tokenizer.exists():
+            done = EarlyTraining(config.tokenizer.sample_bytes, train, done)
+        funnel.add(run.executor.map(map_segment, [(job, k, i) for i in each], f"segment {k}", done))
         for j, (g, st) in enumerate(seg.ends_with):
             bar.phase(st.name)
             dropped = tuple(work.drops(e) for e, _ in seg.ends_with[:j])  # keys prepared before those drops
             context = RunContext(input_words=funnel.input_words, cache=out / CACHE, dropped=dropped)
             resolve_global(job, g, context, run.executor)
             release_memory()
-    kept = [work.docs(len(segments) - 1, i) for i in each]
 
-    # tokenizer: the given one, or a byte-level BPE trained on the kept text
+    # tokenizer: the given one, or a byte-level BPE trained on the kept text (here, unless the last
+    # segment's first parts held the whole sample and it was trained while the others ran)
     if run.tokenizer_file is not None:
         shutil.copyfile(run.tokenizer_file, work.tokenizer)
     elif not work.tokenizer.exists():
         bar.phase("tokenizer training")
-        TrainTokenizer(config.tokenizer, bar.say).run(kept, work.tokenizer)
-        release_memory()  # the trainer's freed word and pair tables: packing does not start on top
-        fault_point("tokenizer")
+        train(len(kept))
     bar.phase("tokenize")
 
     # tokenize -> pack (here, each input as soon as it and the ones before it are tokenized) ->
@@ -297,6 +301,38 @@ def _curate(run: Run) -> dict[str, Any]:
     fault_point("work removed")
     atomic_write_json(out / DONE, {"fingerprint": run.fingerprint})
     return stats
+
+
+class EarlyTraining:
+    """A ``Done`` of the last document segment: as soon as the parts finished so far in input order
+    hold the whole tokenizer sample (the ``sample_bytes`` of their markers), ``train(n)`` trains on the
+    first ``n`` of them while the workers go on with the rest (the driver and the cores were idle while
+    it trained after the segment). The sample is the same either way, the first ``budget`` bytes of
+    kept text in input order, and so is the tokenizer."""
+
+    def __init__(self, budget: int, train: Callable[[int], None], then: Done | None = None) -> None:
+        self.budget = budget
+        self.train = train
+        self.then = then
+        self.sizes: dict[int, int | None] = {}
+        self.next = 0
+        self.total = 0
+        self.off = False  # trained, or a part's size is unknown (a marker of an older run)
+
+    def __call__(self, j: int, marker: dict[str, Any]) -> None:
+        if self.then is not None:
+            self.then(j, marker)
+        self.sizes[j] = marker.get("sample_bytes")
+        while not self.off and self.next in self.sizes:
+            size = self.sizes.pop(self.next)
+            self.next += 1
+            if size is None:
+                self.off = True
+                return
+            self.total += size
+            if self.total >= self.budget:
+                self.off = True
+                self.train(self.next)
 
 
 def _discover(

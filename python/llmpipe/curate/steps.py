@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmpipe.curate.executors import Executor
@@ -298,6 +299,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     docs_out = AtomicArrowWriter(work.docs(k, i))
     keys_out = [(gs, AtomicParquetWriter(work.keys(g, i))) for g, gs in seg.ends_with]
     rows = job.config.read.batch_size
+    sample_bytes = 0
     for batch in coalesce(_source_batches(job, work, k, i, seg, counts, bad), rows, COALESCE_BYTES):
         for st, c in zip(doc_stages, stage_counts, strict=True):
             batch = st.run(batch, c)
@@ -305,6 +307,7 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
                 break
         if batch.num_rows == 0:
             continue
+        sample_bytes += sample_size(batch.column("text"))
         docs_out.write(without_words(batch))
         for gs, out in keys_out:
             out.write(gs.prepare(batch))
@@ -322,9 +325,18 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
         "formats": [detect_format(as_input(job.files[f])) for f, _, c in job.parts[i].pieces() if c == 0]
         if k == 0
         else [],
+        # what these documents add to a tokenizer training sample (``TrainTokenizer``): the driver
+        # trains as soon as the parts done in input order hold the whole sample
+        "sample_bytes": sample_bytes,
     }
     atomic_write_json(marker, result)
     return json.loads(marker.read_text())  # exactly what a resumed run reads: same bytes out
+
+
+def sample_size(text: pa.Array | pa.ChunkedArray) -> int:
+    """Bytes of ``text`` in a tokenizer training sample: each document's UTF-8 text and a newline (a
+    null text: the newline)."""
+    return int(pc.sum(pc.binary_length(text)).as_py() or 0) + len(text)
 
 
 def globals_of(stages: Sequence[Any]) -> list[GlobalStage]:
