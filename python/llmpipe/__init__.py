@@ -6,12 +6,12 @@ __all__ = ["__version__"]
 
 
 def __getattr__(name: str) -> str:
-    """``__version__``: the version compiled into the Rust core, which the build keeps equal to the
-    package's (tests/test_version.py). ``importlib.metadata`` scanned every installed distribution
+    """``__version__``: the version compiled into the Rust core, equal to the package's
+    (tests/test_packaging.py checks). ``importlib.metadata`` scanned every installed distribution
     for it, ~0.05 CPU-s per process (each CLI command, each curate driver)."""
     if name != "__version__":
         raise AttributeError(f"module 'llmpipe' has no attribute {name!r}")
     from llmpipe import _core
 
-    globals()["__version__"] = _core.__version__
-    return str(_core.__version__)
+    found = globals()["__version__"] = str(_core.__version__)
+    return found

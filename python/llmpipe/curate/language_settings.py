@@ -61,9 +61,8 @@ def _builtin() -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
-def _check(path: Path, data: Any) -> None:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping")
+def _check(path: Path, data: dict[str, Any]) -> None:
+    """Sections the filters know, each a mapping (``load_yaml`` checked the top level)."""
     unknown = sorted(set(data) - set(SECTIONS))
     if unknown:
         raise ConfigError(f"{path}: unknown section(s) {unknown}; known: {list(SECTIONS)}")

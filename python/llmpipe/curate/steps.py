@@ -291,7 +291,8 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
     if marker.exists():
         return json.loads(marker.read_text())
     delay_point(f"segment {k}")
-    seg = segments_of(stages_of(job))[k]
+    segs = segments_of(stages_of(job))
+    seg = segs[k]
     counts: list[StageCounts] = []
     bad = QuarantineWriter(work.quarantine(i), job.keys[job.parts[i].file])  # source: set per piece
     doc_stages = [st for st in seg.doc_stages if k > 0 or st not in before_extract(seg.doc_stages)]
@@ -307,7 +308,8 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
                 break
         if batch.num_rows == 0:
             continue
-        sample_bytes += sample_size(batch.column("text"))
+        if k == len(segs) - 1:  # the documents a tokenizer trains on
+            sample_bytes += sample_size(batch.column("text"))
         docs_out.write(without_words(batch))
         for gs, out in keys_out:
             out.write(gs.prepare(batch))
@@ -325,8 +327,8 @@ def map_segment(job: Job, k: int, i: int) -> dict[str, Any]:
         "formats": [detect_format(as_input(job.files[f])) for f, _, c in job.parts[i].pieces() if c == 0]
         if k == 0
         else [],
-        # what these documents add to a tokenizer training sample (``TrainTokenizer``): the driver
-        # trains as soon as the parts done in input order hold the whole sample
+        # (last segment) what these documents add to a tokenizer training sample (``TrainTokenizer``):
+        # the driver trains as soon as the parts done in input order hold the whole sample
         "sample_bytes": sample_bytes,
     }
     atomic_write_json(marker, result)
