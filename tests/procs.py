@@ -6,7 +6,9 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _GIVEN: set[int] = set()
@@ -71,3 +73,23 @@ def ray_agent_ports() -> list[str]:
 #: environment for a private test cluster on a loaded machine: a slow raylet is waited for (default
 #: 10 s), and no token (one in ~/.ray would be read by some processes only)
 RAY_TEST_ENV = {"RAY_raylet_start_wait_time_s": "120", "RAY_AUTH_MODE": "disabled"}
+
+
+def ray_start(
+    command: Callable[[], list[str]], env: dict[str, str], owned: Callable[[], set[int]], tries: int = 3
+) -> None:
+    """Run ``ray start`` (``command()`` builds it, with fresh agent ports each time). A node that fails
+    to start on a loaded machine (a raylet past a deadline, a port taken between pick and bind) has its
+    leftover processes (those ``owned()`` gained) killed and is started again; the last failure is
+    raised with the command's own output."""
+    for attempt in range(1, tries + 1):
+        before = owned()
+        cmd = command()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        if p.returncode == 0:
+            return
+        kill_all(owned() - before)
+        if attempt == tries:
+            raise AssertionError(
+                f"{' '.join(cmd[1:3])} failed {tries} times; the last:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+            )

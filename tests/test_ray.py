@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_cli
-from procs import RAY_TEST_ENV, free_port, kill_all, procs, ray_agent_ports, with_descendants
+from procs import RAY_TEST_ENV, free_port, kill_all, procs, ray_agent_ports, ray_start, with_descendants
 from s3server import s3_server
 
 BIN = Path(sys.executable).parent
@@ -44,6 +44,8 @@ INPUTS = (
 )
 MEMORY = str(1_500_000_000)
 OBJECT_STORE = str(150_000_000)
+#: each node: one CPU and a memory limit
+COMMON = ["--num-cpus", "1", "--memory", MEMORY, "--object-store-memory", OBJECT_STORE]
 
 
 def _raylets(temp_dir: Path) -> set[int]:
@@ -76,6 +78,19 @@ class Cluster:
         cmd += ["--out", str(out), "--config", str(cfg), "--ray", "auto", "--quiet", *curate]
         return subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=600)
 
+    def start_worker(self) -> None:
+        """Start a worker node (one CPU) and wait until the head sees it alive."""
+        before, known = _raylets(self.temp_dir), {n["node_id"] for n in _nodes(self)}
+        worker = [RAY, "start", "--address", f"127.0.0.1:{self.port}", "--node-ip-address", "127.0.0.1"]
+        ray_start(lambda: [*worker, *COMMON, *ray_agent_ports()], self.env, self.owned)
+        new = _raylets(self.temp_dir) - before
+        assert len(new) == 1, (before, new)
+        self.worker_raylet = new.pop()
+        deadline = time.time() + 120
+        while not any(n["state"] == "ALIVE" and n["node_id"] not in known for n in _nodes(self)):
+            assert time.time() < deadline, f"the new worker node never came alive: {_nodes(self)}"
+            time.sleep(1)
+
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
@@ -88,7 +103,6 @@ def cluster() -> Iterator[Cluster]:
     env |= {"RAY_task_events_report_interval_ms": "100"} | RAY_TEST_ENV
     c = Cluster(temp_dir, port, f"http://127.0.0.1:{dash}", env, 0)
     try:
-        common = ["--num-cpus", "1", "--memory", MEMORY, "--object-store-memory", OBJECT_STORE]
         head = [RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port)]
         head += [
             "--dashboard-host",
@@ -98,16 +112,12 @@ def cluster() -> Iterator[Cluster]:
             "--include-dashboard",
             "true",
         ]
-        head += ["--ray-client-server-port", str(free_port()), "--temp-dir", str(temp_dir)]
-        head += ["--disable-usage-stats", *common, *ray_agent_ports()]
-        subprocess.run(head, check=True, capture_output=True, env=env, timeout=300)
-        before = _raylets(temp_dir)
-        worker = [RAY, "start", "--address", f"127.0.0.1:{port}", "--node-ip-address", "127.0.0.1", *common]
-        worker += ray_agent_ports()
-        subprocess.run(worker, check=True, capture_output=True, env=env, timeout=300)
-        new = _raylets(temp_dir) - before
-        assert len(before) == 1 and len(new) == 1, (before, new)
-        c.worker_raylet = new.pop()
+        head += ["--temp-dir", str(temp_dir), "--disable-usage-stats", *COMMON]
+        ray_start(
+            lambda: [*head, "--ray-client-server-port", str(free_port()), *ray_agent_ports()], env, c.owned
+        )
+        assert len(_raylets(temp_dir)) == 1
+        c.start_worker()
         _wait_nodes(c, 2)
         yield c
     finally:
@@ -407,24 +417,26 @@ def test_worker_node_lost_mid_job(
             time.sleep(0.1)
     assert busy is not None, "no task was ever scheduled on the worker node"
     os.kill(cluster.worker_raylet, signal.SIGKILL)
-
-    client = JobSubmissionClient(cluster.dashboard)
-    while time.time() < deadline:
-        status = client.get_job_status(sid)
-        if status.is_terminal():
-            break
-        time.sleep(1)
-    logs = client.get_job_logs(sid)
-    assert status == JobStatus.SUCCEEDED, logs
-    _same_tree(local, out)
-    retried = [t for t in _tasks(cluster) if t["task_id"] not in seen and t["attempt_number"] > 0]
-    assert retried, "the killed node's task was not retried"
-    # the node is really gone (the GCS marks it dead after its health checks fail: seconds)
-    alive = lambda: {n["node_id"] for n in _nodes(cluster) if n["state"] == "ALIVE"}  # noqa: E731
-    deadline = time.time() + 90
-    while worker_node in alive() and time.time() < deadline:
-        time.sleep(1)
-    assert worker_node not in alive()
+    try:
+        client = JobSubmissionClient(cluster.dashboard)
+        while time.time() < deadline:
+            status = client.get_job_status(sid)
+            if status.is_terminal():
+                break
+            time.sleep(1)
+        logs = client.get_job_logs(sid)
+        assert status == JobStatus.SUCCEEDED, logs
+        _same_tree(local, out)
+        retried = [t for t in _tasks(cluster) if t["task_id"] not in seen and t["attempt_number"] > 0]
+        assert retried, "the killed node's task was not retried"
+        # the node is really gone (the GCS marks it dead after its health checks fail: seconds)
+        alive = lambda: {n["node_id"] for n in _nodes(cluster) if n["state"] == "ALIVE"}  # noqa: E731
+        deadline = time.time() + 90
+        while worker_node in alive() and time.time() < deadline:
+            time.sleep(1)
+        assert worker_node not in alive()
+    finally:  # a new worker node: the tests after this one run on two nodes again
+        cluster.start_worker()
 
 
 def test_classifier_on_actors_matches_local(cluster: Cluster, data_dir: Path, tmp_path: Path) -> None:
@@ -433,6 +445,7 @@ def test_classifier_on_actors_matches_local(cluster: Cluster, data_dir: Path, tm
     from hf_tiny import save_classifier, save_encoder, tokenizer
     from ray.util.state import list_actors
 
+    _wait_nodes(cluster, 2)  # the worker node killed by the fault test was replaced
     tok = tokenizer(data_dir)
     clf, enc = save_classifier(tmp_path / "clf", tok, ["low", "high"]), save_encoder(tmp_path / "enc", tok)
     cfg = tmp_path / "c.yaml"

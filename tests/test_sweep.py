@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT
-from procs import RAY_TEST_ENV, free_port, kill_all, procs, ray_agent_ports, with_descendants
+from procs import RAY_TEST_ENV, free_port, kill_all, procs, ray_agent_ports, ray_start, with_descendants
 
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
@@ -60,11 +60,6 @@ class Cluster:
         return with_descendants(roots, table)
 
 
-def _ray_start(cmd: list[str], env: dict[str, str]) -> None:
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     temp_dir = Path(tempfile.mkdtemp(prefix="llmtune", dir="/tmp"))  # short: Ray's unix socket paths
@@ -84,21 +79,12 @@ def cluster() -> Iterator[Cluster]:
         ]
         head = [RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port)]
         head += ["--include-dashboard", "false"]  # the driver connects over GCS; no Jobs API needed
-        head += ["--ray-client-server-port", str(free_port()), "--temp-dir", str(temp_dir)]
-        _ray_start([*head, "--disable-usage-stats", *common, *ray_agent_ports()], env)
-        _ray_start(
-            [
-                RAY,
-                "start",
-                "--address",
-                c.address,
-                "--node-ip-address",
-                "127.0.0.1",
-                *common,
-                *ray_agent_ports(),
-            ],
-            env,
+        head += ["--temp-dir", str(temp_dir), "--disable-usage-stats", *common]
+        ray_start(
+            lambda: [*head, "--ray-client-server-port", str(free_port()), *ray_agent_ports()], env, c.owned
         )
+        worker = [RAY, "start", "--address", c.address, "--node-ip-address", "127.0.0.1", *common]
+        ray_start(lambda: [*worker, *ray_agent_ports()], env, c.owned)
         yield c
     finally:
         kill_all(c.owned())
