@@ -190,6 +190,39 @@ def test_magnitude_pruning_fine_tuning_and_masks_through_resume(
         assert bool((w[~mask] == 0).all()), name
     assert abs(sparsity_of(final) - 0.5) <= 0.005
 
+    # a second prune into the same --out starts its fine-tuning over: resuming the run above (step 30,
+    # the 0.5 masks) would leave its masks and weights in a model reported as 0.3-sparse
+    assert llmpipe(["prune", str(base_run), "--sparsity", "0.3", "--out", str(pruned), "--eval-rows", "16",
+                    "--finetune", "4", "--lr", "1e-3"]) == 0  # fmt: skip
+    assert list_checkpoints(run / "checkpoints")[-1].name == "step-00000004"  # not step 30
+    assert abs(_report(pruned)["sparsity"] - 0.3) <= 0.005
+    assert abs(sparsity_of(load_model(pruned).model) - 0.3) <= 0.005
+
+
+def test_finetune_run_directory_is_checked_before_any_work(
+    base_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OUT-finetune, where --finetune trains, never holds a user's files or an input: refused in one
+    line before anything is written (it is replaced when a fine-tuning starts), even with --overwrite."""
+    (tmp_path / "a-finetune").mkdir()
+    (tmp_path / "a-finetune" / "notes.txt").write_text("mine")
+    (tmp_path / "b-finetune").symlink_to(base_run)  # the model, reached through a link
+    (tmp_path / "c-finetune").symlink_to(tmp_path / "a-finetune")
+    cases = [
+        (str(base_run), "a", "--finetune's run directory", "holds files llmpipe did not write (notes.txt)"),
+        (str(tmp_path / "b-finetune"), "b", "--finetune's run directory", "is the model"),
+        (str(base_run), "c", "--finetune's run directory", "is a link or a file"),
+    ]
+    for model, out, where, why in cases:
+        for extra in ([], ["--overwrite"]):
+            argv = ["prune", model, "--sparsity", "0.5", "--finetune", "2", "--out", str(tmp_path / out)]
+            assert llmpipe([*argv, *extra]) == 2
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and where in err and why in err, err
+            assert not (tmp_path / out).exists()
+    assert (tmp_path / "a-finetune" / "notes.txt").read_text() == "mine"
+    assert list_checkpoints(base_run / "checkpoints")
+
 
 def test_wanda_2_4_holds_in_every_group_of_four(base_run: Path, tmp_path: Path) -> None:
     from llmpipe.compress.model_io import load_model

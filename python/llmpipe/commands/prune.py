@@ -97,12 +97,43 @@ def best_step(run_dir: Path) -> tuple[int, dict[int, float]]:
 STEP_LINE = re.compile(r"^step\s+(\d+) \|")
 
 
+def finetune_dir(out: Path) -> Path:
+    """Where ``--finetune`` trains: OUT-finetune, beside OUT."""
+    return out.with_name(f"{out.name}-finetune")
+
+
+def check_finetune_dir(run_dir: Path, inputs: dict[str, Path | None]) -> None:
+    """Refuse (one line, before any work) a fine-tuning run directory that is or holds an input, or
+    holds files llmpipe did not write (``--overwrite`` names OUT only: it never gives these up)."""
+    from llmpipe.errors import LlmpipeError
+    from llmpipe.outdir import apart_from_inputs, file_in_the_way
+    from llmpipe.train.rundir import RUN_DIR
+
+    what = "--finetune's run directory"
+    apart_from_inputs(run_dir, inputs, what)
+    if run_dir.is_symlink() or file_in_the_way(run_dir) is not None:
+        problem = "is a link or a file, not a directory llmpipe made"
+    elif found := RUN_DIR.foreign(run_dir):
+        problem = f"holds files llmpipe did not write ({', '.join(found[:5])})"
+    else:
+        return
+    raise LlmpipeError(
+        f"{what} {run_dir} (beside --out) {problem}: move it, or choose another --out "
+        "(--overwrite does not apply to it)"
+    )
+
+
 def finetune(out: Path, data: Path, steps: int, args: argparse.Namespace) -> Path:
     """Train ``steps`` steps from the pruned checkpoint in OUT (masks held) into OUT-finetune, showing the
-    trainer's steps as they come (a bar on a terminal, its step lines in a log)."""
+    trainer's steps as they come (a bar on a terminal, its step lines in a log). A run an earlier prune
+    left there is replaced, never resumed: it trained another pruned model, with other masks."""
+    import shutil
+
     from llmpipe.errors import LlmpipeError
 
-    run_dir = out.with_name(f"{out.name}-finetune")
+    run_dir = finetune_dir(out)
+    if run_dir.exists():  # checked by check_finetune_dir: only an earlier run's files
+        shutil.rmtree(run_dir)
     cfg = json.loads((out / "config.json").read_text())
     cmd = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}", "--standalone", "-m", "llmpipe.train", "--data", str(data), "--out", str(run_dir),
@@ -169,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
         "--train-config": args.train_config,
     }
     COMPRESSED_OUT.check(args.out, args.overwrite, inputs=inputs)
+    if args.finetune:
+        check_finetune_dir(finetune_dir(args.out), inputs)
     check_counts(args)
     import torch
 
@@ -189,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
         )
     loaded = load_model(args.model)
     apart_from_inputs(args.out, {"the run's shards": loaded.shards})
+    if args.finetune:
+        check_finetune_dir(finetune_dir(args.out), {"the run's shards": loaded.shards})
     model: Any = loaded.model
     cfg = model.cfg
     shards = args.eval or loaded.shards
