@@ -112,6 +112,14 @@ def test_killed_at_every_point_in_turn(setup: tuple[Path, Path, dict[str, str]],
     p = run_cli("curate", str(inputs), "--out", str(out), "--config", str(cfg))
     assert "already complete" in p.stdout
     assert _tree(out) == ref
+    # ... unless what says it finished is damaged (a truncated file, another JSON type): then it is
+    # done again, to the same bytes, where trusting it would be a traceback or a claim of shards that
+    # do not read
+    for name, bad in ((".llmpipe-done.json", "{bad"), ("stats.json", "[]"), ("manifest.json", '{"a": 1')):
+        (out / name).write_text(bad)
+        p = run_cli("curate", str(inputs), "--out", str(out), "--config", str(cfg), "--workers", "1")
+        assert "already complete" not in p.stdout and "Traceback" not in p.stderr, (name, p.stderr)
+        assert _tree(out) == ref, name
 
 
 @pytest.mark.parametrize("point", ["segment 0#1 committed", "moved train-00000.arrow", "work removed"])

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +135,31 @@ def test_shards_val_split_and_bad_input(trained_run: Path, byte_shards: Path, tm
     assert main(["eval", str(tmp_path), "--text", str(bad)]) == 2
     assert main(["eval", str(trained_run)]) == 2
     assert np.isfinite(r.bpb)
+
+
+def test_a_damaged_manifest_of_the_runs_shards_is_one_line(
+    trained_run: Path, byte_shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """eval and generate read the end-of-text id from the manifest of the shards the run trained on:
+    a damaged one is one line naming it, not a traceback."""
+    run, shards = tmp_path / "run", tmp_path / "shards"
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("tensorboard"))
+    shutil.copytree(byte_shards, shards)
+    cfg = run / "config.yaml"
+    assert str(byte_shards) in cfg.read_text()
+    cfg.write_text(cfg.read_text().replace(str(byte_shards), str(shards)))
+    text = tmp_path / "t.txt"
+    text.write_text("To be, or not to be, that is the question.\n")
+    assert main(["eval", str(run), "--text", str(text)]) == 0  # the copy evaluates
+    capsys.readouterr()
+    for bad, says in (('{"format": 1', "not valid JSON"), ("[]", "not an llmpipe shard manifest")):
+        (shards / "manifest.json").write_text(bad)
+        assert main(["eval", str(run), "--text", str(text)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{shards / 'manifest.json'}: {says}" in err, err
+        p = subprocess.run([sys.executable, "-m", "llmpipe.train.generate", str(run), "--prompt", "KING"],
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 def test_lm_eval_harness_runs_a_local_task_on_the_export(

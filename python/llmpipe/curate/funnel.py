@@ -21,7 +21,21 @@ from llmpipe.outdir import OutputDir
 
 #: the names of the shards a run writes (``llmpipe.data.writer``): only these are replaced or removed
 SHARD_NAME = re.compile(r"(train|val)-\d{5,}\.arrow")
+#: the marker a finished run writes last: ``{"fingerprint": ...}`` of its inputs, config and tokenizer
 DONE = ".llmpipe-done.json"
+
+
+def finished_stats(done: bytes | str, stats: bytes | str, fp: str) -> dict[str, Any] | None:
+    """The stats of a finished run from its done marker's and stats.json's text, when the marker records
+    fingerprint ``fp``; None when it records another, or when either file is damaged (the run is then
+    done again, not trusted)."""
+    try:
+        marker, numbers = json.loads(done), json.loads(stats)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(marker, dict) or marker.get("fingerprint") != fp or not isinstance(numbers, dict):
+        return None
+    return numbers
 
 
 def _earlier_run(out: Path) -> bool:

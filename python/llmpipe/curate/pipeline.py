@@ -11,7 +11,6 @@ publishing run here. The work directory and completion markers make a killed run
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -22,7 +21,7 @@ from typing import Any
 
 from llmpipe import __version__
 from llmpipe.curate.executors import Done, Executor, InOrder, LocalExecutor, executor_workers
-from llmpipe.curate.funnel import CURATE_OUT, Funnel, write_outputs
+from llmpipe.curate.funnel import CURATE_OUT, DONE, Funnel, finished_stats, write_outputs
 from llmpipe.curate.progress import JobProgress
 from llmpipe.curate.remote import RemoteOut, default_staging, remove_staging
 from llmpipe.curate.settings import CurateConfig
@@ -42,8 +41,8 @@ from llmpipe.curate.steps import (
     tokenize_input,
 )
 from llmpipe.curate.workdir import CACHE, WORK_LAYOUT, WorkDir, fault_point, fingerprint
-from llmpipe.data.format import MANIFEST, atomic_write_json, sha256_file
-from llmpipe.errors import InputError
+from llmpipe.data.format import atomic_write_json, read_manifest, sha256_file
+from llmpipe.errors import InputError, ShardError
 from llmpipe.io.chunks import Span, split
 from llmpipe.io.discover import discover_inputs
 from llmpipe.io.fs import InputPath, RemotePath, is_url, local_or_url
@@ -51,7 +50,6 @@ from llmpipe.io.read import detect_format
 from llmpipe.lock import DirLock
 from llmpipe.memory import release_memory
 
-DONE = ".llmpipe-done.json"
 #: the automatic chunk size (``--chunk-mb`` not given) lies between these: inputs larger than the
 #: chunk size run as several parts
 CHUNK_BYTES = 128 << 20
@@ -194,9 +192,9 @@ class Run:
 
 def _curate(run: Run) -> dict[str, Any]:
     out, config, log = run.out, run.config, run.log
-    if _complete(out, run.fingerprint):
+    if (stats := _complete(out, run.fingerprint)) is not None:
         log(f"{out}: already complete for these inputs and config (delete it to run again)")
-        return json.loads((out / "stats.json").read_text())
+        return stats
     (out / DONE).unlink(missing_ok=True)
     total = sum(f.stat().st_size for f in run.files)
     chunk_bytes = run.chunk_bytes
@@ -420,9 +418,13 @@ def source_keys(files: list[InputPath]) -> list[str]:
     return [str(p.relative_to(root)) for p in paths]
 
 
-def _complete(out: Path, fp: str) -> bool:
-    """A finished run of the same inputs, config and tokenizer is in ``out``."""
-    done = out / DONE
-    return (
-        done.exists() and (out / MANIFEST).exists() and json.loads(done.read_text()).get("fingerprint") == fp
-    )
+def _complete(out: Path, fp: str) -> dict[str, Any] | None:
+    """The stats of a finished run of the same inputs, config and tokenizer in ``out``; None where there
+    is none, or where its done marker, stats or manifest is damaged (the run is done again)."""
+    try:
+        stats = finished_stats((out / DONE).read_bytes(), (out / "stats.json").read_bytes(), fp)
+        if stats is not None:
+            read_manifest(out)
+    except (OSError, ShardError):
+        return None
+    return stats

@@ -27,13 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmpipe.curate.funnel import SHARD_NAME
+from llmpipe.curate.funnel import DONE, SHARD_NAME, finished_stats
 from llmpipe.curate.workdir import fault_point
 from llmpipe.data.format import MANIFEST
 from llmpipe.errors import InputError
 from llmpipe.io.fs import filesystem, store_call
 
-DONE = ".llmpipe-done.json"
 #: stores whose object writes are atomic (written whole under the final name, or not at all)
 ATOMIC_PUT = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory"}
 #: stores where a "bucket" is the first path component and must exist before a run
@@ -109,17 +108,15 @@ class RemoteOut:
         """The stats of a finished run with fingerprint ``fp`` on the store, else None."""
         self.fs.invalidate_cache()
         try:
-            done = json.loads(self._call("read its done marker", lambda: self.fs.cat_file(self._key(DONE))))
-        except (FileNotFoundError, ValueError):
+            done = self._call("read its done marker", lambda: self.fs.cat_file(self._key(DONE)))
+        except FileNotFoundError:
             return None
-        if done.get("fingerprint") != fp or not self._call(
+        if finished_stats(done, "{}", fp) is None or not self._call(
             "list it", lambda: self.fs.exists(self._key(MANIFEST))
         ):
             return None
-        stats: dict[str, Any] = json.loads(
-            self._call("read stats.json", lambda: self.fs.cat_file(self._key("stats.json")))
-        )
-        return stats
+        stats = self._call("read stats.json", lambda: self.fs.cat_file(self._key("stats.json")))
+        return finished_stats(done, stats, fp)
 
     def publish(self, local: Path, log: Callable[[str], None]) -> None:
         """Upload the finished run in ``local`` (its outputs and done marker), the manifest and marker last."""

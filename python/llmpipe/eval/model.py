@@ -242,7 +242,7 @@ def _hf_load_error(path: Path, e: BaseException) -> BaseException:
 def _load_run(path: Path, dev: torch.device, dtype: torch.dtype) -> LM:
     from tokenizers import Tokenizer
 
-    from llmpipe.data.format import MANIFEST, TOKENIZER_FILE
+    from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, read_manifest
     from llmpipe.train.export_hf import load_run
 
     cfg, model, _ = load_run(path)
@@ -255,5 +255,5 @@ def _load_run(path: Path, dev: torch.device, dtype: torch.dtype) -> LM:
     tok = Tokenizer.from_file(str(shards / TOKENIZER_FILE))
     eos = None
     if (shards / MANIFEST).is_file():
-        eos = json.loads((shards / MANIFEST).read_text())["tokenizer"]["eos_id"]
+        eos = read_manifest(shards)["tokenizer"]["eos_id"]
     return wrap_lm(model.to(dtype), tok, prefix_id=eos, device=dev, name=str(path))

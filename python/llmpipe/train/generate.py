@@ -6,7 +6,6 @@ python -m llmpipe.train.generate RUN_DIR --prompt "ROMEO:" [--max-new-tokens 200
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import torch
 from tokenizers import Tokenizer
 
 from llmpipe.argtypes import int_at_least, number_at_least
-from llmpipe.data.format import MANIFEST, TOKENIZER_FILE
+from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, read_manifest
 from llmpipe.errors import LlmpipeError
 from llmpipe.train.export_hf import load_run
 from llmpipe.train.model import Transformer
@@ -71,11 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     except LlmpipeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    manifest = cfg.data.path / MANIFEST if cfg.data.path else None
-    if manifest is not None and manifest.is_file():
-        eos: int | None = json.loads(manifest.read_text())["tokenizer"]["eos_id"]
-    else:
-        eos = tok.token_to_id("<|endoftext|>")
+    try:
+        if cfg.data.path is not None and (cfg.data.path / MANIFEST).is_file():
+            eos: int | None = read_manifest(cfg.data.path)["tokenizer"]["eos_id"]
+        else:
+            eos = tok.token_to_id("<|endoftext|>")
+    except LlmpipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     ids = tok.encode(args.prompt).ids if args.prompt else [eos if eos is not None else 0]
     gen = torch.Generator().manual_seed(args.seed)
     new = sample(model, ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
