@@ -131,6 +131,34 @@ def test_item11_corrupted_distcp_same_size_is_detected(
     ).is_dir()
 
 
+def test_a_second_damaged_copy_of_a_step_is_kept_beside_the_first(
+    genuine_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that trained past step 4 again after its step 4 was moved aside, and finds the new step 4
+    damaged too, keeps both copies for inspection (the second as damaged-step-00000004-2)."""
+    from llmpipe.train.checkpoint import Checkpointer
+    from llmpipe.train.config import CheckpointConfig
+
+    run = _copy(genuine_run, tmp_path)
+    first = run / "checkpoints/damaged-step-00000004"
+    first.mkdir()
+    (first / "__0_0.distcp").write_bytes(b"the first damaged copy")
+    distcp = run / LATEST / "__0_0.distcp"
+    cut = distcp.stat().st_size // 2
+    with open(distcp, "r+b") as f:
+        f.truncate(cut)
+    latest = Checkpointer(run, CheckpointConfig(), rank=0, world_size=1).latest()
+    assert latest == run / "checkpoints/step-00000002"
+    assert (
+        capsys.readouterr()
+        .out.strip()
+        .endswith("moved to damaged-step-00000004-2, falling back to step-00000002")
+    )
+    assert (first / "__0_0.distcp").read_bytes() == b"the first damaged copy"
+    assert (run / "checkpoints/damaged-step-00000004-2/__0_0.distcp").stat().st_size == cut
+    assert not (run / LATEST).exists()
+
+
 def test_item15_damaged_first_checkpoint_stops_with_the_right_message(
     genuine_run: Path, byte_shards: Path, tmp_path: Path
 ) -> None:

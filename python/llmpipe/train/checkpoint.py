@@ -469,6 +469,16 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+def _aside(path: Path) -> Path:
+    """A new name for a damaged checkpoint, kept for inspection: ``damaged-step-N``, or
+    ``damaged-step-N-2``, ``-3``, ... where an earlier damaged copy of the same step is kept already."""
+    aside, n = path.with_name(f"damaged-{path.name}"), 1
+    while aside.exists() or aside.is_symlink():
+        n += 1
+        aside = path.with_name(f"damaged-{path.name}-{n}")
+    return aside
+
+
 class Checkpointer:
     def __init__(
         self, run_dir: Path, cfg: CheckpointConfig, *, rank: int, world_size: int, frozen_base: bool = False
@@ -581,8 +591,7 @@ class Checkpointer:
                     self._verified.add(path)
                     found = str(path)
                     break
-                aside = path.with_name(f"damaged-{path.name}")
-                shutil.rmtree(aside, ignore_errors=True)
+                aside = _aside(path)
                 path.rename(aside)
                 self._verified.discard(path)
                 damaged.append((path, problem, aside.name))
