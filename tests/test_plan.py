@@ -41,6 +41,17 @@ def test_compute_and_data_budgets(tmp_path: Path) -> None:
     (tmp_path / "stats.json").write_text(json.dumps({"retention": {"word_fraction": 0.05}}))
     q = _plan("--params", "1B", "--tokens", "1T", "--from-curation", str(tmp_path))
     assert q["raw_tokens_to_crawl"] == pytest.approx(1e12 / 0.05)
+    for bad, says in (
+        ("{x", "stats.json: not valid JSON"),
+        ("[]", "stats.json: not a curate stats file"),
+        ('{"retention": []}', "retention.word_fraction is None, not a number"),
+        ('{"retention": {"word_fraction": "0.05"}}', "retention.word_fraction is '0.05', not a number"),
+        ('{"retention": {"word_fraction": 1.5}}', "retention 1.5 is not in (0, 1]"),
+    ):
+        (tmp_path / "stats.json").write_text(bad)
+        p = run_cli("plan", "--params", "1B", "--from-curation", str(tmp_path), check=False)
+        err = p.stderr.strip()
+        assert p.returncode == 2 and len(err.splitlines()) == 1 and says in err, (bad, err)
     off = _plan("--params", "7B", "--cpu-offload")
     assert off["memory_gb"]["optimizer_states"] == 0 and off["cpu_offload_gb"] > 0
 

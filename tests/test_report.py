@@ -99,6 +99,34 @@ def test_report_command_prints_the_funnel(run_dir: Path, tmp_path: Path) -> None
     assert bad.returncode == 2 and "stats.json" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_a_damaged_stats_file_is_one_line_naming_the_key(run_dir: Path, tmp_path: Path) -> None:
+    """A stranger's (or hand-edited) stats.json is data: each value the report reads is checked, and a
+    bad one is one line naming its key, with --html too (report.html is not rewritten)."""
+    from llmpipe.cli import main
+
+    good = json.loads((run_dir / "stats.json").read_text())
+    stage = good["stages"][1]
+    cases = [
+        ({**good, "stages": 5}, "stages is 5, not a list"),
+        ({**good, "stages": [{**stage, "docs_in": "7"}]}, 'stages[0].docs_in is "7", not a count'),
+        ({**good, "stages": [{**stage, "dropped": {"x": -1}}]}, "stages[0].dropped is"),
+        ({**good, "stages": [{**stage, "examples": {"x": [1]}}]}, "stages[0].examples is"),
+        ({**good, "retention": {"docs_in": None}}, "retention is"),
+        ({**good, "quarantine": {"records": 2, "by_reason": []}}, "quarantine.by_reason is"),
+    ]
+    d = tmp_path / "d"
+    d.mkdir()
+    for stats, says in cases:
+        (d / "stats.json").write_text(json.dumps(stats))
+        for extra in ((), ("--html",)):
+            p = run_cli("report", str(d), *extra, check=False)
+            err = p.stderr.strip()
+            assert p.returncode == 2 and len(err.splitlines()) == 1 and says in err, (says, err)
+            assert not (d / "report.html").exists()
+    (d / "stats.json").write_text(json.dumps(good))  # the real one reads
+    assert main(["report", str(d)]) == 0
+
+
 def test_counts_are_not_listed_as_drops(run_dir: Path) -> None:
     """The language stage counts kept documents per language: the report shows them apart from the drops."""
     html = (run_dir / "report.html").read_text()

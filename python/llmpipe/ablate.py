@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmpipe.curate.report import load_stats
 from llmpipe.data.format import atomic_write_bytes, read_manifest
 from llmpipe.errors import ConfigError, InputError, LlmpipeError
 
@@ -66,6 +67,7 @@ class Ablation:
         proxies = []
         for d in self.dirs:
             seq_len = int(read_manifest(Path(d))["seq_len"])
+            load_stats(Path(d))  # read after its proxy trains: a damaged one is said before any training
             name = Path(d).resolve().name or "shards"
             while name in names:
                 name = f"{name}_{len(names)}"
@@ -167,7 +169,7 @@ def _proxy_task(job: dict[str, Any]) -> None:
     per = ev.groups(groups)
     total = sum(per.values(), type(next(iter(per.values())))(0.0, 0, 0, 0))
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    stats = json.loads((Path(job["shards"]) / "stats.json").read_text())
+    stats = load_stats(Path(job["shards"]))
     seq_len = int(read_manifest(Path(job["shards"]))["seq_len"])
     result = {
         "name": job["name"],

@@ -589,13 +589,15 @@ def estimate(p: PlanInput) -> Plan:
 
 def retention_from_curation(directory: str | Path) -> float:
     """The fraction of input words a curate run kept (its stats.json), as a token retention rate."""
-    import json
+    from llmpipe.curate.report import read_stats
 
     path = Path(directory) / "stats.json"
-    if not path.is_file():
-        raise ConfigError(f"{directory}: no stats.json (is it an `llmpipe curate` output directory?)")
-    r = json.loads(path.read_text())["retention"]
-    frac = float(r["word_fraction"])
+    ret = read_stats(Path(directory)).get("retention")
+    frac = ret.get("word_fraction") if isinstance(ret, dict) else None
+    if not isinstance(frac, int | float) or isinstance(frac, bool):
+        raise ConfigError(
+            f"{path}: retention.word_fraction is {frac!r}, not a number (written by `llmpipe curate`)"
+        )
     if not 0 < frac <= 1:
         raise ConfigError(f"{path}: retention {frac} is not in (0, 1]")
     return frac

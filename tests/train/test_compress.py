@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import ROOT, torchrun
 from llmpipe.cli import main as llmpipe
+from llmpipe.errors import InputError
 from llmpipe.train.checkpoint import STATE_FILE, list_checkpoints
 
 
@@ -77,6 +78,23 @@ def test_saved_model_loads_back_with_the_same_outputs(
     assert torch.equal(got, want)
     assert not torch.equal(got, fp32)  # really quantized
     assert (got.argmax(-1) == fp32.argmax(-1)).float().mean() > 0.9
+    if method != "int4":
+        return
+    # a hand-edited listing is one line naming the file, whatever it breaks
+    listing = tmp_path / "q" / "quantization.json"
+    doc = json.loads(listing.read_text())
+    first = next(iter(doc["tensors"]))
+    for bad, says in (
+        ("{x", "not valid JSON"),
+        ({**doc, "method": "int9"}, "method 'int9' with group_size 32 is not a quantization of llmpipe's"),
+        ({**doc, "group_size": "32"}, "method 'int4' with group_size '32'"),
+        ({**doc, "tensors": 5}, "its tensors do not describe"),
+        ({**doc, "tensors": {first: {"kind": "packed"}}}, "its tensors do not describe"),
+    ):
+        listing.write_text(bad if isinstance(bad, str) else json.dumps(bad))
+        with pytest.raises(InputError) as e:
+            load_quantized(tmp_path / "q")
+        assert f"{listing}: " in str(e.value) and says in str(e.value), str(e.value)
 
 
 def test_qat_int4_beats_ptq_int4_of_the_same_model(base_run: Path, tmp_path: Path) -> None:

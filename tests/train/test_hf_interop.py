@@ -92,3 +92,60 @@ def test_a_checkpoint_of_another_shape_is_refused(tmp_path: Path) -> None:
         hf.load_weights(Transformer(cfg), tmp_path)
     with pytest.raises(InputError, match="only 'llama' loads"):
         hf.model_config({**hf.hf_config(cfg, None), "model_type": "mistral"})
+
+
+def test_a_damaged_config_or_index_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stranger's model directory is data: config.json, model.safetensors.index.json and llmpipe's
+    own marker are checked value by value, and `llmpipe quantize` of a damaged one says which in one
+    line. A real config with a list of end-of-text ids (as Llama 3's) still loads (the first is used)."""
+    import json
+    import shutil
+
+    from llmpipe.cli import main
+    from llmpipe.compress.model_io import load_model
+
+    good_dir = tmp_path / "good"
+    llama(False).save_pretrained(good_dir, safe_serialization=True)
+    good = json.loads((good_dir / "config.json").read_text())
+    configs = [
+        ("{x", "config.json: not valid JSON"),
+        ("[]", "config.json: not a JSON object"),
+        (
+            {k: v for k, v in good.items() if k != "hidden_size"},
+            "hidden_size is null, not a positive whole number",
+        ),
+        ({**good, "num_hidden_layers": "2"}, 'num_hidden_layers is "2", not a positive whole number'),
+        ({**good, "num_hidden_layers": True}, "num_hidden_layers is true, not a positive whole number"),
+        ({**good, "hidden_size": 33}, "num_attention_heads 4 must divide hidden_size 33"),
+        ({**good, "num_key_value_heads": 3}, "num_key_value_heads 3 must divide num_attention_heads"),
+        ({**good, "rms_norm_eps": -1}, "rms_norm_eps is -1, not a positive number"),
+        ({**good, "tie_word_embeddings": "no"}, 'tie_word_embeddings is "no", not true or false'),
+        ({**good, "eos_token_id": [1, "x"]}, "eos_token_id is"),
+        ({**good, "max_position_embeddings": None}, "no max_position_embeddings"),
+    ]
+    d = tmp_path / "m"
+    for i, (cfg, says) in enumerate(configs):
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(good_dir, d)
+        (d / "config.json").write_text(cfg if isinstance(cfg, str) else json.dumps(cfg))
+        assert main(["quantize", str(d), "--method", "int8", "--out", str(tmp_path / f"q{i}")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and says in err and "Traceback" not in err, (says, err)
+    # the index of a sharded checkpoint, and llmpipe's marker of the shards a model was measured on
+    others = [
+        ("model.safetensors.index.json", "{x", "model.safetensors.index.json: not valid JSON"),
+        ("model.safetensors.index.json", '{"weight_map": {"a": "../x"}}', "no weight_map of tensor names"),
+        ("llmpipe_export.json", "[", "llmpipe_export.json: not valid JSON"),
+        ("llmpipe_export.json", '{"shards": 5}', "shards is 5, not a path"),
+    ]
+    for name, text, says in others:
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(good_dir, d)
+        (d / name).write_text(text)
+        with pytest.raises(InputError) as e:
+            load_model(d)
+        assert says in str(e.value), (says, str(e.value))
+    shutil.rmtree(d)
+    shutil.copytree(good_dir, d)
+    (d / "config.json").write_text(json.dumps({**good, "eos_token_id": [96, 95]}))
+    assert load_model(d).eos_id == 96

@@ -20,6 +20,7 @@ from llmpipe.outdir import replaced_whole
 from llmpipe.train import export_hf, hf
 from llmpipe.train.hf import MASKS_FILE
 from llmpipe.train.model import Transformer
+from llmpipe.train.rundir import EXPORT_MARKER
 
 
 @dataclass
@@ -35,14 +36,14 @@ class Loaded:
 def load_model(path: Path) -> Loaded:
     """A run directory (latest checkpoint) or an HF Llama directory -> fp32 CPU model in eval mode."""
     if (path / "config.yaml").is_file():
-        from llmpipe.data.format import MANIFEST, TOKENIZER_FILE
+        from llmpipe.data.format import MANIFEST, TOKENIZER_FILE, read_manifest
 
         cfg, model, _ = export_hf.load_run(path)
         shards = cfg.data.path
         tok = shards / TOKENIZER_FILE if shards is not None else None
         eos = None
         if shards is not None and (shards / MANIFEST).is_file():
-            eos = json.loads((shards / MANIFEST).read_text())["tokenizer"]["eos_id"]
+            eos = read_manifest(shards)["tokenizer"]["eos_id"]
         qat = None
         if hasattr(cfg, "qat") and cfg.qat.scheme != "none":
             qat = {"scheme": cfg.qat.scheme, "group_size": cfg.qat.group_size}
@@ -59,12 +60,25 @@ def load_model(path: Path) -> Loaded:
     model.eval()
     tok = path / "tokenizer.json"
     masks = hf.load_masks(path)
-    meta = path / "llmpipe_export.json"
-    shards = None
-    if meta.is_file():
-        s = json.loads(meta.read_text()).get("shards")
-        shards = Path(s) if s else None
-    return Loaded(model, tok if tok.is_file() else None, hf_cfg.get("eos_token_id"), shards, None, masks)
+    shards = exported_shards(path)
+    return Loaded(model, tok if tok.is_file() else None, hf.eos_id(hf_cfg), shards, None, masks)
+
+
+def exported_shards(path: Path) -> Path | None:
+    """The shards a model llmpipe wrote (quantize, prune) was measured on, from its
+    ``llmpipe_export.json`` (None where it names none, or where there is none); one line where that
+    file is damaged."""
+    meta = path / EXPORT_MARKER
+    if not meta.is_file():
+        return None
+    try:
+        doc = json.loads(meta.read_text())
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise InputError(f"{meta}: not valid JSON ({e})") from None
+    shards = doc.get("shards") if isinstance(doc, dict) else None
+    if shards is not None and not (isinstance(shards, str) and shards):
+        raise InputError(f"{meta}: shards is {json.dumps(shards)[:80]}, not a path (damaged or hand-edited?)")
+    return Path(shards) if shards else None
 
 
 def check_shards(loaded: Loaded, shards: Path | None, whose: Path) -> None:
@@ -104,6 +118,6 @@ def save_hf(
         if loaded.tokenizer is not None:
             shutil.copyfile(loaded.tokenizer, tmp / "tokenizer.json")
         meta = {"shards": str(loaded.shards) if loaded.shards else None, **(extra or {})}
-        (tmp / "llmpipe_export.json").write_text(json.dumps(meta) + "\n")
+        (tmp / EXPORT_MARKER).write_text(json.dumps(meta) + "\n")
         if masks:
             save_file({k: v.contiguous() for k, v in masks.items()}, str(tmp / MASKS_FILE))

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from llmpipe.compress.names import METHODS
 from llmpipe.compress.pack import pack_nibbles, unpack_nibbles
 from llmpipe.compress.spec import QuantSpec
 from llmpipe.errors import InputError
@@ -88,26 +89,42 @@ def load_quantized(path: Path) -> tuple[nn.Module, QuantSpec]:
     from safetensors.torch import load_file
 
     from llmpipe.compress.quantize import quantize_model
-    from llmpipe.train.hf import model_config
+    from llmpipe.train.hf import model_config, read_config, read_json
 
     meta_file = path / META
     if not meta_file.is_file():
         raise InputError(f"{path}: no {META}; not a `llmpipe quantize` output")
-    doc = json.loads(meta_file.read_text())
-    if doc.get("format") != FORMAT or doc.get("version") != 1:
-        raise InputError(f"{meta_file}: unknown format {doc.get('format')!r} version {doc.get('version')!r}")
+    doc = read_json(meta_file)
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != 1:
+        found = doc if not isinstance(doc, dict) else f"{doc.get('format')!r} version {doc.get('version')!r}"
+        raise InputError(f"{meta_file}: unknown format {found}")
     from llmpipe.train.model import Transformer
 
-    spec = QuantSpec(doc["method"], doc["group_size"])
-    model = Transformer(model_config(json.loads((path / "config.json").read_text()))).eval()
+    method, group = doc.get("method"), doc.get("group_size")
+    if method not in METHODS or not (isinstance(group, int) and not isinstance(group, bool) and group > 0):
+        raise InputError(
+            f"{meta_file}: method {method!r} with group_size {group!r} is not a quantization of llmpipe's"
+        )
+    spec = QuantSpec(method, group)
+    model = Transformer(model_config(read_config(path))).eval()
     if spec.method == "gptq-int4":  # same tensors as int4; GPTQ only chose other codes and scales
         quantize_model(model, QuantSpec("int4", spec.group_size))
     else:
         quantize_model(model, spec)
     stored = load_file(str(path / TENSORS))
+    try:
+        _fill(model, doc["tensors"], stored, path)
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as e:  # a hand-edited listing
+        detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise InputError(f"{meta_file}: its tensors do not describe {path / TENSORS} ({detail})") from None
+    return model, spec
+
+
+def _fill(model: nn.Module, tensors: dict[str, Any], stored: dict[str, torch.Tensor], path: Path) -> None:
+    """Copy the stored tensors into ``model``'s quantized parts, as ``tensors`` (the listing) describes."""
     state = model.state_dict()
     with torch.no_grad():
-        for name, info in doc["tensors"].items():
+        for name, info in tensors.items():
             if name not in state:
                 raise InputError(f"{path}: tensor {name} does not fit the model of config.json")
             target = state[name]
@@ -123,4 +140,3 @@ def load_quantized(path: Path) -> tuple[nn.Module, QuantSpec]:
                 if pinfo["nibbles"]:
                     src = (unpack_nibbles(src).to(torch.int16) - 8).to(torch.int8)
                 parts[part].copy_(src.reshape(pinfo["shape"]))
-    return model, spec

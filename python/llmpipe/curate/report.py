@@ -18,17 +18,78 @@ from llmpipe.errors import InputError
 BAR_COLORS = ("#3b7dd8", "#e07b39")
 
 
-def load_stats(out_dir: Path) -> dict[str, Any]:
+def read_stats(out_dir: Path) -> dict[str, Any]:
+    """``out_dir/stats.json`` as a mapping, or one line saying why not (its values unchecked)."""
     p = Path(out_dir) / "stats.json"
     if not p.is_file():
         raise InputError(f"{out_dir}: no stats.json (is it the output directory of `llmpipe curate`?)")
     try:
-        stats: dict[str, Any] = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
+        stats: Any = json.loads(p.read_text())
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise InputError(f"{p}: not valid JSON: {e}") from e
+    if not isinstance(stats, dict):
+        raise InputError(f"{p}: not a curate stats file (no mapping)")
+    return stats
+
+
+def load_stats(out_dir: Path) -> dict[str, Any]:
+    """``out_dir/stats.json`` with every value the funnel and the report read checked."""
+    stats = read_stats(out_dir)
+    p = Path(out_dir) / "stats.json"
     if "stages" not in stats:
         raise InputError(f"{p}: no 'stages' (not a curate stats file)")
+    _check_stats(stats, p)
     return stats
+
+
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _check_stats(stats: dict[str, Any], p: Path) -> None:
+    """The values the funnel and the report read have their types (a stranger's stats.json is data):
+    else one line naming the first bad key."""
+
+    def bad(key: str, value: object, want: str) -> InputError:
+        return InputError(f"{p}: {key} is {json.dumps(value)[:80]}, not {want} (damaged or hand-edited?)")
+
+    def counts(key: str, value: object) -> None:
+        if not isinstance(value, dict) or not all(isinstance(k, str) and _count(n) for k, n in value.items()):
+            raise bad(key, value, "a mapping of names to counts")
+
+    stages = stats["stages"]
+    if not isinstance(stages, list):
+        raise bad("stages", stages, "a list")
+    for i, st in enumerate(stages):
+        where = f"stages[{i}]"
+        if not isinstance(st, dict):
+            raise bad(where, st, "a mapping")
+        if not isinstance(st.get("name"), str):
+            raise bad(f"{where}.name", st.get("name"), "a string")
+        for k in ("docs_in", "docs_out", "tokens_in", "tokens_out"):
+            if not _count(st.get(k)):
+                raise bad(f"{where}.{k}", st.get(k), "a count")
+        if not _count(st.get("modified", 0)):
+            raise bad(f"{where}.modified", st.get("modified"), "a count")
+        counts(f"{where}.dropped", st.get("dropped"))
+        for k in ("dropped_tokens", "counters"):
+            counts(f"{where}.{k}", st.get(k, {}))
+        examples = st.get("examples", {})
+        if not isinstance(examples, dict) or not all(
+            isinstance(exs, list) and all(isinstance(x, dict) for x in exs) for exs in examples.values()
+        ):
+            raise bad(f"{where}.examples", examples, "a mapping of reasons to lists of records")
+    ret = stats.get("retention", {})
+    if not isinstance(ret, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in ret.values()
+    ):
+        raise bad("retention", ret, "a mapping of names to numbers")
+    q = stats.get("quarantine", {})
+    if not isinstance(q, dict) or not _count(q.get("records", 0)) or not isinstance(q.get("file", ""), str):
+        raise bad("quarantine", q, "a mapping with a count of records and a file name")
+    counts("quarantine.by_reason", q.get("by_reason", {}))
+    if not isinstance(stats.get("tokens_unit", ""), str):
+        raise bad("tokens_unit", stats.get("tokens_unit"), "a string")
 
 
 def _pct(a: float, b: float) -> str:

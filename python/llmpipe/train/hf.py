@@ -108,14 +108,78 @@ def read_config(hf_dir: Path) -> dict[str, Any]:
     path = hf_dir / "config.json"
     if not path.is_file():
         raise InputError(f"{hf_dir}: no config.json (a HuggingFace model directory?)")
-    cfg: dict[str, Any] = json.loads(path.read_text())
+    cfg = read_json(path)
     check_config(cfg, str(path))
     return cfg
 
 
-def check_config(cfg: dict[str, Any], where: str) -> None:
+def read_json(path: Path) -> Any:
+    """A JSON file of a model directory (a stranger's: data), or one line saying it does not parse."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise InputError(f"{path}: not valid JSON ({e})") from None
+
+
+#: the shape keys of a Llama config.json our model reads: positive whole numbers (those marked False
+#: may be absent)
+_SIZES = {
+    "hidden_size": True,
+    "num_hidden_layers": True,
+    "num_attention_heads": True,
+    "intermediate_size": True,
+    "vocab_size": True,
+    "num_key_value_heads": False,
+    "max_position_embeddings": False,
+    "head_dim": False,
+}
+
+
+def _whole(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _check_values(cfg: dict[str, Any], where: str) -> None:
+    """The values our model reads have their types and ranges (one line naming the first that does not)."""
+
+    def bad(key: str, want: str) -> InputError:
+        return InputError(f"{where}: {key} is {json.dumps(cfg.get(key))[:80]}, not {want}")
+
+    for key, required in _SIZES.items():
+        if (required or cfg.get(key) is not None) and not _whole(cfg.get(key)):
+            raise bad(key, "a positive whole number")
+    heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    if cfg["hidden_size"] % heads or heads % kv:
+        raise InputError(
+            f"{where}: num_attention_heads {heads} must divide hidden_size {cfg['hidden_size']}, and "
+            f"num_key_value_heads {kv} must divide num_attention_heads"
+        )
+    for key in ("rms_norm_eps", "rope_theta", "initializer_range"):
+        v = cfg.get(key)
+        if v is not None and not (
+            isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < float("inf")
+        ):
+            raise bad(key, "a positive number")
+    if not isinstance(cfg.get("tie_word_embeddings", False), bool):
+        raise bad("tie_word_embeddings", "true or false")
+    eos = cfg.get("eos_token_id")
+    ids = eos if isinstance(eos, list) and eos else [eos]
+    if eos is not None and not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise bad("eos_token_id", "a token id (or a list of them)")
+
+
+def eos_id(cfg: dict[str, Any]) -> int | None:
+    """The end-of-text id of a checked config.json (the first, where it lists several)."""
+    eos = cfg.get("eos_token_id")
+    return eos[0] if isinstance(eos, list) else eos
+
+
+def check_config(cfg: Any, where: str) -> None:
+    if not isinstance(cfg, dict):
+        raise InputError(f"{where}: not a JSON object (a HuggingFace config.json holds one)")
     if cfg.get("model_type") != "llama":
         raise InputError(f"{where}: model_type {cfg.get('model_type')!r}, only 'llama' loads")
+    _check_values(cfg, where)
     unsupported = [
         f"{k}={cfg.get(k)!r}"
         for k, ok in (
@@ -155,6 +219,8 @@ def apply_shape(model: ModelConfig, hf: dict[str, Any]) -> None:
 def model_config(hf: dict[str, Any]) -> ModelConfig:
     """The whole model of a config.json: its shape, context length and initialisation scale."""
     check_config(hf, "config.json")
+    if hf.get("max_position_embeddings") is None:
+        raise InputError("config.json: no max_position_embeddings (the model's context length)")
     return ModelConfig(
         **shape(hf), max_seq_len=hf["max_position_embeddings"], init_std=hf.get("initializer_range", 0.02)
     )
@@ -210,7 +276,12 @@ def weight_files(hf_dir: Path) -> dict[str, Path]:
 
     index = hf_dir / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = read_json(index)
+        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(v, str) and Path(v).name == v and v not in ("", ".", "..") for v in weight_map.values()
+        ):
+            raise InputError(f"{index}: no weight_map of tensor names to file names in {hf_dir}")
         return {k: hf_dir / v for k, v in weight_map.items()}
     single = hf_dir / "model.safetensors"
     if not single.is_file():
