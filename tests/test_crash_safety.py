@@ -134,6 +134,19 @@ def test_killed_once_from_scratch(
     assert _tree(out) == ref
 
 
+def test_a_damaged_work_stamp_starts_the_work_over(
+    setup: tuple[Path, Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """The work directory's fingerprint.json damaged after a kill (here: a list): its work is not
+    trusted, the run starts over and writes the same bytes, without a traceback."""
+    inputs, cfg, ref = setup
+    out = tmp_path / "out"
+    assert _curate(inputs, out, cfg, fault="segment 0#1 committed") == -9
+    (out / ".llmpipe-work" / "fingerprint.json").write_text("[]")
+    _curate(inputs, out, cfg)
+    assert _tree(out) == ref
+
+
 def test_changed_input_invalidates_unfinished_work(
     setup: tuple[Path, Path, dict[str, str]], tmp_path: Path
 ) -> None:

@@ -110,7 +110,7 @@ class WorkDir:
         if self.root.exists():
             try:
                 old = json.loads(stamp.read_text())["fingerprint"]
-            except (OSError, ValueError, KeyError):
+            except (OSError, ValueError, KeyError, TypeError):  # damaged: started over
                 old = None
             if old != fp:
                 shutil.rmtree(self.root)
@@ -124,6 +124,8 @@ class WorkDir:
         try:
             plan = json.loads((out / WORK / "fingerprint.json").read_text())
         except (OSError, ValueError):
+            return None
+        if not isinstance(plan, dict):
             return None
         size = plan.get("chunk_bytes") if plan.get("run") == run else None
         return size if isinstance(size, int) and size > 0 else None
