@@ -162,6 +162,24 @@ def test_a_damaged_manifest_of_the_runs_shards_is_one_line(
         assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
+def test_a_damaged_tokenizer_of_a_model_directory_is_one_line(
+    hf_export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """eval and quantize read a model directory's tokenizer.json only once the tokenizers library
+    loads it: a damaged one is one line, not transformers' or our own KeyError."""
+    d = tmp_path / "hf"
+    shutil.copytree(hf_export, d)
+    text = tmp_path / "t.txt"
+    text.write_text("To be, or not to be, that is the question.\n")
+    for bad in ("{x", "[]", '{"model": 5}'):
+        (d / "tokenizer.json").write_text(bad)
+        for argv in (["eval", str(d), "--text", str(text)], ["quantize", str(d), "--method", "q8_0"]):
+            assert main([*argv, "--out", str(tmp_path / "q")] if argv[0] == "quantize" else argv) == 2
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and "tokenizer is damaged" in err, (bad, argv[0], err)
+            assert f"{d / 'tokenizer.json'}: not a tokenizer" in err, err
+
+
 def test_lm_eval_harness_runs_a_local_task_on_the_export(
     hf_export: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -23,6 +23,10 @@ from llmpipe.errors import InputError
 def token_bytes(tokenizer: Path) -> torch.Tensor:
     """UTF-8 bytes of every token id of a byte-level BPE tokenizer.json (0 for special tokens)."""
     doc = json.loads(tokenizer.read_text())
+    if doc["model"].get("type") != "BPE":  # a loadable tokenizer (model_io checks): its model is a mapping
+        raise InputError(
+            f"{tokenizer}: bits per byte need a byte-level BPE tokenizer, not {doc['model'].get('type')}"
+        )
     vocab: dict[str, int] = doc["model"]["vocab"]
     special = {t["id"] for t in doc.get("added_tokens", []) if t.get("special")}
     size = max([*vocab.values(), *special]) + 1

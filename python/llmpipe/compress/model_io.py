@@ -41,6 +41,8 @@ def load_model(path: Path) -> Loaded:
         cfg, model, _ = export_hf.load_run(path)
         shards = cfg.data.path
         tok = shards / TOKENIZER_FILE if shards is not None else None
+        if tok is not None and tok.is_file():
+            export_hf.read_tokenizer(tok, "the tokenizer of the shards the run trained on is damaged")
         eos = None
         if shards is not None and (shards / MANIFEST).is_file():
             eos = read_manifest(shards)["tokenizer"]["eos_id"]
@@ -59,6 +61,8 @@ def load_model(path: Path) -> Loaded:
     hf.load_weights(model, path)
     model.eval()
     tok = path / "tokenizer.json"
+    if tok.is_file():
+        export_hf.read_tokenizer(tok, "the model directory's tokenizer is damaged")
     masks = hf.load_masks(path)
     shards = exported_shards(path)
     return Loaded(model, tok if tok.is_file() else None, hf.eos_id(hf_cfg), shards, None, masks)

@@ -198,7 +198,10 @@ def load_lm(
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from llmpipe.quiet import quiet_imports
+        from llmpipe.train.export_hf import read_tokenizer
 
+        if (path / "tokenizer.json").is_file():  # transformers reads a damaged one with any error
+            read_tokenizer(path / "tokenizer.json", "the model directory's tokenizer is damaged")
         try:
             # never the directory's own code (auto_map): without False transformers asks on the terminal
             tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)

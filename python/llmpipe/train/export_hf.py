@@ -90,9 +90,10 @@ def load_run(
     return cfg, model, path  # type: ignore[return-value]
 
 
-def read_tokenizer(path: Path) -> str:
-    """The text of a tokenizer.json, refused with one line unless the ``tokenizers`` library (what
-    ``AutoTokenizer`` loads it with) accepts it: an export must load where it is used."""
+def read_tokenizer(path: Path, fix: str = "pass --tokenizer FILE with a valid one") -> str:
+    """The text of a tokenizer.json, refused with one line (ending in ``fix``) unless the
+    ``tokenizers`` library (what ``AutoTokenizer`` loads it with) accepts it: an export must load
+    where it is used, and a model directory's tokenizer is read only once it is known to load."""
     from tokenizers import Tokenizer
 
     try:
@@ -104,8 +105,7 @@ def read_tokenizer(path: Path) -> str:
     except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exceptions
         why = (str(e).splitlines() or [type(e).__name__])[0][:300]
         raise TokenizerError(
-            f"{path}: not a tokenizer that transformers' AutoTokenizer can load ({why}); "
-            "pass --tokenizer FILE with a valid one"
+            f"{path}: not a tokenizer that transformers' AutoTokenizer can load ({why}); {fix}"
         ) from None
     return text
 
