@@ -160,6 +160,15 @@ def test_a_damaged_manifest_of_the_runs_shards_is_one_line(
         p = subprocess.run([sys.executable, "-m", "llmpipe.train.generate", str(run), "--prompt", "KING"],
                            capture_output=True, text=True, timeout=300)  # fmt: skip
         assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
+    # the run's own config.yaml, not a mapping or without the sizes the trainer fills in
+    for bad, says in (
+        ("[]", "saved config: "),
+        ("train: {steps: 3}", "model.vocab_size and model.max_seq_len"),
+    ):
+        cfg.write_text(bad)
+        assert main(["eval", str(run), "--text", str(text)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and says in err, err
 
 
 def test_a_damaged_tokenizer_of_a_model_directory_is_one_line(

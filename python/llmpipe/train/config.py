@@ -548,6 +548,15 @@ def dump(cfg: RunConfig) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
 
 
-def from_saved(data: dict[str, Any]) -> RunConfig:
-    """The config saved in a run directory (``config.yaml``)."""
-    return from_dict(RunConfig, data, "saved config")
+def from_saved(data: Any) -> RunConfig:
+    """The config saved in a run directory (``config.yaml``): a mapping of known keys whose model has
+    the vocabulary size and context length the trainer filled in from its shards."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"saved config: expected a mapping, got {type(data).__name__}")
+    cfg = from_dict(RunConfig, data, "saved config")
+    if cfg.model.vocab_size is None or cfg.model.max_seq_len is None:
+        raise ConfigError(
+            "saved config: model.vocab_size and model.max_seq_len are not set (the trainer writes both "
+            "into a run's config.yaml): not a run's own config, or hand-edited"
+        )
+    return cfg
