@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -93,3 +94,11 @@ def ray_start(
             raise AssertionError(
                 f"{' '.join(cmd[1:3])} failed {tries} times; the last:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
             )
+
+
+def with_default_sigint(cmd: list[str]) -> list[str]:
+    """``cmd`` run as from a terminal, where Ctrl-C's SIGINT is not ignored: a shell's background job
+    (``make test &`` in a script) starts with SIGINT ignored, every process below it inherits that,
+    and Python then never raises KeyboardInterrupt. A tiny Python restores the default, then execs."""
+    restore = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", restore, *cmd]

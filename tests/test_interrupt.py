@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from procs import procs, with_descendants
+from procs import procs, with_default_sigint, with_descendants
 
 
 def test_ctrl_c_stops_bpe_training_promptly(data_dir: Path, tmp_path: Path) -> None:
@@ -32,7 +32,9 @@ def test_ctrl_c_stops_bpe_training_promptly(data_dir: Path, tmp_path: Path) -> N
         "--out",
         str(tmp_path / "t.json"),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        with_default_sigint(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stderr is not None
     first = proc.stderr.readline()  # said just before the core's training call
     assert first.startswith("training a byte-level BPE"), first
@@ -59,7 +61,7 @@ def test_ctrl_c_stops_curate_workers_mid_task_and_the_run_resumes(data_dir: Path
     # and without stopping them the run would end only after theirs (and the ones queued behind)
     env = {**os.environ, "LLMPIPE_DELAY_AT": "segment 0:60"}
     # a terminal's Ctrl-C signals the whole foreground process group: the driver and its workers
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    proc = subprocess.Popen(with_default_sigint(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)  # fmt: skip
     assert proc.stdout is not None
     first = proc.stdout.readline()
