@@ -478,3 +478,44 @@ def test_classifier_on_actors_matches_local(cluster: Cluster, data_dir: Path, tm
     assert 3 <= len(rows) <= 4, rows  # per model step, one per node's CPU (at most one per part)
     assert len({r["node_id"] for r in rows}) == 2
     assert all(r["state"] == "DEAD" for r in rows)  # released when the step ended
+
+
+def test_a_cluster_with_token_authentication(tmp_path: Path) -> None:
+    """`ray start` turns token authentication on by default (Ray 2.59 on), and a driver given an
+    address sends no token unless told to: the refusal is one line that says what to set, and with
+    RAY_AUTH_MODE=token and the cluster's token the same command runs."""
+    import secrets
+
+    temp_dir = Path(tempfile.mkdtemp(prefix="llmauth", dir="/tmp"))  # short: Ray's unix socket paths
+    port = free_port()
+    token = secrets.token_hex(32)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env |= {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0"}
+    env |= {"RAY_raylet_start_wait_time_s": "120"}
+    head = [RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port)]
+    head += ["--include-dashboard", "false", "--temp-dir", str(temp_dir), "--disable-usage-stats", *COMMON]
+    owned = Cluster(temp_dir, port, "", env, 0).owned
+    try:
+        ray_start(
+            lambda: [*head, "--ray-client-server-port", str(free_port()), *ray_agent_ports()],
+            env | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token},
+            owned,
+        )
+        args = (
+            "curate",
+            str(ROOT / "examples" / "raw"),
+            "--config",
+            str(ROOT / "configs/curate/sample.yaml"),
+            "--quiet",
+        )
+        p = run_cli(*args, "--out", str(tmp_path / "a"), "--ray", f"127.0.0.1:{port}", env=env, check=False)
+        err = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and err[-1].startswith("llmpipe: error: --ray 127.0.0.1:"), p.stderr
+        assert "set RAY_AUTH_MODE=token and its token" in err[-1] and "Traceback" not in p.stderr, err[-1]
+        auth = env | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+        p = run_cli(*args, "--out", str(tmp_path / "b"), "--ray", f"127.0.0.1:{port}", env=auth, check=False)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert (tmp_path / "b" / "manifest.json").is_file()
+    finally:
+        kill_all(owned())
+        subprocess.run(["rm", "-rf", str(temp_dir)], check=False)
