@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -516,6 +517,23 @@ def test_a_cluster_with_token_authentication(tmp_path: Path) -> None:
         p = run_cli(*args, "--out", str(tmp_path / "b"), "--ray", f"127.0.0.1:{port}", env=auth, check=False)
         assert p.returncode == 0, p.stderr[-3000:]
         assert (tmp_path / "b" / "manifest.json").is_file()
+        # ablate's proxies as Ray tasks: the same line before any training
+        shutil.copytree(tmp_path / "b", tmp_path / "c")
+        text = tmp_path / "ref.txt"
+        text.write_text("Some reference text.\n")
+        abl = (
+            "ablate",
+            str(tmp_path / "b"),
+            str(tmp_path / "c"),
+            "--text",
+            str(text),
+            "--out",
+            str(tmp_path / "abl"),
+        )
+        p = run_cli(*abl, "--ray", f"127.0.0.1:{port}", env=env, check=False)
+        err = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and "set RAY_AUTH_MODE=token and its token" in err[-1], p.stderr[-3000:]
+        assert "Traceback" not in p.stderr and not (tmp_path / "abl" / "proxies").exists()
     finally:
         kill_all(owned())
         subprocess.run(["rm", "-rf", str(temp_dir)], check=False)

@@ -92,7 +92,14 @@ class Ablation:
         if self.ray_address is not None and todo:
             import ray
 
-            ray.init(address=self.ray_address, ignore_reinit_error=True)
+            try:
+                ray.init(address=self.ray_address, ignore_reinit_error=True)
+            except ConnectionError as e:
+                from llmpipe.distributed.executor import auth_hint
+
+                raise InputError(
+                    f"--ray {self.ray_address}: cannot connect to a Ray cluster ({e}){auth_hint(self.ray_address)}"
+                ) from e
             task = ray.remote(num_cpus=self.nproc, max_retries=2)(_proxy_task)
             ray.get([task.remote(self._job(p)) for p in todo])
         else:

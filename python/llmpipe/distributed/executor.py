@@ -45,12 +45,12 @@ def _probe(address: str, timeout: float = 10.0) -> None:
         raise InputError(f"--ray {address}: no Ray cluster answers there ({e.strerror or e})") from None
 
 
-def _auth_hint(address: str) -> str:
+def auth_hint(address: str | None) -> str:
     """Why a cluster that answers may still refuse this driver: ``ray start`` turns on token
     authentication by default (Ray 2.59 on), and a driver given an address (not ``auto``) sends no
     token unless ``RAY_AUTH_MODE=token`` is set. llmpipe never sends one on its own: the token would
     go to whatever host the address names."""
-    if address == "auto" or os.environ.get("RAY_AUTH_MODE"):
+    if address in (None, "auto") or os.environ.get("RAY_AUTH_MODE"):
         return ""
     return (
         "; if the cluster uses token authentication (`ray start`'s default since Ray 2.59), set "
@@ -99,7 +99,7 @@ class RayExecutor:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
             except ConnectionError as e:
                 raise InputError(
-                    f"--ray {address}: cannot connect to a Ray cluster ({e}){_auth_hint(address)}"
+                    f"--ray {address}: cannot connect to a Ray cluster ({e}){auth_hint(address)}"
                 ) from e
             except ValueError as e:  # an address Ray cannot parse
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -205,7 +205,11 @@ def _ray_init(cfg: SweepConfig) -> None:
             configure_logging=False,
         )
     except (ConnectionError, RuntimeError) as e:
-        raise LlmpipeError(f"cannot reach the Ray cluster at {cfg.address}: {e}") from e
+        from llmpipe.distributed.executor import auth_hint
+
+        raise LlmpipeError(
+            f"cannot reach the Ray cluster at {cfg.address}: {e}{auth_hint(cfg.address)}"
+        ) from e
 
 
 def run_sweep(cfg: SweepConfig) -> dict[str, Any]:
