@@ -75,10 +75,7 @@ def exported_shards(path: Path) -> Path | None:
     meta = path / EXPORT_MARKER
     if not meta.is_file():
         return None
-    try:
-        doc = json.loads(meta.read_text())
-    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise InputError(f"{meta}: not valid JSON ({e})") from None
+    doc = hf.read_json(meta)
     shards = doc.get("shards") if isinstance(doc, dict) else None
     if shards is not None and not (isinstance(shards, str) and shards):
         raise InputError(f"{meta}: shards is {json.dumps(shards)[:80]}, not a path (damaged or hand-edited?)")
